@@ -1,0 +1,1 @@
+"""The collector core: component model, config, envelope stamping, control routing, service."""

@@ -1,0 +1,209 @@
+"""Envelope stamping, done once and only here (AEP-0001 §5–§7).
+
+The stamper turns a draft into a complete envelope: ``aep``, a ULID ``id``, RFC 3339 UTC ``time``
+with milliseconds, ``source``, per-session monotonic ``seq`` and a per-agent ``epoch`` that is
+persisted and bumped once per process start. Absent optionals are omitted, never ``null``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from .model import Event
+
+AEP_VERSION = "0.1"
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+# AEP-0001 §5.2 / schema allOf: foreign-emitter session events carry session but never seq.
+COMMAND_TYPE = re.compile(
+    r"^(control\.attention\.respond|control\.cancel|control\.pause|control\.resume"
+    r"|x\.[a-z0-9_-]+\.control\..+|attention\.routed)$"
+)
+TYPE_GRAMMAR = re.compile(
+    r"^((agent|session|run|progress|tool|delegation|attention|resource|error|state|assessment|message|control)"
+    r"(\.[a-z0-9_]+)+|x\.[a-z0-9_-]+\.[a-z0-9_]+(\.[a-z0-9_]+)+)$"
+)
+SEVERITIES = ("debug", "info", "notice", "warning", "error", "critical")
+CAPTURES = ("none", "metadata", "redacted", "full")
+UNKNOWN_SESSION = "unknown"
+
+# Order of attributes on the wire; readers must not care, humans reading JSONL do.
+_ORDER = ("subject", "time", "source", "agent", "session", "run", "step", "seq", "epoch", "cause",
+          "traceparent", "severity", "capture")
+
+
+class StampError(ValueError):
+    """A draft cannot become a valid envelope (a mapping bug, never the vendor's fault)."""
+
+
+class Ulid:
+    """Monotonic ULID generator: 48-bit milliseconds + 80 random bits, Crockford base32."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = -1
+        self._last_rand = 0
+
+    def new(self, now_ms: int | None = None) -> str:
+        ms = int(time.time() * 1000) if now_ms is None else now_ms
+        with self._lock:
+            if ms <= self._last_ms:
+                # Same millisecond (or a clock step back): increment, so ids still sort by creation.
+                ms = self._last_ms
+                rand = (self._last_rand + 1) & ((1 << 80) - 1)
+            else:
+                rand = int.from_bytes(os.urandom(10), "big")
+            self._last_ms, self._last_rand = ms, rand
+        value = (ms << 80) | rand
+        out = []
+        for _ in range(26):
+            out.append(_CROCKFORD[value & 31])
+            value >>= 5
+        return "".join(reversed(out))
+
+
+def rfc3339_ms(ts: float) -> str:
+    """RFC 3339 UTC with milliseconds, e.g. ``2026-12-02T14:10:04.123Z``."""
+    secs = int(ts)
+    ms = int((ts - secs) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{ms:03d}Z"
+
+
+def safe_host(name: str) -> str:
+    """A hostname usable as a URI authority (lowercase, only letters, digits, ``.`` and ``-``)."""
+    cleaned = re.sub(r"[^a-z0-9.-]", "-", name.lower()).strip(".-")
+    return cleaned or "localhost"
+
+
+def source_uri(host: str, agent: str, session: str | None) -> str:
+    """``aep://{host}/agent/{agent}[/session/{session}]`` with every segment percent-encoded."""
+    base = f"aep://{host}/agent/{quote(agent, safe='')}"
+    return base if session is None else f"{base}/session/{quote(session, safe='')}"
+
+
+class EpochStore:
+    """Per-agent epoch, persisted as ``<state_dir>/epochs/<agent>.json`` and bumped once per start.
+
+    AEP-0001 §7: an emitter whose seq counter is not durable MUST bump the epoch on restart and
+    never reuse one. A file lock makes two processes sharing a state directory each take their own.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.dir = Path(state_dir).expanduser() / "epochs"
+        self._epochs: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def epoch(self, agent: str) -> int:
+        value = self._epochs.get(agent)
+        if value is None:
+            with self._lock:
+                value = self._epochs.get(agent)
+                if value is None:
+                    value = self._bump(agent)
+                    self._epochs[agent] = value
+        return value
+
+    def _bump(self, agent: str) -> int:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self.dir / (quote(agent, safe="") + ".json")
+        lock_path = path.with_suffix(".lock")
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                previous = -1
+                with contextlib.suppress(FileNotFoundError, ValueError, TypeError):
+                    previous = int(json.loads(path.read_text())["epoch"])
+                value = max(previous + 1, 0)
+                tmp = path.with_suffix(f".tmp{os.getpid()}")
+                with open(tmp, "w") as fh:
+                    fh.write(json.dumps({"agent": agent, "epoch": value}))
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, path)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return value
+
+
+class Stamper:
+    """Stamps drafts into envelopes. One per service, shared by every pipeline.
+
+    Sharing it keeps ``seq`` unique per ``(agent, session)`` even when several pipelines emit
+    into the same session.
+    """
+
+    def __init__(self, state_dir: Path, host: str | None = None) -> None:
+        self.host = safe_host(host or socket.gethostname())
+        self.epochs = EpochStore(state_dir)
+        self.ids = Ulid()
+        self._seq: dict[tuple[str, str], int] = {}
+
+    def next_seq(self, agent: str, session: str) -> int:
+        key = (agent, session)
+        value = self._seq.get(key, 0)
+        self._seq[key] = value + 1
+        return value
+
+    def forget(self, agent: str, session: str) -> None:
+        """Drop a session's counter. Only safe with an epoch bump: see ``Stamper.evict``."""
+        self._seq.pop((agent, session), None)
+
+    def stamp(self, draft: Event, now: float | None = None) -> Event:
+        """Return the envelope for ``draft`` (internal ``_`` hints dropped)."""
+        if "aep" in draft and "id" in draft and "source" in draft:
+            return _public(draft)  # already stamped (a redelivered ack): never re-stamp
+        etype = draft.get("type")
+        agent = draft.get("agent")
+        if not isinstance(etype, str) or not TYPE_GRAMMAR.match(etype):
+            raise StampError(f"draft type {etype!r} does not match the AEP type grammar")
+        if not isinstance(agent, str) or not agent:
+            raise StampError(f"draft of type {etype} has no agent")
+        ts = time.time() if now is None else now
+        ev: dict[str, Any] = {"aep": AEP_VERSION, "id": self.ids.new(int(ts * 1000)), "type": etype}
+        agent_scoped = etype.startswith("agent.")
+        session = None if agent_scoped else (draft.get("session") or UNKNOWN_SESSION)
+        values: dict[str, Any] = {
+            "subject": draft.get("subject"),
+            "time": rfc3339_ms(ts),
+            "source": source_uri(self.host, agent, session),
+            "agent": agent,
+            "cause": draft.get("cause"),
+            "traceparent": draft.get("traceparent"),
+            "severity": draft.get("severity"),
+            "capture": draft.get("capture"),
+        }
+        if session is not None:
+            values["session"] = str(session)
+            values["run"] = draft.get("run")
+            values["step"] = draft.get("step")
+            if not COMMAND_TYPE.match(etype):
+                values["seq"] = self.next_seq(agent, session)
+                values["epoch"] = self.epochs.epoch(agent)
+        for key in _ORDER:
+            value = values.get(key)
+            if value is not None and value != "":
+                ev[key] = str(value) if key in ("subject", "run", "step", "session") else value
+        for key, value in draft.items():  # extension attributes the draft carries, scalars only
+            if key not in ev and key not in values and not key.startswith("_") and key not in (
+                "type", "data", "aep", "id"
+            ) and isinstance(value, (str, int, bool)) and re.fullmatch(r"[a-z0-9]{1,20}", key):
+                ev[key] = value
+        data = draft.get("data")
+        if data is not None:
+            ev["data"] = data
+        return ev
+
+
+def _public(event: Event) -> Event:
+    return {k: v for k, v in event.items() if not k.startswith("_")}

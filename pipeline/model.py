@@ -1,0 +1,54 @@
+"""The two shapes that flow through a pipeline.
+
+A receiver turns what a vendor sent into a ``Signal``; the mapping processor turns signals into
+event *drafts* (plain dicts); later processors transform drafts; the pipeline stamps drafts into
+AEP envelopes (``pipeline.envelope``) and hands those to exporters.
+
+Draft keys are AEP attribute names (``type``, ``data``, ``subject``, ``session``, ``run``,
+``step``, ``cause``, ``severity``, ``agent``) plus internal hints whose names start with ``_``.
+No AEP attribute can start with ``_`` (AEP-0001 §5.4: ``[a-z0-9]{1,20}``), so the stamper drops
+every ``_`` key and nothing internal is ever exported.
+
+Internal hints understood by the built-in processors:
+
+``_capture``     {dotted.path: level}: capture minimum of vendor fields the schema does not annotate.
+``_structural``  {dotted.path: value}: the structural value a ``[metadata*]`` field takes below
+                 ``redacted`` (e.g. ``{"prompt": "claude-code requests input (4 fields)"}``).
+``_hold``        an opaque token a receiver uses to find the stamped event that it holds open.
+``_runs``        run-synthesis directive for this draft: ``"open"``, ``"close"``, ``"none"``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+Event = dict[str, Any]
+"""A draft or a stamped AEP envelope."""
+
+
+@dataclass(slots=True)
+class Signal:
+    """One thing a vendor told a receiver: a hook call, a plugin moment, an OTLP log record."""
+
+    agent: str
+    """AEP agent identity of the vendor (``claude-code``, ``codex``, ...); selects the mapping."""
+    name: str
+    """The vendor's own name for the moment (hook event name, bus type, ``event.name``)."""
+    payload: dict[str, Any]
+    """The vendor's payload exactly as received."""
+    attrs: dict[str, Any] = field(default_factory=dict)
+    """Receiver context the payload does not carry (query parameters, OTLP profile and mode)."""
+    hold: str | None = None
+    """Set by a receiver that will hold the vendor's reply open on the resulting attention request."""
+    received_ns: int = field(default_factory=time.time_ns)
+
+
+Batch = list[Signal | Event]
+"""What passes between components: signals before mapping, drafts after."""
+
+
+def is_draft(item: Signal | Event) -> bool:
+    """True for an event draft (a dict), false for a not-yet-mapped signal."""
+    return isinstance(item, dict)

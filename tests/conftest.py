@@ -1,0 +1,28 @@
+"""Shared test fixtures: where the official AEP corpus lives (read in place, never copied)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+AEP_DIR = Path(os.environ.get("AEP_CONFORMANCE_DIR", ROOT.parent / "shared" / "aep")).resolve()
+FIXTURES = AEP_DIR / "conformance" / "fixtures"
+
+
+def corpus(relative: str) -> object:
+    """Load a JSON file of the corpus; fail loudly (never skip) when the corpus is missing."""
+    path = FIXTURES / relative
+    if not path.exists():
+        raise FileNotFoundError(
+            f"AEP conformance corpus not found at {path}; set AEP_CONFORMANCE_DIR to the corpus root"
+        )
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def aep_dir() -> Path:
+    return AEP_DIR
