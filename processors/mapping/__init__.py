@@ -1,0 +1,133 @@
+"""The mapping processor: vendor signals in, AEP event drafts out.
+
+Each vendor's mapping is a module in this package exposing::
+
+    AGENT: str                                   # the AEP agent identity, e.g. "codex"
+    def new_state() -> object                    # explicit runtime state (joins, snapshots)
+    def map_signal(signal: Signal, state) -> list[dict]   # drafts, see pipeline.model
+
+The modules are pure apart from the state object they are handed, and are pinned by the
+conformance fixtures. The processor only dispatches, fills ``agent``, tags held requests and
+turns a mapping failure into an honest ``error.raised`` instead of losing the moment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from pipeline.component import Factory, Kind
+from pipeline.model import Batch, Event, Signal
+
+log = logging.getLogger("aep.processor.mapping")
+
+# agent identity -> module in this package. Plug-ins add vendors with `extra_vendors`.
+BUILTIN_VENDORS: dict[str, str] = {
+    "claude-code": "claude_code",
+    "codex": "codex",
+    "gemini-cli": "gemini_cli",
+    "qwen-code": "qwen_code",
+    "vscode": "vscode",
+    "kimi-code": "kimi_code",
+    "antigravity": "antigravity",
+    "opencode": "opencode",
+    "kilocode": "kilocode",
+    "cline": "cline",
+    "hermes": "hermes",
+    "pi": "pi",
+    "codex-otel": "codex_otel",
+    "vscode-otel": "vscode_otel",
+}
+
+
+def load_vendor(agent: str, extra: dict[str, str] | None = None) -> ModuleType:
+    """Import the mapping module for ``agent`` (a built-in name or a dotted plug-in module path)."""
+    target = (extra or {}).get(agent) or BUILTIN_VENDORS.get(agent)
+    if target is None:
+        raise KeyError(f"no mapping for agent {agent!r}")
+    name = target if "." in target else f"{__name__}.{target}"
+    return importlib.import_module(name)
+
+
+@dataclass
+class MappingConfig:
+    """Config of the ``mapping`` processor."""
+
+    extra_vendors: dict[str, str] = field(default_factory=dict)
+    """Additional ``agent: dotted.module`` mappings provided by plug-in packages."""
+
+    def validate(self) -> None:
+        for agent, module in self.extra_vendors.items():
+            if not isinstance(module, str) or not module:
+                raise ValueError(f"extra_vendors.{agent} must name a Python module")
+
+
+class MappingProcessor:
+    """Maps every ``Signal`` of a batch; drafts already in the batch pass through unchanged."""
+
+    def __init__(self, config: MappingConfig | None = None) -> None:
+        self.config = config or MappingConfig()
+        self.states: dict[str, Any] = {}
+        self._modules: dict[str, ModuleType] = {}
+        self.failures = 0
+        self._logged: set[tuple[str, str, str]] = set()
+
+    def module(self, agent: str) -> ModuleType:
+        mod = self._modules.get(agent)
+        if mod is None:
+            mod = load_vendor(agent, self.config.extra_vendors)
+            self._modules[agent] = mod
+            self.states[agent] = mod.new_state()
+        return mod
+
+    def __call__(self, batch: Batch) -> Batch:
+        out: Batch = []
+        for item in batch:
+            if isinstance(item, Signal):
+                out.extend(self.map_one(item))
+            else:
+                out.append(item)
+        return out
+
+    def map_one(self, signal: Signal) -> list[Event]:
+        try:
+            mod = self.module(signal.agent)
+            drafts = mod.map_signal(signal, self.states[signal.agent])
+        except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
+            return [self._failure(signal, exc)]
+        for d in drafts:
+            d.setdefault("agent", mod.AGENT)
+            if signal.hold is not None and d.get("type") == "attention.requested":
+                d["_hold"] = signal.hold
+        return drafts
+
+    def _failure(self, signal: Signal, exc: Exception) -> Event:
+        self.failures += 1
+        key = (signal.agent, signal.name, type(exc).__name__)
+        if key not in self._logged:  # once per cause, not once per event
+            self._logged.add(key)
+            log.error("mapping %s/%s failed: %s: %s", signal.agent, signal.name, type(exc).__name__, exc)
+        session = None
+        payload = signal.payload if isinstance(signal.payload, dict) else {}
+        for k in ("session_id", "sessionId", "sessionID", "conversationId", "taskId"):
+            if isinstance(payload.get(k), str) and payload[k]:
+                session = payload[k]
+                break
+        return {
+            "type": "error.raised",
+            "agent": signal.agent,
+            "session": session,
+            "data": {"error": {"type": "mapping_error"}, "code": type(exc).__name__},
+        }
+
+
+FACTORY = Factory(
+    kind=Kind.PROCESSOR,
+    type="mapping",
+    config_class=MappingConfig,
+    create=lambda settings, cfg: MappingProcessor(cfg),
+    description="Maps vendor hook calls and log records to AEP event drafts (one pure module per vendor)",
+)

@@ -1,0 +1,81 @@
+"""Pieces every vendor mapping uses: draft construction, fallback names, permission options."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pipeline.canonical import digest
+from pipeline.model import Event
+
+__all__ = ["digest", "draft", "snake_case", "hook_fallback", "PERMISSION_OPTIONS", "get_str",
+           "get_dict", "tool_ref", "permission_prompt"]
+
+# Taxonomy digest §2.5: the standard options of a held binary gate.
+PERMISSION_OPTIONS: list[dict[str, str]] = [
+    {"id": "allow", "label": "Allow"},
+    {"id": "deny", "label": "Deny"},
+]
+
+_CAMEL_1 = re.compile(r"(.)([A-Z][a-z]+)")
+_CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")
+_NON_TOKEN = re.compile(r"[^a-z0-9_]+")
+
+
+def snake_case(name: str) -> str:
+    """CamelCase or anything else -> a type segment ``[a-z0-9_]+`` (never empty)."""
+    s = _CAMEL_2.sub(r"\1_\2", _CAMEL_1.sub(r"\1_\2", name)).lower()
+    s = _NON_TOKEN.sub("_", s).strip("_")
+    return re.sub(r"_+", "_", s) or "unnamed"
+
+
+def hook_fallback(agent: str, hook: str) -> str:
+    """AEP-0001 §6: an unmapped hook degrades to ``x.{agent}.session.{snake_case(hook)}``."""
+    return f"x.{agent}.session.{snake_case(hook)}"
+
+
+def draft(type_: str, data: dict[str, Any] | None = None, subject: Any = None, **attrs: Any) -> Event:
+    """A draft with only the keys that have values (absent optionals are omitted, never null)."""
+    out: Event = {"type": type_, "data": {} if data is None else data}
+    if subject is not None and subject != "":
+        out["subject"] = str(subject)
+    for key, value in attrs.items():
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def get_str(obj: Any, key: str) -> str | None:
+    """``obj[key]`` when obj is a dict and the value is a non-empty string, else None."""
+    if isinstance(obj, dict):
+        value = obj.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def get_dict(obj: Any, key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is a dict, else an empty dict (vendors send odd shapes; never crash)."""
+    if isinstance(obj, dict):
+        value = obj.get(key)
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def tool_ref(name: str | None, call_id: str | None = None) -> dict[str, str]:
+    """``tool_ref`` = ``{name, call_id?}``; a missing name becomes ``unknown`` (the field is required)."""
+    ref = {"name": name or "unknown"}
+    if call_id:
+        ref["call_id"] = call_id
+    return ref
+
+
+def permission_prompt(tool: str, detail: str | None, description: str | None = None) -> str:
+    """Taxonomy digest §2.4: ``Permission requested: {tool} — {detail}`` (em dash) ``({description})``."""
+    text = f"Permission requested: {tool}"
+    if detail:
+        text += f" \u2014 {detail}"
+    if description:
+        text += f" ({description})"
+    return text
