@@ -1,0 +1,131 @@
+"""The capture processor: gates every draft to its configured capture level (AEP-0003 §9).
+
+Mappings hand over drafts at full content; this processor is where the operator's ceiling is
+enforced, so nothing above it ever reaches the stamper or an exporter. See ``README.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from pipeline.component import Factory, Kind
+from pipeline.model import Batch, Event
+
+from .gate import (
+    DEFAULT_CEILING,
+    DEFAULT_OVERRIDES,
+    LEVELS,
+    CapturePolicy,
+    downlevel,
+    gate_draft,
+    gate_form_values,
+    load_annotations,
+    synthesized_prompt,
+)
+from .redact import Redactor
+
+__all__ = [
+    "FACTORY",
+    "LEVELS",
+    "CaptureConfig",
+    "CapturePolicy",
+    "CaptureProcessor",
+    "Redactor",
+    "downlevel",
+    "gate_draft",
+    "gate_form_values",
+    "load_annotations",
+    "synthesized_prompt",
+]
+
+
+@dataclass
+class CaptureConfig:
+    """Config of the ``capture`` processor; the defaults are the AEP-0003 §9.1 posture."""
+
+    ceiling: str = DEFAULT_CEILING
+    """Capture level of every event type no override names."""
+    overrides: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OVERRIDES))
+    """``category`` / ``category.*`` / exact type -> level (may be above or below the ceiling)."""
+    secret_env: list[str] = field(default_factory=list)
+    """Names of environment variables whose values are secrets (§9.4 rule b)."""
+    secret_values: list[str] = field(default_factory=list)
+    """Literal secret values (§9.4 rule b; values shorter than 4 characters are ignored)."""
+    pii: bool = True
+    """Redact emails and phone numbers at ``redacted`` (§9.4 rule d)."""
+    home: str | None = None
+    """Home directory replaced by ``~`` (§9.4 rule c); ``None`` means the user's home."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the key for anything the processor could not honour."""
+        if self.ceiling not in LEVELS:
+            raise ValueError(
+                f"capture processor: ceiling {self.ceiling!r} is not a capture level "
+                f"(expected one of {', '.join(LEVELS)})"
+            )
+        if not isinstance(self.overrides, dict):
+            raise ValueError("capture processor: overrides must map a category, glob or type to a level")
+        for key, level in self.overrides.items():
+            if level not in LEVELS:
+                raise ValueError(
+                    f"capture processor: overrides.{key} {level!r} is not a capture level "
+                    f"(expected one of {', '.join(LEVELS)})"
+                )
+        try:
+            self.policy()
+        except ValueError as exc:
+            raise ValueError(f"capture processor: {exc}") from None
+        for name, items in (("secret_env", self.secret_env), ("secret_values", self.secret_values)):
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                raise ValueError(f"capture processor: {name} must be a list of strings")
+        if not isinstance(self.pii, bool):
+            raise ValueError("capture processor: pii must be true or false")
+        if self.home is not None and not isinstance(self.home, str):
+            raise ValueError("capture processor: home must be a path")
+
+    def policy(self) -> CapturePolicy:
+        """The ceiling and overrides as a ``CapturePolicy``."""
+        return CapturePolicy(ceiling=self.ceiling, overrides=dict(self.overrides))
+
+    def redactor(self) -> Redactor:
+        """The §9.4 pipeline with this config's secrets (environment read now), PII switch and home."""
+        values = list(self.secret_values)
+        values += [os.environ[name] for name in self.secret_env if os.environ.get(name)]
+        return Redactor(secret_values=values, pii=self.pii, home=self.home)
+
+
+def _is_stamped(item: Event) -> bool:
+    return "aep" in item and "id" in item and "source" in item
+
+
+class CaptureProcessor:
+    """Gates every draft of a batch; signals pass through untouched."""
+
+    def __init__(self, config: CaptureConfig | None = None) -> None:
+        self.config = config or CaptureConfig()
+        self.config.validate()
+        self.policy = self.config.policy()
+        self.redactor = self.config.redactor()
+
+    def __call__(self, batch: Batch) -> Batch:
+        out: Batch = []
+        for item in batch:
+            if not isinstance(item, dict):
+                out.append(item)
+            elif _is_stamped(item):
+                # An envelope someone else already gated (a redelivered ack, a forwarded event): we
+                # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)).
+                out.append(downlevel(item, self.policy.level_for(str(item.get("type", "")))))
+            else:
+                out.append(gate_draft(item, self.policy, self.redactor))
+        return out
+
+
+FACTORY = Factory(
+    kind=Kind.PROCESSOR,
+    type="capture",
+    config_class=CaptureConfig,
+    create=lambda settings, cfg: CaptureProcessor(cfg),
+    description="Gates event payloads to the capture ceiling: drops fields above it, redacts, synthesizes",
+)

@@ -1,0 +1,388 @@
+"""Capture gating: the emitter-side gate for drafts and the hop-side down-level (AEP-0001 §8.2).
+
+Both walk ``data`` with the per-type ``x-aep-capture`` annotations (``annotations.json``, derived
+from the schemas by ``build_annotations.py``) and drop every field whose minimum level is above
+the level the event will carry. They differ where the spec makes them differ:
+
+* the emitter (``gate_draft``) holds the original content, so at ``redacted`` it runs the §9.4
+  pipeline and may claim ``redacted``; below it, it knows the structural values of the
+  ``[metadata*]`` fields (``_structural``) and the form's field specs (``_fields``);
+* a hop (``downlevel``) holds neither, so it never mints ``redacted`` (§8.2(e)), synthesizes the
+  prompt, and keeps only numbers and booleans of form values (AEP-0002 §5.3, "known lossy").
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .redact import SECRET, Redactor, is_credential_key
+
+LEVELS = ("none", "metadata", "redacted", "full")
+NONE, METADATA, REDACTED, FULL = range(4)
+DEFAULT_CEILING = "metadata"
+# AEP-0003 §9.1: RECOMMENDED default override, so attention prompts stay readable.
+DEFAULT_OVERRIDES: dict[str, str] = {"attention": "redacted"}
+ANNOTATIONS_FILE = Path(__file__).with_name("annotations.json")
+
+# Hints a mapping leaves for this gate; every other `_` key belongs to later components.
+GATE_HINTS = ("_capture", "_structural", "_fields")
+TWIN_SUFFIX = "_redacted"
+DIGEST_SUFFIX = "_digest"
+VALUES_TYPES = ("attention.answered", "control.attention.respond")
+_OVERRIDE_KEY = re.compile(r"^(x\.[a-z0-9_-]+|[a-z0-9_]+)(\.[a-z0-9_]+)*(\.\*)?$")
+
+Annotations = Mapping[str, str]
+
+
+def rank(level: str) -> int:
+    """Position of a capture level in ``none < metadata < redacted < full``."""
+    return LEVELS.index(level)
+
+
+def check_level(level: Any, what: str) -> str:
+    """``level`` if it is a capture level, else a ``ValueError`` naming ``what``."""
+    if level not in LEVELS:
+        raise ValueError(f"{what}: unknown capture level {level!r} (expected one of {', '.join(LEVELS)})")
+    return level
+
+
+@cache
+def load_annotations() -> dict[str, dict[str, str]]:
+    """The committed ``{type: {dotted.path: level}}`` table."""
+    return json.loads(ANNOTATIONS_FILE.read_text(encoding="utf-8"))
+
+
+def category_of(event_type: str) -> str:
+    """The category of a type: its first segment, or the third for ``x.{vendor}.{category}...``."""
+    parts = event_type.split(".")
+    if parts[0] == "x" and len(parts) >= 3:
+        return parts[2]
+    return parts[0]
+
+
+@dataclass
+class CapturePolicy:
+    """The configured ceiling plus per-category, per-glob or per-type overrides (AEP-0003 §9.1)."""
+
+    ceiling: str = DEFAULT_CEILING
+    overrides: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OVERRIDES))
+
+    def __post_init__(self) -> None:
+        check_level(self.ceiling, "capture ceiling")
+        for key, level in self.overrides.items():
+            if not isinstance(key, str) or not _OVERRIDE_KEY.match(key):
+                raise ValueError(
+                    f"capture override {key!r}: expected a category (attention), a glob (attention.*) "
+                    "or an exact type (tool.requested)"
+                )
+            check_level(level, f"capture override {key!r}")
+
+    def level_for(self, event_type: str) -> str:
+        """The level events of ``event_type`` are gated at: the most specific override, else the ceiling."""
+        if event_type in self.overrides:
+            return self.overrides[event_type]
+        best: tuple[int, str] | None = None
+        category = category_of(event_type)
+        for key, level in self.overrides.items():
+            if key.endswith(".*"):
+                prefix = key[:-2]
+                hit = event_type.startswith(prefix + ".") or ("." not in prefix and prefix == category)
+                weight = len(prefix) + 1
+            else:
+                hit = "." not in key and key == category
+                weight = 0  # a bare category is the least specific form
+            if hit and (best is None or weight > best[0]):
+                best = (weight, level)
+        return self.ceiling if best is None else best[1]
+
+
+# --- form values (AEP-0006) -------------------------------------------------------------------
+
+
+def _choice_ids(spec: Mapping[str, Any]) -> set[str]:
+    return {c["id"] for c in spec.get("choices") or [] if isinstance(c, dict) and isinstance(c.get("id"), str)}
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int in Python; AEP-0002 §5.3 keeps booleans and numbers apart, so test it first.
+    return not isinstance(value, bool) and isinstance(value, (int, float))
+
+
+def _structural_value(spec: Mapping[str, Any], value: Any) -> bool:
+    """True when the value of this field is structural (survives at metadata), false when text."""
+    kind = spec.get("type")
+    if kind == "number":
+        return True
+    if kind == "boolean":
+        return True
+    if kind == "select":
+        ids = _choice_ids(spec)
+        items = value if isinstance(value, list) else [value]
+        return all(isinstance(item, str) and item in ids for item in items)
+    return False  # string fields, and anything unknown, are user-authored text
+
+
+def gate_form_values(fields: list[dict[str, Any]], values: Mapping[str, Any], ceiling: str) -> dict[str, Any]:
+    """Emitter-side gating of ``answer.values`` against the request's field specs (AEP-0006).
+
+    Keys with no field spec are dropped at any level (conservative; capture-gating corpus). At
+    ceiling ``none`` structural values still pass: dropping ``data`` is the envelope's job.
+    """
+    content_ok = rank(check_level(ceiling, "form values ceiling")) >= REDACTED
+    by_id = {f["id"]: f for f in fields if isinstance(f, dict) and isinstance(f.get("id"), str)}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        spec = by_id.get(key)
+        if spec is None:
+            continue
+        if content_ok or _structural_value(spec, value):
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def hop_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Hop-side gating of ``answer.values`` with no field specs: numbers and booleans only."""
+    return {k: v for k, v in values.items() if isinstance(v, bool) or _is_number(v)}
+
+
+# --- the walk ---------------------------------------------------------------------------------
+
+
+def _level_at(ann: Annotations, path: str, inherited: int) -> int:
+    # A child can never be shown where its parent may not be: effective level is the max.
+    return max(inherited, rank(ann.get(path, "metadata")))
+
+
+def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
+           on_redacted: Callable[[Any], Any] | None) -> Any:
+    """``value`` without the parts gated above ``limit``; redacted-gated subtrees pass ``on_redacted``."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else key
+            if isinstance(key, str) and key.endswith(DIGEST_SUFFIX):
+                level = max(inherited, METADATA)  # AEP-0003 §9.3: digests are structural
+            else:
+                level = _level_at(ann, sub, inherited)
+            if level > limit:
+                continue
+            kept = _prune(item, sub, ann, limit, level, on_redacted)
+            if on_redacted is not None and level == REDACTED and inherited < REDACTED:
+                kept = on_redacted(kept)
+            out[key] = kept
+        return out
+    if isinstance(value, list):
+        sub = path + "[]"
+        level = _level_at(ann, sub, inherited)
+        if level > limit:
+            return []
+        items = [_prune(item, sub, ann, limit, level, on_redacted) for item in value]
+        if on_redacted is not None and level == REDACTED and inherited < REDACTED:
+            items = [on_redacted(item) for item in items]
+        return items
+    return copy.deepcopy(value)
+
+
+def _scrub_credentials(value: Any) -> Any:
+    """Below ``full``, a credential-named key never carries its value, whatever its annotation."""
+    if isinstance(value, dict):
+        return {
+            k: SECRET if v is not None and is_credential_key(k) else _scrub_credentials(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_scrub_credentials(v) for v in value]
+    return value
+
+
+def _twins(value: Any, path: str, ann: Annotations, make: Callable[[Any], Any]) -> Any:
+    """Add ``X_redacted`` beside every full-gated ``X`` whose twin the schema declares (at redacted)."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else key
+            out[key] = _twins(item, sub, ann, make)
+        for key, item in value.items():
+            if not isinstance(key, str):
+                continue
+            sub = f"{path}.{key}" if path else key
+            twin = key + TWIN_SUFFIX
+            if (ann.get(sub) == "full" and ann.get(sub + TWIN_SUFFIX) == "redacted"
+                    and twin not in value and item is not None):
+                out[twin] = make(copy.deepcopy(item))
+        return out
+    if isinstance(value, list):
+        return [_twins(item, path + "[]", ann, make) for item in value]
+    return value
+
+
+# --- [metadata*] fields (AEP-0002 §5.3, AEP-0003 §9.2) -------------------------------------------
+
+
+def synthesized_prompt(agent: Any, kind: Any, subject: Any) -> str:
+    """``"{agent} requests {kind}: {subject}"``, or without ``: {subject}`` when there is none."""
+    who = agent if isinstance(agent, str) and agent else "agent"
+    what = kind if isinstance(kind, str) and kind else "attention"
+    if subject is None or subject == "":
+        return f"{who} requests {what}"
+    return f"{who} requests {what}: {subject}"
+
+
+def _labels_to_ids(items: Any) -> None:
+    """Replace every ``label`` of a list of ``{id, label}`` objects by its id (1-based index if none)."""
+    if not isinstance(items, list):
+        return
+    for index, item in enumerate(items, start=1):
+        if isinstance(item, dict) and "label" in item:
+            ident = item.get("id")
+            item["label"] = str(ident) if ident is not None and ident != "" else str(index)
+
+
+def _degrade_request(data: dict[str, Any]) -> None:
+    _labels_to_ids(data.get("options"))
+    fields = data.get("fields")
+    _labels_to_ids(fields)
+    if isinstance(fields, list):
+        for spec in fields:
+            if isinstance(spec, dict):
+                _labels_to_ids(spec.get("choices"))
+
+
+def _redact_request(data: dict[str, Any], redactor: Redactor) -> None:
+    if isinstance(data.get("prompt"), str):
+        data["prompt"] = redactor.text(data["prompt"])
+    lists = [data.get("options")]
+    for spec in data.get("fields") or []:
+        if isinstance(spec, dict):
+            lists.append([spec])
+            lists.append(spec.get("choices"))
+    for items in lists:
+        for item in items or []:
+            if isinstance(item, dict) and isinstance(item.get("label"), str):
+                item["label"] = redactor.text(item["label"])
+
+
+def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted dict path whose parent exists (``_structural`` never creates objects)."""
+    parts = path.split(".")
+    node: Any = data
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node[parts[-1]] = copy.deepcopy(value)
+
+
+# --- the emitter-side gate ------------------------------------------------------------------
+
+
+def _merged_annotations(event_type: str, hint: Any) -> dict[str, str]:
+    ann = dict(load_annotations().get(event_type, {}))
+    if isinstance(hint, dict):
+        for path, level in hint.items():
+            check_level(level, f"_capture hint {path!r} of {event_type}")
+            # A hint can raise a schema minimum, never lower it: that would smuggle content.
+            if path not in ann or rank(level) > rank(ann[path]):
+                ann[path] = level
+    return ann
+
+
+def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor | None = None) -> dict[str, Any]:
+    """Gate one draft to the level its type gets under ``policy``; returns a new draft.
+
+    Fields above the level are dropped per the annotations merged with the draft's ``_capture``
+    hint; at ``redacted`` every kept redacted-gated value and the ``[metadata*]`` text pass the
+    §9.4 pipeline; below it the ``[metadata*]`` fields become structural. ``capture`` is set to the
+    level honoured and the gate's own hints are removed.
+    """
+    out = copy.deepcopy(draft)
+    hint = out.pop("_capture", None)
+    structural = out.pop("_structural", None)
+    fields = out.pop("_fields", None)
+    event_type = out.get("type") if isinstance(out.get("type"), str) else ""
+    level = rank(policy.level_for(event_type))
+    declared = out.get("capture")
+    if declared in LEVELS and rank(declared) < level:
+        level = rank(declared)  # a draft already at a lower level is never up-levelled
+    out["capture"] = LEVELS[level]
+    if level == NONE or not isinstance(out.get("data"), dict):
+        out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
+        return out
+    ann = _merged_annotations(event_type, hint)
+    red = (redactor or Redactor()) if level == REDACTED else None
+    data: dict[str, Any] = out["data"]
+    if red is not None:
+        data = _twins(data, "", ann, red.value)
+    data = _prune(data, "", ann, level, NONE, red.value if red is not None else None)
+    if level < FULL:
+        data = _scrub_credentials(data)
+    if event_type == "attention.requested":
+        if level >= REDACTED and red is not None:
+            _redact_request(data, red)
+        elif level < REDACTED:
+            _degrade_request(data)
+            data["prompt"] = synthesized_prompt(out.get("agent"), data.get("kind"), out.get("subject"))
+    if event_type in VALUES_TYPES:
+        _gate_answer_values(data, fields, level, red)
+    if level < REDACTED and isinstance(structural, dict):
+        for path, value in structural.items():
+            _set_path(data, path, value)
+    out["data"] = data
+    return out
+
+
+def _gate_answer_values(data: dict[str, Any], fields: Any, level: int, red: Redactor | None) -> None:
+    answer = data.get("answer")
+    if not isinstance(answer, dict) or not isinstance(answer.get("values"), dict):
+        return
+    values = answer["values"]
+    if isinstance(fields, list):
+        kept = gate_form_values(fields, values, LEVELS[level])
+        if red is not None:
+            by_id = {f.get("id"): f for f in fields if isinstance(f, dict)}
+            text = {k: v for k, v in kept.items() if not _structural_value(by_id[k], v)}
+            kept.update(red.value(text))
+        answer["values"] = kept
+    elif level < REDACTED:
+        answer["values"] = hop_values(values)
+    elif red is not None:
+        answer["values"] = red.value(values)
+
+
+# --- the hop ----------------------------------------------------------------------------------
+
+
+def downlevel(event: dict[str, Any], ceiling: str, annotations: Mapping[str, Annotations] | None = None) -> dict[str, Any]:
+    """Down-level an event to ``ceiling`` at a fan-out hop (AEP-0001 §8.2); never mutates ``event``."""
+    target = rank(check_level(ceiling, "downlevel ceiling"))
+    declared = event.get("capture", "metadata")
+    source = rank(declared) if declared in LEVELS else FULL  # an unreadable claim is the worst case
+    out = copy.deepcopy(event)
+    if target >= source:
+        return out  # never up-level (DL7); a redacted source passes a redacted ceiling (DL12)
+    if target == REDACTED and source == FULL:
+        target = METADATA  # §8.2(e): a mechanical hop cannot mint the redacted provenance claim
+    out["capture"] = LEVELS[target]
+    table = load_annotations() if annotations is None else annotations
+    event_type = event.get("type")
+    ann = table.get(event_type) if isinstance(event_type, str) else None
+    if target == NONE or ann is None or not isinstance(event.get("data"), dict):
+        out.pop("data", None)  # DL9; DL8: a type without annotations loses data wholesale
+        return out
+    data = _prune(event["data"], "", ann, target, NONE, None)
+    if target < REDACTED:
+        if event_type == "attention.requested":
+            _degrade_request(data)
+            if "prompt" in data:
+                data["prompt"] = synthesized_prompt(event.get("agent"), data.get("kind"), event.get("subject"))
+        if event_type in VALUES_TYPES:
+            _gate_answer_values(data, None, target, None)
+    out["data"] = data
+    return out
+

@@ -1,0 +1,143 @@
+"""The AEP-0003 §9.4 redaction pipeline: secrets, configured values, home paths, PII, in that order.
+
+The normative floor is hardened the way the redaction corpus (``conformance/fixtures/redaction``)
+pins it; §9.4 allows redacting more, never less.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any
+
+SECRET = "[REDACTED:secret]"
+PII = "[REDACTED:pii]"
+
+# (a) Credentials. Order inside the step matters only for readability of the result: PEM blocks
+# first (multi-line), then prefixed token shapes, then the key=value form.
+_PEM = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*-----(?:.*?-----END [A-Z0-9 ]*-----|.*\Z)", re.DOTALL
+)  # an unterminated block is redacted to the end: a truncated key is still a key
+_TOKEN_SHAPES = re.compile(
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids (ASIA: temporary credentials)
+    r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"  # JWT
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"  # GitHub classic tokens
+    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
+    r"|\bglpat-[A-Za-z0-9_-]{20,}"
+    r"|\bxox[baprs]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI / Anthropic style
+    r"|\b[rs]k_(?:live|test)_[A-Za-z0-9]{10,}"  # Stripe
+    r"|\bnpm_[A-Za-z0-9]{30,}"
+    r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
+)
+# RFC 6750: the scheme is case-insensitive; 8+ token chars keep prose ("the bearer of good news").
+_AUTH_SCHEME = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
+# user:password@host inside URLs.
+_URL_CREDENTIALS = re.compile(r"(://[^/\s:@]+:)[^/\s@]+@")
+_KEY_WORDS = (
+    r"password|passwd|passphrase|secret|api[_-]?key|token|authorization|credentials?"
+    r"|private[_-]?key|access[_-]?key"
+)
+# `KEY = value`, `"key": "value"` and `KEY=\nvalue`. The key may be a longer identifier ending in
+# a credential word (GITHUB_TOKEN, client_secret), but `tokens:` / `token_count=` do not match.
+_ASSIGNMENT = re.compile(
+    r"(?P<key>[A-Za-z0-9_.-]*(?:" + _KEY_WORDS + r"))(?P<q1>[\"']?)(?P<sep>\s*[=:]\s*)"
+    r"(?:(?P<q2>[\"'])(?P<quoted>[^\"'\n]*)(?P=q2)|(?P<bare>\S+))",
+    re.IGNORECASE,
+)
+# Dict keys whose value is a credential whatever it looks like (corpus value_cases), plus longer
+# names ending in one of those words.
+CREDENTIAL_KEY = re.compile(
+    r"^(?:[A-Za-z0-9]+[_.-])*(?:password|passwd|passphrase|secret|api[_-]?key|apikey|token"
+    r"|authorization|credentials?|private[_-]?key|access[_-]?key|cookie|set[_-]cookie)$",
+    re.IGNORECASE,
+)
+
+# (c) Any user's home, not only the configured one (corpus hardening beyond the floor).
+_HOMES = re.compile(r"(?<![\w.])(?:/home/|/Users/|[A-Za-z]:\\Users\\)[^/\\\s'\"`:;,)\]}]+")
+
+# (d) PII.
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+_PHONE = re.compile(r"(?<![\d\w])\+?\d[\d\s().-]{6,}\d(?![\d\w])")
+_DOTTED_NUMBERS = re.compile(r"^\d+(?:\.\d+)+$")  # versions (22.11.0) and IPv4, not phones
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+MIN_SECRET_VALUE = 4  # rule (b): shorter configured values would shred ordinary text
+
+
+def _assignment(match: re.Match[str]) -> str:
+    head = match.group("key") + match.group("q1") + match.group("sep")
+    quote = match.group("q2")
+    if quote:
+        return f"{head}{quote}{SECRET}{quote}"
+    return head + SECRET
+
+
+def _phone(match: re.Match[str]) -> str:
+    text = match.group(0)
+    digits = sum(ch.isdigit() for ch in text)
+    if digits < 7 or _DOTTED_NUMBERS.match(text) or _ISO_DATE.match(text):
+        return text
+    return PII
+
+
+class Redactor:
+    """Runs the §9.4 pipeline over text and over JSON values."""
+
+    def __init__(self, secret_values: Iterable[str] = (), pii: bool = True, home: str | None = None) -> None:
+        # Longest first, so a value containing another configured value is replaced whole.
+        values = {v for v in secret_values if isinstance(v, str) and len(v) >= MIN_SECRET_VALUE}
+        self.secret_values = sorted(values, key=len, reverse=True)
+        self.pii = pii
+        self.home = _home_prefix(os.path.expanduser("~") if home is None else home)
+        self._home = (
+            re.compile(re.escape(self.home) + r"(?![\w.-])") if self.home else None
+        )
+
+    def text(self, value: str) -> str:
+        """Redact one string: (a) secrets, (b) configured values, (c) home paths, (d) PII."""
+        out = _PEM.sub(SECRET, value)
+        out = _TOKEN_SHAPES.sub(SECRET, out)
+        out = _AUTH_SCHEME.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET}", out)
+        out = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{SECRET}@", out)
+        out = _ASSIGNMENT.sub(_assignment, out)
+        for secret in self.secret_values:
+            out = out.replace(secret, SECRET)
+        if self._home is not None:
+            out = self._home.sub("~", out)
+        out = _HOMES.sub("~", out)
+        if self.pii:
+            out = _EMAIL.sub(PII, out)
+            out = _PHONE.sub(_phone, out)
+        return out
+
+    def value(self, obj: Any) -> Any:
+        """Redact a JSON value: strings through ``text``, recursing into lists and dicts.
+
+        A dict key that names a credential has its non-null value replaced whatever its shape;
+        keys themselves are structural and never rewritten. Numbers, booleans and null pass.
+        """
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, list):
+            return [self.value(item) for item in obj]
+        if isinstance(obj, dict):
+            return {
+                key: SECRET if obj[key] is not None and is_credential_key(key) else self.value(obj[key])
+                for key in obj
+            }
+        return obj
+
+
+def is_credential_key(key: Any) -> bool:
+    """True for a dict key whose value is a credential by name (``token``, ``API_KEY``, ...)."""
+    return isinstance(key, str) and CREDENTIAL_KEY.match(key) is not None
+
+
+def _home_prefix(home: str) -> str:
+    """The configured home without a trailing separator; a root-like home ("/", "") is ignored."""
+    stripped = home.rstrip("/\\")
+    if len(stripped) < 2 or re.fullmatch(r"[A-Za-z]:", stripped):
+        return ""  # replacing "/" with "~" would rewrite every absolute path
+    return stripped
