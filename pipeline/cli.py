@@ -1,0 +1,141 @@
+"""The ``aep-collector`` command.
+
+    aep-collector --config FILE                 run the collector
+    aep-collector validate --config FILE        check a config, exit non-zero with the reason
+    aep-collector components                    list every component type it can build
+    aep-collector validate-events FILE.jsonl    check AEP events against the envelope rules
+    aep-collector hooks VENDOR                  print the vendor-side registration block
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import sys
+from typing import Any
+
+from .component import Kind
+from .config import ConfigError, load
+
+DEFAULT_CONFIG = "config/default.yaml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aep-collector", description="Coding-agent hooks and OTLP logs in, AEP events out.")
+    p.add_argument("--config", help=f"pipeline config to run (default {DEFAULT_CONFIG})")
+    sub = p.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run the collector (the default command)")
+    run.add_argument("--config", dest="run_config", help="pipeline config file")
+    val = sub.add_parser("validate", help="check a pipeline config")
+    val.add_argument("--config", dest="val_config", required=True, help="pipeline config file")
+    comp = sub.add_parser("components", help="list receiver, processor and exporter types")
+    comp.add_argument("--json", action="store_true", help="print JSON with default configs")
+    ev = sub.add_parser("validate-events", help="validate a JSONL file of AEP events")
+    ev.add_argument("file")
+    hooks = sub.add_parser("hooks", help="print the hook registration block for a vendor")
+    hooks.add_argument("vendor")
+    hooks.add_argument("--url", help="receiver base URL (default: the vendor receiver's default endpoint)")
+    hooks.add_argument("--config", dest="hooks_config", help="take endpoint and timeouts from this config")
+    return p
+
+
+def _registry() -> Any:
+    from .registry import build_registry
+
+    registry, problems = build_registry()
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return registry
+
+
+def cmd_validate(path: str) -> int:
+    try:
+        cfg = load(path, _registry())
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for w in cfg.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    n = {k: len(cfg.components(k)) for k in Kind}
+    print(f"{path}: valid ({len(cfg.pipelines)} pipelines, {n[Kind.RECEIVER]} receivers, "
+          f"{n[Kind.PROCESSOR]} processors, {n[Kind.EXPORTER]} exporters)")
+    return 0
+
+
+def cmd_components(as_json: bool) -> int:
+    registry = _registry()
+    if as_json:
+        out: dict[str, Any] = {}
+        for kind in Kind:
+            out[kind.plural] = {
+                t: {"description": f.description, "stability": f.stability,
+                    "origin": registry.origins.get((kind, t), "builtin"),
+                    "default_config": dataclasses.asdict(f.default_config())}
+                for t, f in sorted(registry.factories[kind].items())
+            }
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    for kind in Kind:
+        print(f"{kind.plural}:")
+        for t in registry.types(kind):
+            f = registry.factories[kind][t]
+            origin = registry.origins.get((kind, t), "builtin")
+            suffix = "" if origin == "builtin" else f"  [{origin}]"
+            print(f"  {t:<14} {f.description}{suffix}")
+    return 0
+
+
+def cmd_run(path: str) -> int:
+    from .service import Service
+
+    try:
+        cfg = load(path, _registry())
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    logging.basicConfig(level=getattr(logging, cfg.telemetry.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    for w in cfg.warnings:
+        logging.getLogger("aep.config").warning(w)
+    service = Service(cfg)
+    try:
+        asyncio.run(service.run_until_signalled())
+    except OSError as exc:  # e.g. the port is taken: say which, exit non-zero
+        print(f"error: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_hooks(vendor: str, url: str | None, config: str | None) -> int:
+    from receivers.registration import render
+
+    try:
+        text = render(vendor, url=url, config_path=config, registry=_registry() if config else None)
+    except (KeyError, ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "validate":
+        return cmd_validate(args.val_config)
+    if args.command == "components":
+        return cmd_components(args.json)
+    if args.command == "validate-events":
+        from .validate import main_validate_events
+
+        return main_validate_events([args.file])
+    if args.command == "hooks":
+        return cmd_hooks(args.vendor, args.url, args.hooks_config)
+    path = getattr(args, "run_config", None) or args.config or DEFAULT_CONFIG
+    return cmd_run(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,347 @@
+"""The YAML pipeline config: loading, ``${env:...}`` substitution, typed component configs.
+
+Shape (after the OpenTelemetry Collector)::
+
+    receivers:  {<id>: {...}}        # id = "type" or "type/name"
+    processors: {<id>: {...}}
+    exporters:  {<id>: {...}}
+    service:
+      state_dir: ~/.aep
+      telemetry: {logs: {level: info}, metrics: {endpoint: 127.0.0.1:8889}}
+      pipelines:
+        <name>: {receivers: [...], processors: [...], exporters: [...]}
+
+Every error names the file, the key path and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .component import Factory, Kind, Registry
+
+_ENV = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}")
+ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(/[A-Za-z0-9._-]+)?$")
+
+
+class ConfigError(ValueError):
+    """A config problem, rendered as ``file: key.path: message``."""
+
+    def __init__(self, file: str, path: str, message: str) -> None:
+        self.file, self.path, self.message = file, path, message
+        where = f"{file}: {path}: " if path else f"{file}: "
+        super().__init__(where + message)
+
+
+@dataclass
+class PipelineSpec:
+    name: str
+    receivers: list[str]
+    processors: list[str]
+    exporters: list[str]
+
+
+@dataclass
+class TelemetryConfig:
+    log_level: str = "info"
+    metrics_endpoint: str | None = None
+
+
+@dataclass
+class ServiceConfig:
+    """A validated config: typed component configs plus the pipeline wiring."""
+
+    file: str
+    receivers: dict[str, tuple[Factory, Any]] = field(default_factory=dict)
+    processors: dict[str, tuple[Factory, Any]] = field(default_factory=dict)
+    exporters: dict[str, tuple[Factory, Any]] = field(default_factory=dict)
+    pipelines: dict[str, PipelineSpec] = field(default_factory=dict)
+    state_dir: Path = field(default_factory=lambda: Path("~/.aep").expanduser())
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    warnings: list[str] = field(default_factory=list)
+
+    def components(self, kind: Kind) -> dict[str, tuple[Factory, Any]]:
+        return {Kind.RECEIVER: self.receivers, Kind.PROCESSOR: self.processors,
+                Kind.EXPORTER: self.exporters}[kind]
+
+
+def substitute_env(value: Any, file: str, path: str, env: typing.Mapping[str, str]) -> Any:
+    """Expand ``${env:VAR}`` and ``${env:VAR:-default}`` in every string; ``$$`` is a literal ``$``."""
+    if isinstance(value, str):
+        def repl(m: re.Match[str]) -> str:
+            if m.group(0) == "$$":
+                return "$"
+            if m.group(3) is not None:
+                raise ConfigError(file, path, f"unsupported substitution ${{{m.group(3)}}}: "
+                                  "use ${env:VAR} or ${env:VAR:-default}")
+            name, default = m.group(1), m.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(file, path, f"environment variable {name} is not set "
+                              f"(write ${{env:{name}:-default}} to give a default)")
+        return _ENV.sub(repl, value)
+    if isinstance(value, dict):
+        return {k: substitute_env(v, file, _join(path, str(k)), env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute_env(v, file, f"{path}[{i}]", env) for i, v in enumerate(value)]
+    return value
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"a list of {_type_name(typing.get_args(tp)[0])}"
+    if origin is dict:
+        return "a mapping"
+    if tp is type(None):
+        return "null"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean"}.get(tp, str(tp))
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {value!r}"
+    if isinstance(value, (int, float)):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; build nested dataclasses."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return coerce(arg, value, file, path)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise ConfigError(file, path, f"expected {_type_name(tp)}, got {_describe(value)}")
+    if origin is typing.Literal:
+        if value in typing.get_args(tp) and not isinstance(value, bool):
+            return value
+        raise ConfigError(file, path, f"expected {_type_name(tp)}, got {_describe(value)}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(file, path, f"expected {_type_name(tp)}, got {_describe(value)}")
+        (item,) = typing.get_args(tp)
+        return [coerce(item, v, file, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(file, path, f"expected a mapping, got {_describe(value)}")
+        _, vt = typing.get_args(tp)
+        return {str(k): coerce(vt, v, file, _join(path, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return build_dataclass(tp, value, file, path)  # type: ignore[arg-type]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        return value
+    raise ConfigError(file, path, f"expected {_type_name(tp)}, got {_describe(value)}")
+
+
+def build_dataclass(cls: type, raw: Any, file: str, path: str) -> Any:
+    """Build config dataclass ``cls`` from a YAML mapping; unknown keys are errors, not ignored."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(file, path, f"expected a mapping, got {_describe(raw)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(map(str, raw)) - set(fields))
+    if unknown:
+        known = ", ".join(sorted(fields)) or "none"
+        raise ConfigError(file, _join(path, unknown[0]), f"unknown key (known keys: {known})")
+    kwargs = {name: coerce(hints[name], raw[name], file, _join(path, name))
+              for name in fields if name in raw}
+    try:
+        obj = cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(file, path, str(exc)) from None
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ConfigError as exc:  # a nested check that already knows its key
+            raise ConfigError(file, _join(path, exc.path), exc.message) from None
+        except ValueError as exc:
+            raise ConfigError(file, path, str(exc)) from None
+    return obj
+
+
+def load_yaml(path: str | Path) -> Any:
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(file, "", f"cannot read config: {exc.strerror or exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(file, "", f"not valid YAML: {exc}") from None
+
+
+def parse(raw: Any, registry: Registry, file: str = "<config>",
+          env: typing.Mapping[str, str] | None = None) -> ServiceConfig:
+    """Validate a loaded YAML document into a ``ServiceConfig``."""
+    env = os.environ if env is None else env
+    if raw is None:
+        raise ConfigError(file, "", "the config is empty: it needs receivers, exporters and service.pipelines")
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "", f"expected a mapping at the top level, got {_describe(raw)}")
+    raw = substitute_env(raw, file, "", env)
+    allowed = {"receivers", "processors", "exporters", "service"}
+    for key in raw:
+        if key not in allowed:
+            raise ConfigError(file, str(key), "unknown top-level key (expected receivers, processors, "
+                              "exporters, service)")
+    cfg = ServiceConfig(file=file)
+    for kind in Kind:
+        section = raw.get(kind.plural) or {}
+        if not isinstance(section, dict):
+            raise ConfigError(file, kind.plural, f"expected a mapping of component ids, got {_describe(section)}")
+        target = cfg.components(kind)
+        for cid, body in section.items():
+            cid = str(cid)
+            where = f"{kind.plural}.{cid}"
+            if not ID_PATTERN.match(cid):
+                raise ConfigError(file, where, "a component id is 'type' or 'type/name' "
+                                  "(type: lowercase letters, digits, underscores)")
+            type_name = cid.split("/", 1)[0]
+            factory = registry.get(kind, type_name)
+            if factory is None:
+                known = ", ".join(registry.types(kind)) or "none"
+                raise ConfigError(file, where, f"unknown {kind.value} type {type_name!r} (known: {known})")
+            target[cid] = (factory, build_dataclass(factory.config_class, body, file, where))
+    service = raw.get("service")
+    if not isinstance(service, dict):
+        raise ConfigError(file, "service", "missing: the config needs service.pipelines")
+    for key in service:
+        if key not in ("pipelines", "state_dir", "telemetry"):
+            raise ConfigError(file, f"service.{key}", "unknown key (known keys: pipelines, state_dir, telemetry)")
+    if "state_dir" in service:
+        cfg.state_dir = Path(coerce(str, service["state_dir"], file, "service.state_dir")).expanduser()
+    tel = service.get("telemetry") or {}
+    if not isinstance(tel, dict):
+        raise ConfigError(file, "service.telemetry", f"expected a mapping, got {_describe(tel)}")
+    for key in tel:
+        if key not in ("logs", "metrics"):
+            raise ConfigError(file, f"service.telemetry.{key}", "unknown key (known keys: logs, metrics)")
+    logs = tel.get("logs") or {}
+    metrics = tel.get("metrics") or {}
+    for sect, name, allowed_keys in ((logs, "logs", ("level",)), (metrics, "metrics", ("endpoint",))):
+        if not isinstance(sect, dict):
+            raise ConfigError(file, f"service.telemetry.{name}", f"expected a mapping, got {_describe(sect)}")
+        for key in sect:
+            if key not in allowed_keys:
+                raise ConfigError(file, f"service.telemetry.{name}.{key}",
+                                  f"unknown key (known keys: {', '.join(allowed_keys)})")
+    level = coerce(str, logs.get("level", "info"), file, "service.telemetry.logs.level")
+    if level.lower() not in ("debug", "info", "warning", "error"):
+        raise ConfigError(file, "service.telemetry.logs.level", "expected debug, info, warning or error")
+    endpoint = metrics.get("endpoint")
+    if endpoint is not None:
+        endpoint = coerce(str, endpoint, file, "service.telemetry.metrics.endpoint")
+        parse_endpoint(endpoint, file, "service.telemetry.metrics.endpoint")
+    cfg.telemetry = TelemetryConfig(log_level=level.lower(), metrics_endpoint=endpoint)
+
+    pipelines = service.get("pipelines")
+    if not isinstance(pipelines, dict) or not pipelines:
+        raise ConfigError(file, "service.pipelines", "expected at least one pipeline")
+    used: set[tuple[Kind, str]] = set()
+    for name, spec in pipelines.items():
+        where = f"service.pipelines.{name}"
+        if not isinstance(spec, dict):
+            raise ConfigError(file, where, f"expected a mapping, got {_describe(spec)}")
+        for key in spec:
+            if key not in ("receivers", "processors", "exporters"):
+                raise ConfigError(file, f"{where}.{key}", "unknown key (known keys: receivers, processors, exporters)")
+        lists: dict[str, list[str]] = {}
+        for kind in Kind:
+            ids = spec.get(kind.plural, [])
+            if ids is None:
+                ids = []
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise ConfigError(file, f"{where}.{kind.plural}", "expected a list of component ids")
+            for i, cid in enumerate(ids):
+                if cid not in cfg.components(kind):
+                    raise ConfigError(file, f"{where}.{kind.plural}[{i}]",
+                                      f"{kind.value} {cid!r} is not defined under {kind.plural}:")
+                used.add((kind, cid))
+            if len(set(ids)) != len(ids):
+                raise ConfigError(file, f"{where}.{kind.plural}", "a component is listed twice")
+            lists[kind.plural] = ids
+        if not lists["receivers"]:
+            raise ConfigError(file, f"{where}.receivers", "a pipeline needs at least one receiver")
+        if not lists["exporters"]:
+            raise ConfigError(file, f"{where}.exporters", "a pipeline needs at least one exporter")
+        cfg.pipelines[str(name)] = PipelineSpec(str(name), lists["receivers"], lists["processors"],
+                                                lists["exporters"])
+    for kind in Kind:
+        for cid in cfg.components(kind):
+            if (kind, cid) not in used:
+                cfg.warnings.append(f"{file}: {kind.plural}.{cid}: defined but not used in any pipeline")
+    return cfg
+
+
+def load(path: str | Path, registry: Registry, env: typing.Mapping[str, str] | None = None) -> ServiceConfig:
+    """Read, substitute and validate a pipeline config file."""
+    return parse(load_yaml(path), registry, str(path), env)
+
+
+def parse_endpoint(endpoint: str, file: str = "<config>", path: str = "endpoint") -> tuple[str, int]:
+    """``host:port`` (IPv6 as ``[::1]:port``) -> ``(host, port)``; port 0 means any free port."""
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\[\]]+):(\d+)", endpoint)
+    if not m:
+        raise ConfigError(file, path, f"expected host:port, got {endpoint!r}")
+    host = m.group(1) or m.group(3)
+    port = int(m.group(2) or m.group(4))
+    if not 0 <= port <= 65535:
+        raise ConfigError(file, path, f"port {port} is out of range")
+    return host, port

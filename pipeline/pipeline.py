@@ -1,0 +1,134 @@
+"""A pipeline: its processors in order, the shared stamper, then its exporters (fan-out)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from .envelope import Stamper, StampError
+from .host import Health
+from .model import Batch, Event, Signal
+
+log = logging.getLogger("aep.pipeline")
+
+
+class QueuedExporter:
+    """The Collector's sending queue: a bounded FIFO and one worker in front of an exporter.
+
+    A slow or broken exporter never holds up the hook reply or the other exporters; order is
+    kept; overflow drops the oldest batch and is counted and reported, never silent.
+    """
+
+    def __init__(self, cid: str, exporter: Any, health: Health, max_batches: int = 10_000) -> None:
+        self.id, self.exporter, self.health = cid, exporter, health
+        self.queue: asyncio.Queue[list[Event] | None] = asyncio.Queue()
+        self.max_batches = max_batches
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"queue:{self.id}")
+
+    def put(self, events: list[Event]) -> None:
+        if self.queue.qsize() >= self.max_batches:
+            dropped = self.queue.get_nowait()
+            n = len(dropped or [])
+            self.health.count(self.id, "dropped", n)
+            self.health.fail(self.id, "queue-full", f"sending queue over {self.max_batches} batches; oldest dropped")
+        self.queue.put_nowait(events)
+
+    async def _run(self) -> None:
+        while True:
+            events = await self.queue.get()
+            if events is None:
+                return
+            try:
+                await self.exporter.export(events)
+                self.health.count(self.id, "exported", len(events))
+            except Exception as exc:  # reported, not fatal: the next batch is tried
+                self.health.count(self.id, "failed", len(events))
+                self.health.fail(self.id, "export-failed", f"{type(exc).__name__}: {exc}")
+
+    async def drain(self, timeout: float) -> None:
+        """Let the worker finish what is queued, then stop it."""
+        if self.task is None:
+            return
+        self.queue.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), timeout)
+        except TimeoutError:
+            left = self.queue.qsize()
+            self.health.fail(self.id, "shutdown-timeout", f"{left} batches undelivered at shutdown")
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+
+
+class Pipeline:
+    """Consumes batches: processors, then stamping, then the exporters.
+
+    Durable exporters (``durable = True``, e.g. JSONL) are called inline, in order, before the
+    call returns: an accepted event is on disk before anything else sees it. Every other exporter
+    sits behind a ``QueuedExporter``.
+    """
+
+    def __init__(self, name: str, processors: Sequence[Any], stamper: Stamper, health: Health,
+                 durable: Sequence[tuple[str, Any]], queued: Sequence[QueuedExporter]) -> None:
+        self.name = name
+        self.processors = list(processors)
+        self.stamper = stamper
+        self.health = health
+        self.durable = list(durable)
+        self.queued = list(queued)
+        self.component = f"pipeline/{name}"
+
+    async def consume(self, batch: Batch) -> list[Event]:
+        for processor in self.processors:
+            batch = processor(batch)
+        events: list[Event] = []
+        for item in batch:
+            if isinstance(item, Signal):
+                # A receiver fed a pipeline with no mapping for it: counted and shown, not hidden.
+                self.health.count(self.component, "dropped")
+                self.health.fail(self.component, "unmapped-signal",
+                                 f"a {item.agent} signal reached the end of the pipeline unmapped; "
+                                 "add the mapping processor")
+                continue
+            try:
+                events.append(self.stamper.stamp(item))
+            except StampError as exc:
+                self.health.count(self.component, "rejected")
+                self.health.fail(self.component, "invalid-draft", str(exc))
+        if events:
+            self.deliver(events)
+        return events
+
+    def deliver(self, events: list[Event], redelivery: bool = False) -> None:
+        """Hand stamped events to the exporters; a redelivery skips the durable record it already has."""
+        if not redelivery:
+            for cid, exporter in self.durable:
+                try:
+                    exporter.export_now(events)
+                    self.health.count(cid, "exported", len(events))
+                except Exception as exc:
+                    self.health.count(cid, "failed", len(events))
+                    self.health.fail(cid, "export-failed", f"{type(exc).__name__}: {exc}")
+        for q in self.queued:
+            q.put(events)
+
+
+class Fanout:
+    """The consumer a receiver is handed when it feeds several pipelines."""
+
+    def __init__(self, pipelines: Sequence[Pipeline]) -> None:
+        self.pipelines = list(pipelines)
+
+    async def consume(self, batch: Batch) -> list[Event]:
+        if len(self.pipelines) == 1:
+            return await self.pipelines[0].consume(batch)
+        out: list[Event] = []
+        for p in self.pipelines:
+            out.extend(await p.consume(list(batch)))
+        return out

@@ -1,0 +1,136 @@
+"""The service: builds components from a validated config, starts and stops them in order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from typing import Any
+
+from .component import CreateSettings
+from .config import ServiceConfig
+from .envelope import Stamper
+from .host import Health, Host
+from .pipeline import Fanout, Pipeline, QueuedExporter
+
+log = logging.getLogger("aep.service")
+
+
+class Service:
+    """Owns every component. Start: exporters, processors, receivers. Stop: the reverse."""
+
+    def __init__(self, config: ServiceConfig, host_name: str | None = None) -> None:
+        self.config = config
+        self.health = Health()
+        self.host = Host(health=self.health, state_dir=config.state_dir)
+        self.stamper = Stamper(config.state_dir, host_name)
+        self.exporters: dict[str, Any] = {}
+        self.processors: dict[tuple[str, str], Any] = {}
+        self.receivers: dict[str, Any] = {}
+        self.pipelines: dict[str, Pipeline] = {}
+        self.queues: list[QueuedExporter] = []
+        self._stop = asyncio.Event()
+        self._built = False
+
+    def build(self) -> None:
+        """Create every component (no I/O yet): one exporter instance shared by the pipelines that
+        list it, one processor instance per pipeline (processor state is per pipeline), one receiver
+        instance feeding every pipeline that lists it."""
+        from .control import ControlRouter  # the router is the pipeline's, not any component's
+
+        self.host.control = ControlRouter(self.health)
+        cfg = self.config
+        used_exporters = {e for p in cfg.pipelines.values() for e in p.exporters}
+        for cid, (factory, ccfg) in cfg.exporters.items():
+            if cid in used_exporters:
+                self.exporters[cid] = factory.create(CreateSettings(id=cid), ccfg)
+        queues: dict[str, QueuedExporter] = {}
+        for name, spec in cfg.pipelines.items():
+            procs = []
+            for pid in spec.processors:
+                factory, pcfg = cfg.processors[pid]
+                proc = factory.create(CreateSettings(id=pid, pipeline=name), pcfg)
+                self.processors[(name, pid)] = proc
+                procs.append(proc)
+            durable, queued = [], []
+            for eid in spec.exporters:
+                exp = self.exporters[eid]
+                if getattr(exp, "durable", False) and hasattr(exp, "export_now"):
+                    durable.append((f"exporter/{eid}", exp))
+                else:
+                    q = queues.get(eid)
+                    if q is None:
+                        q = queues[eid] = QueuedExporter(f"exporter/{eid}", exp, self.health)
+                    queued.append(q)
+            self.pipelines[name] = Pipeline(name, procs, self.stamper, self.health, durable, queued)
+        self.queues = list(queues.values())
+        for cid, (factory, rcfg) in cfg.receivers.items():
+            feeds = [self.pipelines[n] for n, spec in cfg.pipelines.items() if cid in spec.receivers]
+            if not feeds:
+                continue
+            self.receivers[cid] = factory.create(CreateSettings(id=cid), rcfg, Fanout(feeds))
+        self.host.control.bind_pipelines(self.pipelines, cfg.pipelines)
+        self._built = True
+
+    async def start(self) -> None:
+        if not self._built:
+            self.build()
+        started: list[Any] = []
+        try:
+            for _cid, exp in self.exporters.items():
+                await exp.start(self.host)
+                started.append(exp)
+            for q in self.queues:
+                q.start()
+            for proc in self.processors.values():
+                start = getattr(proc, "start", None)
+                if start is not None:
+                    await start(self.host)
+            for _cid, rec in self.receivers.items():
+                await rec.start(self.host)
+                started.append(rec)
+        except BaseException:
+            await self.shutdown()
+            raise
+        log.info("aep-collector started: %d receivers, %d pipelines, %d exporters",
+                 len(self.receivers), len(self.pipelines), len(self.exporters))
+
+    async def shutdown(self, grace: float = 5.0) -> None:
+        """Receivers first (no new input, in-flight requests finish), then flush exporters."""
+        for cid, rec in reversed(list(self.receivers.items())):
+            try:
+                await rec.shutdown()
+            except Exception as exc:
+                log.error("receiver %s failed to shut down cleanly: %s", cid, exc)
+        if self.host.control is not None:
+            await self.host.control.shutdown()
+        for proc in self.processors.values():
+            stop = getattr(proc, "shutdown", None)
+            if stop is not None:
+                with contextlib.suppress(Exception):
+                    await stop()
+        for q in self.queues:
+            await q.drain(grace)
+        for cid, exp in reversed(list(self.exporters.items())):
+            try:
+                await exp.shutdown()
+            except Exception as exc:
+                log.error("exporter %s failed to shut down cleanly: %s", cid, exc)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run_until_signalled(self) -> None:
+        """Start, wait for SIGINT/SIGTERM, drain and stop."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+        await self.start()
+        try:
+            await self._stop.wait()
+        finally:
+            log.info("aep-collector stopping: draining in-flight events")
+            await self.shutdown()
+            log.info("aep-collector stopped")

@@ -1,0 +1,110 @@
+"""Run synthesis: give every session event the run it happened in.
+
+Driven by type, so vendor mappings stay pure: ``run.started`` opens a run (minting an id when the
+vendor names none), ``run.finished|failed|cancelled`` close it, and every other session event
+between them carries the open run's id. A ``run.started`` with ``_drain: "cancelled"`` first closes
+a still-open run as ``run.cancelled`` (the Codex/Kimi interrupt-drain rule). ``_runs: "none"``
+opts a draft out (OTLP channels never synthesize runs). State is explicit: ``RunState``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from pipeline.component import Factory, Kind
+from pipeline.model import Batch
+
+TERMINALS = frozenset({"run.finished", "run.failed", "run.cancelled"})
+
+
+def mint_run_id() -> str:
+    """A fresh run id inside ``[A-Za-z0-9._-]`` (AEP-0003 §9.6), sortable by creation time."""
+    return f"r_{int(time.time() * 1000):x}{os.urandom(4).hex()}"
+
+
+@dataclass
+class RunsConfig:
+    """Config of the ``runs`` processor."""
+
+    max_sessions: int = 10_000
+    """Open-run entries kept; the least recently used session beyond this is forgotten."""
+
+    def validate(self) -> None:
+        if self.max_sessions < 1:
+            raise ValueError("max_sessions must be at least 1")
+
+
+class RunState:
+    """Open run per ``(agent, session)``, bounded LRU."""
+
+    def __init__(self, max_sessions: int = 10_000) -> None:
+        self.open: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.max_sessions = max_sessions
+
+    def get(self, key: tuple[str, str]) -> str | None:
+        run = self.open.get(key)
+        if run is not None:
+            self.open.move_to_end(key)
+        return run
+
+    def set(self, key: tuple[str, str], run: str) -> None:
+        self.open[key] = run
+        self.open.move_to_end(key)
+        while len(self.open) > self.max_sessions:
+            self.open.popitem(last=False)
+
+    def close(self, key: tuple[str, str]) -> None:
+        self.open.pop(key, None)
+
+
+class RunsProcessor:
+    """The run-synthesis step of the chain."""
+
+    def __init__(self, config: RunsConfig | None = None, state: RunState | None = None) -> None:
+        self.config = config or RunsConfig()
+        self.state = state or RunState(self.config.max_sessions)
+
+    def __call__(self, batch: Batch) -> Batch:
+        out: Batch = []
+        for item in batch:
+            if not isinstance(item, dict) or item.get("_runs") == "none":
+                out.append(item)
+                continue
+            etype = item.get("type", "")
+            if etype.startswith("agent.") or "agent" not in item:
+                out.append(item)
+                continue
+            key = (item["agent"], item.get("session") or "unknown")
+            current = self.state.get(key)
+            if etype == "run.started":
+                if current is not None and item.get("_drain") == "cancelled" and current != item.get("run"):
+                    # A run left open when the next prompt arrives was interrupted.
+                    out.append({"type": "run.cancelled", "agent": item["agent"], "session": item.get("session"),
+                                "run": current, "data": {}})
+                run = item.get("run") or mint_run_id()
+                item["run"] = run
+                self.state.set(key, run)
+            elif etype in TERMINALS:
+                run = item.get("run") or current
+                if run is not None:
+                    item["run"] = run
+                if run == current:
+                    self.state.close(key)
+            elif etype == "session.ended":
+                self.state.close(key)  # the end of a session is not part of any run
+            elif "run" not in item and current is not None:
+                item["run"] = current
+            out.append(item)
+        return out
+
+
+FACTORY = Factory(
+    kind=Kind.PROCESSOR,
+    type="runs",
+    config_class=RunsConfig,
+    create=lambda settings, cfg: RunsProcessor(cfg),
+    description="Synthesizes runs from run.started/terminal boundaries and stamps the open run on events",
+)

@@ -1,0 +1,247 @@
+"""The HTTP hook server every hook-style receiver shares (the Collector's ``receiverhelper``).
+
+``POST /hook`` (and ``POST /``) takes the vendor's native payload; ``GET /healthz`` reports the
+collector's health. The vendor-specific part is a ``HookSurface``. Hooks block the agent, so the
+server fails open: whatever goes wrong after the body is read, the vendor gets its neutral reply
+within ``reply_timeout``; the failure shows in the logs and ``/healthz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from pipeline.component import Consumer, CreateSettings
+from pipeline.config import parse_endpoint
+from pipeline.host import Health, Host
+from pipeline.model import Event, Signal
+
+log = logging.getLogger("aep.receiver")
+
+JSON = "application/json"
+
+
+@dataclass
+class HookReceiverConfig:
+    """Keys every hook receiver has. Vendor receivers subclass it with their default endpoint."""
+
+    endpoint: str = "127.0.0.1:0"
+    """``host:port`` to listen on; loopback by default (hooks carry prompts and commands)."""
+    max_body_bytes: int = 1 << 20
+    """Larger request bodies are refused with 413."""
+    reply_timeout: float = 5.0
+    """Seconds the pipeline may take before the vendor gets its neutral reply anyway."""
+
+    def validate(self) -> None:
+        parse_endpoint(self.endpoint, path="endpoint")
+        if self.max_body_bytes < 1:
+            raise ValueError("max_body_bytes must be positive")
+        if self.reply_timeout <= 0:
+            raise ValueError("reply_timeout must be positive")
+
+
+class HookError(Exception):
+    """A request the receiver refuses, with its HTTP status and JSON body."""
+
+    def __init__(self, status: int, error: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.body = {"error": error, "detail": detail, **extra}
+
+
+class HookSurface(Protocol):
+    """What a vendor contributes to the shared server."""
+
+    agent: str
+    """Mapping key of the vendor (``Signal.agent``)."""
+
+    def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
+        """Turn a parsed body into a Signal (raise ``HookError`` for a refusal)."""
+        ...
+
+    def neutral(self, signal: Signal | None) -> Any:
+        """The vendor's fail-open reply body for this hook (``None``: an empty 200)."""
+        ...
+
+    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+        """Deliver the signal and return the reply body (held loops wait here)."""
+        ...
+
+
+class Deliver:
+    """Pushes a batch into the pipeline with the fail-open deadline; never raises."""
+
+    def __init__(self, component: str, consumer: Consumer, health: Health, timeout: float) -> None:
+        self.component, self.consumer, self.health, self.timeout = component, consumer, health, timeout
+        self.pending: set[asyncio.Task[list[Event]]] = set()
+
+    async def __call__(self, batch: list[Any]) -> list[Event] | None:
+        """The stamped events, or ``None`` when the pipeline failed or was too slow to wait for."""
+        task = asyncio.ensure_future(self.consumer.consume(batch))
+        self.pending.add(task)
+        task.add_done_callback(self._done)
+        try:
+            events = await asyncio.wait_for(asyncio.shield(task), self.timeout)
+        except TimeoutError:
+            # The batch keeps going in the background: slow is not lost.
+            self.health.fail(self.component, "pipeline-slow",
+                             f"pipeline took over {self.timeout}s; replied neutral")
+            return None
+        except Exception as exc:
+            self.health.fail(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
+            return None
+        self.health.count(self.component, "accepted", len(batch))
+        return events
+
+    def _done(self, task: asyncio.Task[list[Event]]) -> None:
+        self.pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            self.health.fail(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
+
+    async def drain(self, timeout: float) -> None:
+        if self.pending:
+            await asyncio.wait(list(self.pending), timeout=timeout)
+
+
+def json_response(body: Any, status: int = 200) -> web.Response:
+    if body is None:
+        return web.Response(status=status, body=b"", content_type=JSON)
+    return web.Response(status=status, text=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
+                        content_type=JSON)
+
+
+class HookServer:
+    """The receiver component: an aiohttp server around a ``HookSurface``."""
+
+    def __init__(self, settings: CreateSettings, config: HookReceiverConfig, next_consumer: Consumer,
+                 surface: HookSurface) -> None:
+        self.id = f"receiver/{settings.id}"
+        self.config = config
+        self.consumer = next_consumer
+        self.surface = surface
+        self.health = Health()
+        self.host: Host | None = None
+        self.deliver: Deliver | None = None
+        self.runner: web.AppRunner | None = None
+        self.port: int | None = None
+        self.inflight: set[asyncio.Task[Any]] = set()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_post("/hook", self._hook)
+        app.router.add_post("/", self._hook)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        return app
+
+    async def start(self, host: Host) -> None:
+        self.host, self.health = host, host.health
+        self.deliver = Deliver(self.id, self.consumer, self.health, self.config.reply_timeout)
+        on_start = getattr(self.surface, "on_start", None)
+        if on_start is not None:
+            await on_start(host, self)
+        addr, port = parse_endpoint(self.config.endpoint)
+        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, addr, port, reuse_address=True)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # the bound port when 0 was asked for
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        log.info("%s listening on %s:%s", self.id, addr, self.port)
+
+    async def shutdown(self) -> None:
+        on_stop = getattr(self.surface, "on_stop", None)
+        if on_stop is not None:
+            with contextlib.suppress(Exception):
+                await on_stop()
+        if self.runner is not None:
+            # Stop listening first, let in-flight hooks finish, then close.
+            for site in list(self.runner.sites):
+                with contextlib.suppress(Exception):
+                    await site.stop()
+            if self.inflight:
+                await asyncio.wait(list(self.inflight), timeout=self.config.reply_timeout + 1)
+            await self.runner.cleanup()
+            self.runner = None
+        if self.deliver is not None:
+            await self.deliver.drain(self.config.reply_timeout)
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        if request.path in ("/hook", "/"):
+            return json_response({"error": "method-not-allowed", "detail": f"use POST {request.path}"}, 405)
+        if request.path == "/healthz":
+            return json_response({"error": "method-not-allowed", "detail": "use GET /healthz"}, 405)
+        return json_response({"error": "not-found", "detail": f"no route {request.method} {request.path}; "
+                              "hooks go to POST /hook"}, 404)
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        body = self.health.snapshot()
+        extra = getattr(self.surface, "health_extra", None)
+        if extra is not None:
+            body.update(extra())
+        return json_response(body)
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        task = asyncio.current_task()
+        if task is not None:
+            self.inflight.add(task)
+        try:
+            return await self._hook_inner(request)
+        finally:
+            if task is not None:
+                self.inflight.discard(task)
+
+    async def _hook_inner(self, request: web.Request) -> web.Response:
+        try:
+            payload = await self._read_json(request)
+        except HookError as exc:
+            self.health.count(self.id, "refused")
+            return json_response(exc.body, exc.status)
+        signal: Signal | None = None
+        try:
+            signal = self.surface.signal(payload, request)
+            assert self.deliver is not None
+            body = await self.surface.handle(signal, self.deliver)
+        except HookError as exc:
+            self.health.count(self.id, "refused")
+            return json_response(exc.body, exc.status)
+        except Exception as exc:  # fail open: the agent gets its neutral reply, the log gets the cause
+            self.health.fail(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
+            log.exception("%s: hook failed; replied neutral", self.id)
+            body = self._neutral(signal)
+        return json_response(body)
+
+    def _neutral(self, signal: Signal | None) -> Any:
+        try:
+            return self.surface.neutral(signal)
+        except Exception:
+            return {}
+
+    async def _read_json(self, request: web.Request) -> dict[str, Any]:
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise HookError(413, "payload-too-large", f"body over {limit} bytes", max_bytes=limit)
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise HookError(413, "payload-too-large", f"body over {limit} bytes", max_bytes=limit) from None
+        if not raw.strip():
+            raise HookError(400, "invalid-json", "empty body: expected a JSON object")
+        try:
+            payload = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise HookError(400, "invalid-json", f"body is not UTF-8 (byte {exc.start})") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            detail = f"line {exc.lineno} column {exc.colno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) \
+                else "nesting too deep"
+            raise HookError(400, "invalid-json", detail) from None
+        if not isinstance(payload, dict):
+            raise HookError(400, "invalid-payload", f"expected a JSON object, got {type(payload).__name__}")
+        return payload

@@ -1,0 +1,44 @@
+"""``aep-collector hooks VENDOR``: the block a vendor's own config needs to reach its receiver."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pipeline.component import Kind
+
+
+def _claude_code(url: str | None, cfg: Any) -> str:
+    from receivers.claude_code import settings_block
+
+    endpoint = cfg.endpoint if cfg is not None else "127.0.0.1:8377"
+    timeout = cfg.attention_timeout if cfg is not None else 55.0
+    block = settings_block(url or f"http://{endpoint}/hook", timeout)
+    return ("// Merge into ~/.claude/settings.json (or .claude/settings.json in a project):\n"
+            + json.dumps(block, indent=2))
+
+
+# vendor name (as typed by users) -> (receiver type, renderer). Other vendors register here.
+RENDERERS: dict[str, tuple[str, Any]] = {
+    "claude-code": ("claude_code", _claude_code),
+}
+
+
+def render(vendor: str, url: str | None = None, config_path: str | None = None, registry: Any = None) -> str:
+    """The registration text for ``vendor``; with a config, endpoint and timeouts come from it."""
+    key = vendor.lower().replace("_", "-")
+    if key not in RENDERERS:
+        raise KeyError(f"unknown vendor {vendor!r} (known: {', '.join(sorted(RENDERERS))})")
+    rtype, fn = RENDERERS[key]
+    cfg = None
+    if config_path is not None:
+        from pipeline.config import load
+
+        sc = load(config_path, registry)
+        for _cid, (factory, ccfg) in sc.components(Kind.RECEIVER).items():
+            if factory.type == rtype:
+                cfg = ccfg
+                break
+        if cfg is None:
+            raise ValueError(f"{config_path}: no {rtype} receiver is configured")
+    return fn(url, cfg)
