@@ -1,0 +1,131 @@
+"""Codex OTel channel (``codex.*`` log records) -> AEP drafts.
+
+Pinned by ``conformance/fixtures/mappings/codex-otel.json``; taxonomy digest §3.3, bridges
+digest §1.5. Session = the RECORD attribute ``conversation.id``. Primary mode emits exactly
+``{session.started, tool.completed, tool.failed, tool.denied}``; prompts and transport
+internals stay ``x.codex.otel.*`` in both modes (they fail the fleet-observer test).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.model import Event, Signal
+
+from . import otelfamily
+from .common import draft, tool_ref
+from .otelfamily import COMPANION, Profile, add_result, parse_bool, parse_count, text
+
+AGENT = "codex"
+NEUTRAL_REPLY = None  # the OTLP response is the receiver's; this channel has no vendor reply
+
+KNOWN_SUFFIXES = ("conversation_starts", "api_request", "sse_event", "websocket_request",
+                  "websocket_event", "user_prompt", "tool_decision", "tool_result")
+
+# The one place the deny matcher lives: the fixture pins "deny"; the vendor's ReviewDecision
+# spells it "denied" (and "abort" = deny and stop), values refined at live validation.
+DENY_DECISIONS = frozenset({"deny", "denied", "abort"})
+# Who decided -> tool.denied.by. A "user" deny is a human decision already made in the CLI,
+# not a policy block: primary emits nothing for it (fixture tool_decision_user_deny).
+DENIED_BY = {"config": "policy", "automation": "runtime"}
+
+# Codex's prompt attribute when otel.log_user_prompt is off (fixture user_prompt).
+_PROMPT_WITHHELD = "[REDACTED]"
+
+
+def _scrub(data: dict[str, Any]) -> dict[str, Any]:
+    # Double gate on the prompt: the vendor flag (off = the literal marker, which is not the
+    # prompt and must never be forwarded as if it were) AND a redacted+ ceiling (capture map).
+    if data.get("prompt") == _PROMPT_WITHHELD:
+        data = {k: v for k, v in data.items() if k != "prompt"}
+    return data
+
+
+def _session_started(attrs: dict[str, Any]) -> list[Event]:
+    # Fixture conversation_starts.primary: model is renamed; the policies stay companion-only.
+    data: dict[str, Any] = {"client": {"name": AGENT}}
+    model = text(attrs, "model")
+    if model:
+        data["gen_ai.request.model"] = model
+    return [draft("session.started", data)]
+
+
+def _tool_decision(attrs: dict[str, Any]) -> list[Event] | None:
+    name = text(attrs, "tool_name")
+    decision = (text(attrs, "decision") or "").lower()
+    source = (text(attrs, "source") or "").lower()
+    if name is None or decision not in DENY_DECISIONS:
+        return None  # approvals (unpinned) and nameless decisions stay in the channel family
+    if source == "user":
+        return []  # a human deny is not a policy block; tool.denied would misreport it
+    by = DENIED_BY.get(source)
+    if by is None:
+        return None  # an unknown decider: never guess who blocked it
+    return [draft("tool.denied", {"tool": tool_ref(name), "by": by}, subject=name)]
+
+
+def _tool_result(attrs: dict[str, Any]) -> list[Event] | None:
+    name = text(attrs, "tool_name")
+    success = parse_bool(attrs.get("success"))
+    if name is None or success is None:
+        return None
+    if not success:
+        # The channel carries free text, not an error taxonomy: the type is synthesized, the text
+        # rides as error.message (redacted-gated); fixture tool_result_fail pins no duration_ms.
+        error: dict[str, Any] = {"type": "tool_error"}
+        message = text(attrs, "error")
+        if message:
+            error["message"] = message
+        return [draft("tool.failed", {"tool": tool_ref(name), "error": error}, subject=name)]
+    data: dict[str, Any] = {"tool": tool_ref(name)}
+    duration = parse_count(attrs.get("duration_ms"))  # "412" -> 412 in core payloads only
+    if duration is not None:
+        data["duration_ms"] = duration
+    add_result(data, attrs.get("output"))
+    return [draft("tool.completed", data, subject=name)]
+
+
+PROFILE = Profile(
+    agent=AGENT,
+    session_from=("attributes", "conversation.id"),
+    session_fallback=None,
+    # Envelope identity / emitter metadata, never data (bridges digest §1.5).
+    identity_keys=frozenset({"event.name", "conversation.id", "app.version", "originator"}),
+    capture={
+        "prompt": "redacted",
+        "error": "redacted",
+        "error.message": "redacted",
+        "arguments": "full",
+        "output": "full",
+        # PII: allowed at full only (bridges digest §1.5).
+        "user.email": "full",
+        "user.account_id": "full",
+    },
+    known={f"codex.{suffix}": suffix for suffix in KNOWN_SUFFIXES},
+    primary={
+        "codex.conversation_starts": _session_started,
+        "codex.tool_decision": _tool_decision,
+        "codex.tool_result": _tool_result,
+    },
+    scrub=_scrub,
+)
+
+
+def new_state() -> None:
+    """The channel is stateless: every record maps on its own (no joins, no runs)."""
+    return None
+
+
+def session_of(flat: dict[str, Any]) -> str | None:
+    """The record's session id by this profile's identity rule."""
+    return otelfamily.session_of(PROFILE, flat)
+
+
+def map_record(flat: dict[str, Any], mode: str = COMPANION) -> list[Event]:
+    """Pure mapping of one flattened record in ``companion`` or ``primary`` mode."""
+    return otelfamily.map_record(PROFILE, flat, mode)
+
+
+def map_signal(signal: Signal, state: None) -> list[Event]:
+    """Map a receiver Signal (payload = flattened record, attrs["mode"])."""
+    return otelfamily.map_signal(PROFILE, signal)

@@ -1,0 +1,200 @@
+"""What the VS Code and Codex OTel-channel profiles share: identity, modes, the companion family.
+
+Both channels deliver flattened OTLP log records (see ``receivers/otlp/flatten.py``)::
+
+    {"resource": {dotted.key: value}, "attributes": {dotted.key: value},
+     "severity_number"?: int, "trace_id"?: hex, "span_id"?: hex, "flags"?: int, ...}
+
+A profile names the session key, the identity keys that never reach ``data``, the capture
+minimum of content keys, the KNOWN ``event.name`` set (with its companion suffix) and the
+primary-mode core mapping. ``map_record`` is the one pure mapper both profiles run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.model import Event, Signal
+
+from .common import digest, draft
+
+COMPANION = "companion"
+PRIMARY = "primary"
+MODES = (COMPANION, PRIMARY)
+
+# Bridges digest §1.6 / AEP-0001 §3.4 inverse buckets: OTel severity_number -> AEP severity.
+_SEVERITY_BUCKETS = ((1, 8, "debug"), (9, 9, "info"), (10, 12, "notice"), (13, 16, "warning"),
+                     (17, 20, "error"), (21, 24, "critical"))
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+PrimaryRule = Callable[[dict[str, Any]], "list[Event] | None"]
+"""Primary-mode mapping of one record's attributes: core drafts, ``[]`` (emit nothing) or
+``None`` (no core moment: the record stays in the companion family)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One vendor's OTel channel: identity rule, data hygiene, known records and core subset."""
+
+    agent: str
+    """AEP agent identity (``vscode``, ``codex``); also the ``x.<agent>.otel.*`` namespace."""
+    session_from: tuple[str, str]
+    """Where the session id lives: ``("resource", key)`` or ``("attributes", key)``."""
+    session_fallback: tuple[str, str] | None
+    """A second place to look when the first is absent (None: no fallback)."""
+    identity_keys: frozenset[str]
+    """Attribute keys that are envelope identity, never ``data``."""
+    capture: dict[str, str]
+    """Capture minimum of content-bearing attribute keys (everything else is metadata)."""
+    known: dict[str, str]
+    """KNOWN ``event.name`` -> companion suffix; any other name is ``unknown``."""
+    primary: dict[str, PrimaryRule] = field(default_factory=dict)
+    """``event.name`` -> primary-mode rule; names absent here stay companion in primary too."""
+    scrub: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """Profile-specific data hygiene applied after identity keys are removed."""
+
+    def family(self, suffix: str) -> str:
+        return f"x.{self.agent}.otel.{suffix}"
+
+
+def attributes_of(flat: Any) -> dict[str, Any]:
+    """The record attributes of a flattened record (``{}`` for any odd shape)."""
+    attrs = flat.get("attributes") if isinstance(flat, dict) else None
+    return attrs if isinstance(attrs, dict) else {}
+
+
+def event_name(flat: Any) -> str | None:
+    """The record's ``event.name`` (the flattener already folded in the LogRecord field)."""
+    name = attributes_of(flat).get("event.name")
+    return name if isinstance(name, str) and name else None
+
+
+def session_of(profile: Profile, flat: Any) -> str | None:
+    """The session id by the profile's identity rule, or None when the record carries none."""
+    for where in (profile.session_from, profile.session_fallback):
+        if where is None or not isinstance(flat, dict):
+            continue
+        section = flat.get(where[0])
+        value = section.get(where[1]) if isinstance(section, dict) else None
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value)
+    return None
+
+
+def severity_of(flat: Any) -> str | None:
+    """AEP severity from ``severity_number``; None for unset, out of range, or the default info."""
+    number = flat.get("severity_number") if isinstance(flat, dict) else None
+    if not isinstance(number, int) or isinstance(number, bool):
+        return None
+    for low, high, level in _SEVERITY_BUCKETS:
+        if low <= number <= high:
+            return None if level == "info" else level  # info is the envelope default: omit it
+    return None
+
+
+def traceparent_of(flat: Any) -> str | None:
+    """W3C ``traceparent`` from the record's trace/span ids when both are set and non-zero."""
+    if not isinstance(flat, dict):
+        return None
+    trace, span, flags = flat.get("trace_id"), flat.get("span_id"), flat.get("flags", 0)
+    if not (isinstance(trace, str) and isinstance(span, str)):
+        return None
+    if len(trace) != 32 or len(span) != 16 or not _HEX.match(trace) or not _HEX.match(span):
+        return None
+    if set(trace) == {"0"} or set(span) == {"0"}:
+        return None
+    flag_byte = flags & 0xFF if isinstance(flags, int) and not isinstance(flags, bool) else 0
+    return f"00-{trace}-{span}-{flag_byte:02x}"
+
+
+def parse_bool(value: Any) -> bool | None:
+    """A vendor boolean: native (VS Code) or the strings ``"true"``/``"false"`` (Codex); else None."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return None
+
+
+def parse_count(value: Any) -> int | None:
+    """A non-negative integer from a native int or a decimal string (``"412"``); else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def text(attrs: dict[str, Any], key: str) -> str | None:
+    """``attrs[key]`` when it is a non-empty string."""
+    value = attrs.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def add_result(data: dict[str, Any], value: Any) -> None:
+    """Carry a tool's output as ``result`` (full) plus its ``result_digest`` (metadata)."""
+    if isinstance(value, (str, dict)) and value:
+        data["result"] = value
+        data["result_digest"] = digest(value)  # AEP-0003 §9.3: over the original, before gating
+
+
+def companion_draft(profile: Profile, suffix: str, attrs: dict[str, Any]) -> Event:
+    """The channel-family draft: every non-identity attribute verbatim, content keys gated."""
+    data = {k: v for k, v in attrs.items() if k not in profile.identity_keys}
+    if profile.scrub is not None:
+        data = profile.scrub(data)
+    out = draft(profile.family(suffix), data)
+    gated = {k: level for k, level in profile.capture.items() if k in data}
+    if gated:
+        out["_capture"] = gated
+    return out
+
+
+def unknown_draft(profile: Profile, name: str | None) -> Event:
+    """Bridges digest §1.3: a record outside the KNOWN set carries its event name and nothing else."""
+    return draft(profile.family("unknown"), {"event.name": name} if name else {})
+
+
+def map_record(profile: Profile, flat: Any, mode: str = COMPANION) -> list[Event]:
+    """Map one flattened record to drafts (pure; session, severity and traceparent included)."""
+    attrs = attributes_of(flat)
+    name = event_name(flat)
+    suffix = profile.known.get(name) if name else None
+    if suffix is None:
+        drafts = [unknown_draft(profile, name)]  # both modes: never guess
+    else:
+        core = None
+        if mode == PRIMARY and name in profile.primary:
+            core = profile.primary[name](attrs)
+        drafts = [companion_draft(profile, suffix, attrs)] if core is None else core
+    session = session_of(profile, flat)
+    severity = severity_of(flat)
+    traceparent = traceparent_of(flat)
+    for d in drafts:
+        # No session: the stamper files the event in its `unknown` lane (the receiver normally
+        # rejects such records first; see receivers/otlp/README.md).
+        if session is not None:
+            d["session"] = session
+        if severity is not None:
+            d["severity"] = severity
+        if traceparent is not None:
+            d["traceparent"] = traceparent
+        # Fixture identity.run_from is null: batched, retried OTLP export cannot pair run
+        # boundaries honestly, so no run is ever synthesized on this channel.
+        d["_runs"] = "none"
+    return drafts
+
+
+def map_signal(profile: Profile, signal: Signal) -> list[Event]:
+    """``map_record`` over a receiver's Signal: payload = flattened record, attrs["mode"] = mode."""
+    mode = signal.attrs.get("mode", COMPANION) if isinstance(signal.attrs, dict) else COMPANION
+    # An unrecognised mode degrades to companion, the mode that never emits a core type.
+    return map_record(profile, signal.payload, mode if mode in MODES else COMPANION)

@@ -1,0 +1,100 @@
+"""VS Code Copilot Chat OTel channel (``copilot_chat.*`` log records) -> AEP drafts.
+
+Pinned by ``conformance/fixtures/mappings/vscode-otel.json``; taxonomy digest §3.7, bridges
+digest §1.4. Session = the RESOURCE attribute ``session.id``. Primary mode emits exactly
+``{session.started, tool.completed, tool.failed}``: the hook decision tier never reaches OTel
+(no ``tool.denied``) and the editor has no session end (no ``session.ended``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.model import Event, Signal
+
+from . import otelfamily
+from .common import draft, tool_ref
+from .otelfamily import COMPANION, Profile, add_result, parse_bool, parse_count, text
+
+AGENT = "vscode"
+NEUTRAL_REPLY = None  # the OTLP response is the receiver's; this channel has no vendor reply
+
+
+def _session_started(attrs: dict[str, Any]) -> list[Event]:
+    # Fixture session_start.primary: client is the profile's agent, gen_ai.agent.name is dropped.
+    data: dict[str, Any] = {"client": {"name": AGENT}}
+    model = text(attrs, "gen_ai.request.model")
+    if model:
+        data["gen_ai.request.model"] = model
+    return [draft("session.started", data)]
+
+
+def _tool_outcome(attrs: dict[str, Any]) -> list[Event] | None:
+    name = text(attrs, "gen_ai.tool.name")
+    success = parse_bool(attrs.get("success"))
+    if name is None or success is None:
+        return None  # no tool name or no outcome: stay in the channel family, never guess
+    data: dict[str, Any] = {"tool": tool_ref(name)}
+    if not success:
+        # The vendor's own error.type token (OTel semconv, structural); unpinned when absent:
+        # "tool_error", the same synthesized class the Codex profile uses.
+        data["error"] = {"type": text(attrs, "error.type") or "tool_error"}
+    duration = parse_count(attrs.get("duration_ms"))
+    if duration is not None:
+        data["duration_ms"] = duration
+    if success:
+        add_result(data, attrs.get("gen_ai.tool.call.result"))
+    return [draft("tool.completed" if success else "tool.failed", data, subject=name)]
+
+
+PROFILE = Profile(
+    agent=AGENT,
+    session_from=("resource", "session.id"),
+    # Some records repeat session.id as a record attribute (fixture session_start); use it only
+    # when an exporter dropped the resource key.
+    session_fallback=("attributes", "session.id"),
+    identity_keys=frozenset({"event.name", "session.id"}),
+    # OTel GenAI content attributes (present only with github.copilot.chat.otel.captureContent):
+    # free text, gated like gen_ai.input.messages (fixture inference_details).
+    capture={
+        "gen_ai.input.messages": "redacted",
+        "gen_ai.output.messages": "redacted",
+        "gen_ai.system_instructions": "redacted",
+        "gen_ai.tool.definitions": "redacted",
+        "gen_ai.tool.call.arguments": "full",
+        "gen_ai.tool.call.result": "full",
+    },
+    known={
+        "copilot_chat.session.start": "session.start",
+        "copilot_chat.tool.call": "tool.call",
+        "copilot_chat.agent.turn": "agent.turn",
+        "copilot_chat.edit.feedback": "edit.feedback",
+        # Fixture inference_details: a fixed suffix, not derived from the GenAI event name.
+        "gen_ai.client.inference.operation.details": "inference_details",
+    },
+    primary={
+        "copilot_chat.session.start": _session_started,
+        "copilot_chat.tool.call": _tool_outcome,
+        # agent.turn stays vendor-namespaced: no run identity exists on this channel.
+    },
+)
+
+
+def new_state() -> None:
+    """The channel is stateless: every record maps on its own (no joins, no runs)."""
+    return None
+
+
+def session_of(flat: dict[str, Any]) -> str | None:
+    """The record's session id by this profile's identity rule."""
+    return otelfamily.session_of(PROFILE, flat)
+
+
+def map_record(flat: dict[str, Any], mode: str = COMPANION) -> list[Event]:
+    """Pure mapping of one flattened record in ``companion`` or ``primary`` mode."""
+    return otelfamily.map_record(PROFILE, flat, mode)
+
+
+def map_signal(signal: Signal, state: None) -> list[Event]:
+    """Map a receiver Signal (payload = flattened record, attrs["mode"])."""
+    return otelfamily.map_signal(PROFILE, signal)
