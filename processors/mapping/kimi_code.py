@@ -1,0 +1,429 @@
+"""Kimi Code CLI: the 16-event external-hooks surface and the kap-server web channel (AEP-0002 Annex A.6).
+
+Pinned by ``conformance/fixtures/mappings/kimi-code.json``: ``map_hook`` is the pure hook mapping
+(``hooks`` + ``fallback``), ``map_ws_frame`` the pure web-channel mode policy (``ws_modes``).
+``map_signal`` adds what the fixture calls runtime state: the per-prompt run synthesis with its
+stale-run drain, the permission pair's companions and the opt-in held PreToolUse gate.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.model import Event, Signal
+
+from .common import digest, draft, get_dict, get_str, hook_fallback, permission_prompt, snake_case, tool_ref
+
+__all__ = ["AGENT", "NEUTRAL_REPLY", "GATE_OPTIONS", "WS_MODES", "KimiState", "new_state", "map_hook",
+           "map_ws_frame", "map_signal", "gate_request", "gate_decision", "pretool_reply"]
+
+AGENT = "kimi-code"
+
+# Kimi parses exit-0 stdout as JSON; `{}` is structured output with no message and no
+# permissionDecision, i.e. "allow, nothing to add" on every event. Even on UserPromptSubmit,
+# where unstructured stdout would be injected into the model context, `{}` injects nothing
+# (MoonshotAI/kimi-code agent-core-v2 externalHooks/internal/runHook.ts structuredOutput() and
+# internal/userPrompt.ts hookResultMessage()). The reference stack's default reply is `{}` too.
+NEUTRAL_REPLY: dict[str, Any] = {}
+
+# Annex A.6: the held gate offers parity with the vendor's native four-way decision, mapped down
+# onto the binary hook reply (allow/allow_session = no objection; deny/cancel = block).
+GATE_OPTIONS: list[dict[str, str]] = [
+    {"id": "allow", "label": "Allow"},
+    {"id": "allow_session", "label": "Allow for this session"},
+    {"id": "deny", "label": "Deny"},
+    {"id": "cancel", "label": "Cancel"},
+]
+_GATE_BLOCKS = {"deny", "cancel"}
+
+WS_MODES = ("companion", "primary")
+
+# Bounds on runtime state: a daemon lives for weeks, sessions and unanswered prompts accumulate.
+MAX_SESSIONS = 4096
+MAX_PENDING_PERMISSIONS = 1024
+
+
+# --- pure hook mapping (fixture `hooks` + `fallback`) ---------------------------------------------
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    """The prompt as text: a plain string, or the text parts of a content-part array joined."""
+    if isinstance(prompt, str):
+        return prompt or None
+    if isinstance(prompt, list):
+        texts = [p["text"] for p in prompt if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "\n".join(texts) if texts else None
+    return None
+
+
+def _int(value: Any) -> int | None:
+    """An integer that is not a bool (``isinstance(True, int)`` holds in Python)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _tool(payload: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    name = get_str(payload, "tool_name")
+    return tool_ref(name, get_str(payload, "tool_call_id")), name
+
+
+def _tool_error(err: Any) -> dict[str, str]:
+    """Kimi sends ``{name, message}``; a bare string or nothing degrades to the generic type."""
+    if isinstance(err, dict):
+        out = {"type": get_str(err, "name") or get_str(err, "type") or "tool_error"}
+        if get_str(err, "message"):
+            out["message"] = err["message"]
+        return out
+    out = {"type": "tool_error"}
+    if isinstance(err, str) and err:
+        out["message"] = err
+    return out
+
+
+def map_hook(name: str, payload: Any) -> Event:
+    """One Kimi hook call -> one draft (pure; the fixture pins it at the default capture posture)."""
+    p = payload if isinstance(payload, dict) else {}
+    session = get_str(p, "session_id")  # identity.session_from; SubagentStart/Stop carry none
+
+    def out(type_: str, data: dict[str, Any], subject: Any = None, **hints: Any) -> Event:
+        d = draft(type_, data, subject, **hints)
+        d["session"] = session
+        return d
+
+    if name == "SessionStart":
+        # cwd is workstation-local and never rides (fixture identity $comment).
+        data: dict[str, Any] = {}
+        if get_str(p, "source"):
+            data["trigger"] = p["source"]
+        return out("session.started", data)
+    if name == "SessionEnd":
+        # The vendor's single reason value `exit` normalizes to the closed enum.
+        return out("session.ended", {"reason": "normal"})
+    if name == "UserPromptSubmit":
+        text = _prompt_text(p.get("prompt"))
+        if p.get("is_steer") is True:
+            # A steer rides the RUNNING turn: no run boundary exists here, so never run.started.
+            return out("x.kimi-code.run.steer_submitted", {"prompt": text} if text else {},
+                       _capture={"prompt": "redacted"} if text else None)
+        data = {"trigger": "user"}
+        if text:
+            data["prompt"] = text
+        return out("run.started", data)
+    if name == "Stop":
+        # stop_hook_active is the vendor's continuation plumbing, not a session fact.
+        return out("run.finished", {})
+    if name == "StopFailure":
+        kind = get_str(p, "error_type") or "error"
+        error = {"type": kind}
+        if get_str(p, "error_message"):
+            error["message"] = p["error_message"]
+        # error_type doubles as the required run.failed reason and error.type (fixture StopFailure).
+        return out("run.failed", {"reason": kind, "error": error})
+    if name == "Interrupt":
+        # The vendor fires Interrupt only for the user's Esc; turn_id never becomes a run id.
+        return out("run.cancelled", {"by": "user"})
+    if name in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
+        tool, tool_name = _tool(p)
+        data = {"tool": tool}
+        if name == "PreToolUse":
+            if "tool_input" in p:
+                data["args_digest"] = digest(p["tool_input"])
+                if isinstance(p["tool_input"], dict):
+                    data["args"] = p["tool_input"]
+            return out("tool.requested", data, tool_name)
+        if name == "PostToolUse":
+            if "tool_output" in p:
+                data["result_digest"] = digest(p["tool_output"])
+                if isinstance(p["tool_output"], (str, dict)):
+                    data["result"] = p["tool_output"]
+            return out("tool.completed", data, tool_name)
+        data["error"] = _tool_error(p.get("error"))
+        return out("tool.failed", data, tool_name)
+    if name == "PermissionRequest":
+        _, tool_name = _tool(p)
+        prompt = get_str(p, "display") or permission_prompt(
+            tool_name or "tool", get_str(get_dict(p, "tool_input"), "command"))
+        # Observe-only: the vendor's own TUI owns the choice surface, so no options are claimed
+        # and the answer arrives out of band (fixture PermissionRequest; AEP-0008).
+        return out("attention.requested", {"kind": "permission", "prompt": prompt, "respond_via": ["oob"]},
+                   tool_name)
+    if name == "PermissionResult":
+        decision = get_str(p, "decision")
+        if decision == "cancelled":
+            return out("attention.resolved", {"resolution": "dismissed"})
+        if decision is None or decision == "error":
+            # An internal gate failure (or no decision at all) is not an answer: never invent one.
+            data = {"error": p["error"]} if get_str(p, "error") else {}
+            return out(hook_fallback(AGENT, name), data, _capture={"error": "redacted"} if data else None)
+        answer = {"option": decision}
+        if get_str(p, "feedback"):
+            answer["text"] = p["feedback"]
+        data = {"answer": answer, "via": "oob"}
+        if get_str(p, "selected_label"):
+            data["label"] = p["selected_label"]  # the vendor's label fact, metadata per the pin
+        return out("attention.answered", data)
+    if name in ("SubagentStart", "SubagentStop"):
+        key = "prompt" if name == "SubagentStart" else "response"
+        data = {key: p[key]} if get_str(p, key) else {}
+        type_ = "delegation.subagent.started" if name == "SubagentStart" else "delegation.subagent.stopped"
+        return out(type_, data, get_str(p, "agent_name"), _capture={key: "redacted"} if data else None)
+    if name == "PreCompact":
+        # The POST moment is the truthful carrier; the pre moment degrades to the fallback, not null.
+        data = {}
+        if get_str(p, "trigger"):
+            data["trigger"] = p["trigger"]
+        if _int(p.get("token_count")) is not None:
+            data["token_count"] = p["token_count"]
+        return out(hook_fallback(AGENT, name), data)
+    if name == "PostCompact":
+        data = {}
+        if get_str(p, "trigger"):
+            data["trigger"] = p["trigger"]
+        if _int(p.get("estimated_token_count")) is not None:
+            data["estimated_token_count"] = p["estimated_token_count"]
+        return out("session.compacted", data)
+    if name == "Notification":
+        # Background-task status only: never an attention loop (no needs-input hook on this vendor).
+        data = {}
+        if get_str(p, "severity"):
+            data["severity"] = p["severity"]
+        if get_str(p, "title"):
+            data["message"] = p["title"]
+        if get_str(p, "body"):
+            data["body"] = p["body"]
+        return out("progress.status", data, get_str(p, "notification_type"),
+                   _capture={"body": "redacted"} if "body" in data else None)
+    # AEP-0001 §6: the enum grows (newer releases add UserPromptQueued, TurnStarted, ...): degrade.
+    return out(hook_fallback(AGENT, name or "unnamed"), {})
+
+
+# --- opt-in held PreToolUse gate (AEP_KIMI_CONTROL=1) ----------------------------------------------
+
+
+def gate_request(payload: Any) -> Event:
+    """The answerable permission request a held PreToolUse raises (options, respond_via control)."""
+    p = payload if isinstance(payload, dict) else {}
+    tool_name = get_str(p, "tool_name")
+    detail = get_str(get_dict(p, "tool_input"), "command")
+    d = draft("attention.requested",
+              {"kind": "permission", "prompt": permission_prompt(tool_name or "tool", detail),
+               "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]},
+              tool_name)
+    d["session"] = get_str(p, "session_id")
+    return d
+
+
+def gate_decision(option: str) -> str:
+    """A gate option id -> the binary hook decision; anything unrecognized refuses (AEP-0008)."""
+    return "allow" if option in ("allow", "allow_session") else "deny"
+
+
+def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
+    """The PreToolUse reply body for a binary gate decision (``allow`` or ``deny``)."""
+    if decision == "allow":
+        # Allow is "no hook objection" only: Kimi's own permission flow still runs downstream.
+        return dict(NEUTRAL_REPLY)
+    if decision != "deny":
+        raise ValueError(f"decision must be 'allow' or 'deny', not {decision!r}")
+    # Only the literal permissionDecision "deny" blocks; the reason is rendered by the vendor
+    # (kimi-code agent-core-v2 externalHooks/internal/runHook.ts, HookSpecificOutputSchema).
+    return {"hookSpecificOutput": {"permissionDecision": "deny",
+                                   "permissionDecisionReason": reason or "Denied by operator"}}
+
+
+# --- pure web-channel policy (fixture `ws_modes`) ---------------------------------------------------
+
+
+def _wire_type(type_: Any) -> str:
+    """A wire type as dotted type segments ``[a-z0-9_]`` (the envelope grammar)."""
+    if not isinstance(type_, str) or not type_:
+        return "unknown"
+    segments = [snake_case(s) for s in type_.split(".") if s]
+    return ".".join(segments) or "unknown"
+
+
+def _question_fields(questions: list[Any]) -> list[dict[str, Any]]:
+    fields = []
+    for q in questions:
+        if not isinstance(q, dict) or not get_str(q, "id"):
+            continue
+        choices = []
+        for o in q.get("options") if isinstance(q.get("options"), list) else []:
+            if isinstance(o, dict) and get_str(o, "id"):
+                choices.append({"id": o["id"], "label": get_str(o, "label") or o["id"]})
+            elif isinstance(o, str) and o:
+                choices.append({"id": o, "label": o})
+        # Kimi-web keeps the vendor's own question/option ids (fixture question_requested).
+        fields.append({"id": q["id"], "type": "select", "label": get_str(q, "question") or q["id"],
+                       "choices": choices})
+    return fields
+
+
+def map_ws_frame(frame: Any, mode: str) -> Event | None:
+    """One kap-server WS frame -> a draft or None, per bridge mode ``companion`` or ``primary`` (pure)."""
+    if mode not in WS_MODES:
+        raise ValueError(f"unknown Kimi web mode {mode!r}; expected one of {', '.join(WS_MODES)}")
+    f = frame if isinstance(frame, dict) else {}
+    wire = get_str(f, "type") or ""
+    if f.get("volatile") is True:
+        return None  # the vendor's own do-not-persist marker: never emits in either mode
+    if wire.startswith("permission.approval."):
+        return None  # internal bus echo, deduped in favour of its event.approval.* wire twin
+    p = f.get("payload") if isinstance(f.get("payload"), dict) else {}
+    session = get_str(f, "session_id") or get_str(p, "sessionId")
+
+    def out(type_: str, data: dict[str, Any], subject: Any = None, **hints: Any) -> Event:
+        d = draft(type_, data, subject, **hints)
+        d["session"] = session
+        return d
+
+    channel = f"x.kimi-code.web.{_wire_type(wire)}"
+    if mode == "companion":
+        # The hook adapter is the sole core-type authority; the channel only says what it saw.
+        return out(channel, {})
+
+    if wire == "turn.started":
+        data: dict[str, Any] = {}
+        origin = get_str(get_dict(p, "origin"), "kind")
+        if origin in ("user", "schedule", "agent", "control", "resume"):
+            data["trigger"] = origin
+        if get_str(p, "prompt"):
+            data["prompt"] = p["prompt"]
+        return out("run.started", data)
+    if wire == "turn.ended":
+        reason = get_str(p, "reason")
+        if reason == "completed":
+            return out("run.finished", {})
+        if reason == "cancelled":
+            return out("run.cancelled", {})  # the wire cannot tell who cancelled: no `by`
+        # deviation: a turn.ended with no reason is not a completion we can vouch for.
+        return out("run.failed", {"reason": reason or "unknown"})
+    if wire == "tool.call.started":
+        name = get_str(p, "name")
+        data = {"tool": tool_ref(name, get_str(p, "toolCallId"))}
+        if "args" in p:
+            data["args_digest"] = digest(p["args"])
+            if isinstance(p["args"], dict):
+                data["args"] = p["args"]
+        return out("tool.requested", data, name)
+    if wire == "tool.result":
+        return None  # the result names no tool; the stateful receiver pairs it by toolCallId
+    if wire == "event.approval.requested":
+        prompt = get_str(p, "action") or permission_prompt(get_str(p, "tool_name") or "tool", None)
+        # A read-only channel advertises no way to answer: no options, no respond_via.
+        return out("attention.requested", {"kind": "permission", "prompt": prompt}, get_str(p, "approval_id"))
+    if wire == "event.approval.resolved":
+        subject = get_str(p, "approval_id")
+        decision = get_str(p, "decision")
+        if decision is None:
+            return out("attention.resolved", {"resolution": "dismissed"}, subject)
+        answer = {"option": decision}
+        if get_str(p, "feedback"):
+            answer["text"] = p["feedback"]
+        return out("attention.answered", {"answer": answer, "via": "oob"}, subject)
+    if wire == "event.question.requested":
+        questions = p.get("questions") if isinstance(p.get("questions"), list) else []
+        fields = _question_fields(questions)
+        n = len(fields)
+        structural = f"{AGENT} asks {n} question" + ("" if n == 1 else "s")
+        prompt = fields[0]["label"] if n == 1 else structural
+        return out("attention.requested", {"kind": "form", "prompt": prompt, "fields": fields},
+                   get_str(p, "question_id"), _structural={"prompt": structural})
+    if wire == "event.question.answered":
+        # The pin keeps the vendor's answer objects inside `values` verbatim (taxonomy digest §8.24).
+        values = p.get("answers") if isinstance(p.get("answers"), dict) else {}
+        return out("attention.answered", {"answer": {"values": values}, "via": "oob"}, get_str(p, "question_id"))
+    if wire == "event.question.dismissed":
+        return out("attention.resolved", {"resolution": "dismissed"}, get_str(p, "question_id"))
+    if wire == "event.session.work_changed":
+        data = {k: p[k] for k in ("busy", "pending_interaction") if k in p and isinstance(p[k], (bool, str))}
+        return out(channel, data)
+    # No session lifecycle is fabricated (kap sessions outlive connections); the rest is channel-only.
+    return out(channel, {})
+
+
+# --- runtime state -----------------------------------------------------------------------------------
+
+
+@dataclass
+class KimiState:
+    """Open synthesized runs per session and the PermissionRequests still waiting for a result."""
+
+    open_runs: OrderedDict[str, bool] = field(default_factory=OrderedDict)
+    pending: OrderedDict[str, int] = field(default_factory=OrderedDict)  # tool_call_id -> received_ns
+    max_sessions: int = MAX_SESSIONS
+    max_pending: int = MAX_PENDING_PERMISSIONS
+
+    def set_run(self, session: str, is_open: bool) -> None:
+        if is_open:
+            self.open_runs[session] = True
+            self.open_runs.move_to_end(session)
+            while len(self.open_runs) > self.max_sessions:
+                self.open_runs.popitem(last=False)  # the least recently active session forgets its run
+        else:
+            self.open_runs.pop(session, None)
+
+    def remember_request(self, call_id: str, received_ns: int) -> None:
+        self.pending[call_id] = received_ns
+        self.pending.move_to_end(call_id)
+        while len(self.pending) > self.max_pending:
+            self.pending.popitem(last=False)
+
+
+def new_state() -> KimiState:
+    """Fresh runtime state for one Kimi daemon."""
+    return KimiState()
+
+
+def map_signal(signal: Signal, state: KimiState) -> list[Event]:
+    """A Kimi hook call (or, with ``attrs["ws_mode"]``, a web frame) -> drafts, updating ``state``."""
+    payload = signal.payload if isinstance(signal.payload, dict) else {}
+    mode = signal.attrs.get("ws_mode") if isinstance(signal.attrs, dict) else None
+    if mode is not None:
+        d = map_ws_frame(payload, mode)
+        return [] if d is None else [d]
+
+    name = get_str(payload, "hook_event_name") or signal.name or ""
+    main = map_hook(name, payload)
+    session = main.get("session")
+    lane = session or "unknown"
+    drafts: list[Event] = []
+    type_ = main["type"]
+
+    if type_ == "run.started":
+        # Kimi drain rule: a run left open (no Stop/StopFailure/Interrupt) is cancelled by the next prompt.
+        main["_drain"] = "cancelled"
+        state.set_run(lane, True)
+    elif type_ in ("run.finished", "run.failed", "run.cancelled"):
+        state.set_run(lane, False)
+    elif type_ == "session.ended" and state.open_runs.pop(lane, None):
+        # Same drain rule at SessionEnd: close the stale run before the session terminal.
+        drafts.append({"type": "run.cancelled", "data": {}, "session": session})
+    elif type_ == "attention.requested":
+        call_id = get_str(payload, "tool_call_id")
+        if call_id:
+            state.remember_request(call_id, signal.received_ns)
+
+    drafts.append(main)
+
+    if name == "PreToolUse" and signal.hold is not None:
+        drafts.append(gate_request(payload))  # AEP_KIMI_CONTROL=1: the receiver holds the reply on it
+    elif name == "PermissionResult" and type_ in ("attention.answered", "attention.resolved"):
+        requested_ns = state.pending.pop(get_str(payload, "tool_call_id") or "", None)
+        latency = None if requested_ns is None else max(0, (signal.received_ns - requested_ns) // 1_000_000)
+        if type_ == "attention.answered":
+            # Runtime companions (fixture $comment, smoke-pinned): the answer closes the request, and a
+            # vendor-side rejection is enforced by the runtime, not by an AEP policy.
+            resolved = {"type": "attention.resolved", "data": {"resolution": "answered"}, "session": session}
+            drafts.append(resolved)
+            if get_str(payload, "decision") == "rejected":
+                tool, tool_name = _tool(payload)
+                denied = draft("tool.denied", {"tool": tool, "by": "runtime"}, tool_name)
+                denied["session"] = session
+                drafts.append(denied)
+        else:
+            resolved = main
+        if latency is not None:
+            resolved["data"]["latency_ms"] = latency
+    return drafts
