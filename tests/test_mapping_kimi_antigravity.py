@@ -1,0 +1,464 @@
+"""Kimi Code and Antigravity mappings: every fixture entry, the stateful runtime, odd shapes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from pipeline.envelope import TYPE_GRAMMAR
+from pipeline.model import Signal
+from processors.capture import CapturePolicy, gate_draft
+from processors.mapping import antigravity, kimi_code, load_vendor
+from tests.conftest import corpus
+
+KIMI = corpus("mappings/kimi-code.json")
+AG = corpus("mappings/antigravity.json")
+
+
+def project(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The fixture comparison projection of a gated draft."""
+    return {k: d[k] for k in keys if k in d}
+
+
+def expected_of(e: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in e.items() if k != "$comment"}
+
+
+# --- Kimi Code: fixture `hooks` + `fallback` ----------------------------------------------------------
+
+KIMI_CASES = {**KIMI["hooks"], "fallback": KIMI["fallback"]}
+
+
+@pytest.mark.parametrize("entry", KIMI_CASES.values(), ids=list(KIMI_CASES))
+def test_kimi_hook_fixture(entry: dict[str, Any]) -> None:
+    payload = entry["input"]
+    d = kimi_code.map_hook(payload["hook_event_name"], payload)
+    if entry["expected"] is None:
+        assert d is None
+        return
+    got = project(gate_draft(d, CapturePolicy()), ("type", "data", "subject"))
+    assert got == expected_of(entry["expected"])
+    assert TYPE_GRAMMAR.match(d["type"])
+    assert d["session"] == payload.get("session_id")
+
+
+# --- Kimi web channel: fixture `ws_modes`, every case in every mode it lists ----------------------------
+
+WS_CASES = [
+    (name, mode, case)
+    for name, case in KIMI["ws_modes"]["modes"].items()
+    for mode in case
+    if mode != "input"
+]
+
+
+@pytest.mark.parametrize(("name", "mode", "case"), WS_CASES, ids=[f"{n}-{m}" for n, m, _ in WS_CASES])
+def test_kimi_ws_fixture(name: str, mode: str, case: dict[str, Any]) -> None:
+    assert mode in kimi_code.WS_MODES
+    d = kimi_code.map_ws_frame(case["input"], mode)
+    if case[mode] is None:
+        assert d is None
+        return
+    got = project(gate_draft(d, CapturePolicy()), ("type", "data", "subject"))
+    assert got == expected_of(case[mode])
+    assert TYPE_GRAMMAR.match(d["type"])
+    assert d["session"] == case["input"]["session_id"]
+
+
+def test_kimi_ws_companion_emits_no_core_types() -> None:
+    for case in KIMI["ws_modes"]["modes"].values():
+        d = kimi_code.map_ws_frame(case["input"], "companion")
+        assert d is None or d["type"].startswith("x.kimi-code.web.")
+
+
+def test_kimi_ws_unknown_mode_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="unknown Kimi web mode"):
+        kimi_code.map_ws_frame({"type": "turn.started"}, "mirror")
+
+
+def test_kimi_ws_other_turn_end_reason_fails_with_the_vendor_word() -> None:
+    frame = {"type": "turn.ended", "session_id": "s", "payload": {"reason": "max_tokens"}}
+    d = kimi_code.map_ws_frame(frame, "primary")
+    assert (d["type"], d["data"]) == ("run.failed", {"reason": "max_tokens"})
+
+
+def test_kimi_ws_question_prompt_structural_below_redacted() -> None:
+    case = KIMI["ws_modes"]["modes"]["question_requested"]
+    d = kimi_code.map_ws_frame(case["input"], "primary")
+    gated = gate_draft(d, CapturePolicy(ceiling="metadata", overrides={}))
+    assert gated["data"]["prompt"] == "kimi-code asks 1 question"
+    assert gated["data"]["fields"][0]["choices"][1]["label"] == "opt_0_1"
+
+
+def test_kimi_ws_signal_path() -> None:
+    case = KIMI["ws_modes"]["modes"]["turn_started"]
+    sig = Signal("kimi-code", "turn.started", case["input"], attrs={"ws_mode": "primary"})
+    (d,) = kimi_code.map_signal(sig, kimi_code.new_state())
+    assert d["type"] == "run.started"
+    assert "_drain" not in d  # real turn boundaries: nothing is synthesized on this channel
+
+
+# --- Kimi Code: runtime state through map_signal ------------------------------------------------------
+
+
+def kimi(name: str, state: kimi_code.KimiState, received_ns: int = 0, hold: str | None = None,
+         **payload: Any) -> list[dict[str, Any]]:
+    body = {"hook_event_name": name, "session_id": "s1", **payload}
+    return kimi_code.map_signal(Signal("kimi-code", name, body, hold=hold, received_ns=received_ns), state)
+
+
+def test_kimi_two_prompts_without_stop_both_drain() -> None:
+    state = kimi_code.new_state()
+    first = kimi("UserPromptSubmit", state, prompt=[{"type": "text", "text": "a"}])
+    second = kimi("UserPromptSubmit", state, prompt=[{"type": "text", "text": "b"}])
+    for drafts in (first, second):
+        assert [d["type"] for d in drafts] == ["run.started"]
+        assert drafts[0]["_drain"] == "cancelled"
+        assert drafts[0]["session"] == "s1"
+        assert "run" not in drafts[0]  # runs are synthesized downstream, never from turn_id
+    assert state.open_runs == {"s1": True}
+
+
+def test_kimi_steer_never_opens_a_run() -> None:
+    state = kimi_code.new_state()
+    (d,) = kimi("UserPromptSubmit", state, is_steer=True, prompt=[{"type": "text", "text": "also"}])
+    assert d["type"] == "x.kimi-code.run.steer_submitted"
+    assert "_drain" not in d
+    assert state.open_runs == {}
+    assert d["data"] == {"prompt": "also"} and d["_capture"] == {"prompt": "redacted"}
+
+
+def test_kimi_session_end_drains_an_open_run_first() -> None:
+    state = kimi_code.new_state()
+    kimi("UserPromptSubmit", state, prompt="go")
+    drafts = kimi("SessionEnd", state, reason="exit")
+    assert [d["type"] for d in drafts] == ["run.cancelled", "session.ended"]
+    assert all(d["session"] == "s1" for d in drafts)
+    assert [d["type"] for d in kimi("SessionEnd", state)] == ["session.ended"]
+
+
+@pytest.mark.parametrize("closer", ["Stop", "StopFailure", "Interrupt"])
+def test_kimi_terminals_close_the_run(closer: str) -> None:
+    state = kimi_code.new_state()
+    kimi("UserPromptSubmit", state, prompt="go")
+    kimi(closer, state)
+    assert state.open_runs == {}
+    assert [d["type"] for d in kimi("SessionEnd", state)] == ["session.ended"]
+
+
+def test_kimi_interrupt_is_cancelled_by_user() -> None:
+    (d,) = kimi("Interrupt", kimi_code.new_state(), turn_id="turn_3", reason="cancelled")
+    assert (d["type"], d["data"]) == ("run.cancelled", {"by": "user"})
+    assert "run" not in d
+
+
+def test_kimi_permission_pair_observed_out_of_band() -> None:
+    state = kimi_code.new_state()
+    (req,) = kimi("PermissionRequest", state, received_ns=1_000_000_000, tool_name="Bash",
+                  tool_call_id="c1", display="Run it?")
+    assert req["data"]["respond_via"] == ["oob"] and "options" not in req["data"]
+    drafts = kimi("PermissionResult", state, received_ns=1_250_000_000, tool_name="Bash",
+                  tool_call_id="c1", decision="approved")
+    assert [d["type"] for d in drafts] == ["attention.answered", "attention.resolved"]
+    assert drafts[1]["data"] == {"resolution": "answered", "latency_ms": 250}
+    assert state.pending == {}
+
+
+def test_kimi_rejection_lands_runtime_denial() -> None:
+    state = kimi_code.new_state()
+    kimi("PermissionRequest", state, tool_name="Bash", tool_call_id="c2")
+    drafts = kimi("PermissionResult", state, tool_name="Bash", tool_call_id="c2", decision="rejected",
+                  feedback="no")
+    assert [d["type"] for d in drafts] == ["attention.answered", "attention.resolved", "tool.denied"]
+    denied = drafts[2]
+    assert denied["data"] == {"tool": {"name": "Bash", "call_id": "c2"}, "by": "runtime"}
+    assert denied["subject"] == "Bash" and denied["session"] == "s1"
+
+
+def test_kimi_cancelled_and_error_results() -> None:
+    state = kimi_code.new_state()
+    kimi("PermissionRequest", state, received_ns=0, tool_name="Bash", tool_call_id="c3")
+    (cancelled,) = kimi("PermissionResult", state, received_ns=5_000_000, tool_call_id="c3", decision="cancelled")
+    assert cancelled["data"] == {"resolution": "dismissed", "latency_ms": 5}
+    (err,) = kimi("PermissionResult", state, tool_call_id="c4", decision="error", error="gate failure")
+    assert err["type"] == "x.kimi-code.session.permission_result"
+    assert gate_draft(err, CapturePolicy())["data"] == {}
+
+
+def test_kimi_pending_permissions_are_bounded() -> None:
+    state = kimi_code.KimiState(max_pending=2)
+    for i in range(5):
+        kimi("PermissionRequest", state, tool_name="Bash", tool_call_id=f"c{i}")
+    assert list(state.pending) == ["c3", "c4"]
+
+
+def test_kimi_open_runs_are_bounded() -> None:
+    state = kimi_code.KimiState(max_sessions=2)
+    for s in ("a", "b", "c"):
+        kimi_code.map_signal(Signal("kimi-code", "UserPromptSubmit",
+                                    {"hook_event_name": "UserPromptSubmit", "session_id": s}), state)
+    assert list(state.open_runs) == ["b", "c"]
+
+
+def test_kimi_session_absent_is_none() -> None:
+    (d,) = kimi_code.map_signal(Signal("kimi-code", "SubagentStart",
+                                       {"hook_event_name": "SubagentStart", "agent_name": "explore"}),
+                                kimi_code.new_state())
+    assert d["session"] is None and d["subject"] == "explore"
+
+
+def test_kimi_notification_is_never_attention() -> None:
+    (d,) = kimi("Notification", kimi_code.new_state(), notification_type="task.failed", title="t",
+                body="b", severity="warning")
+    assert d["type"] == "progress.status" and d["subject"] == "task.failed"
+    assert gate_draft(d, CapturePolicy(ceiling="redacted"))["data"] == {
+        "severity": "warning", "message": "t", "body": "b"}
+
+
+def test_kimi_full_content_rides_for_the_capture_gate() -> None:
+    (d,) = kimi("PreToolUse", kimi_code.new_state(), tool_name="Bash", tool_input={"command": "ls"},
+                tool_call_id="c1")
+    assert d["data"]["args"] == {"command": "ls"}
+    (d,) = kimi("UserPromptSubmit", kimi_code.new_state(),
+                prompt=[{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}])
+    assert d["data"]["prompt"] == "a\nb"
+    assert gate_draft(d, CapturePolicy(ceiling="redacted"))["data"]["prompt"] == "a\nb"
+
+
+def test_kimi_held_gate_adds_an_answerable_request() -> None:
+    drafts = kimi("PreToolUse", kimi_code.new_state(), hold="h1", tool_name="Bash",
+                  tool_input={"command": "rm -rf build"}, tool_call_id="c1")
+    assert [d["type"] for d in drafts] == ["tool.requested", "attention.requested"]
+    req = drafts[1]
+    assert [o["id"] for o in req["data"]["options"]] == ["allow", "allow_session", "deny", "cancel"]
+    assert req["data"]["respond_via"] == ["control"]
+    assert req["data"]["prompt"] == "Permission requested: Bash \u2014 rm -rf build"
+    assert req["subject"] == "Bash"
+
+
+def test_kimi_gate_decisions_and_replies() -> None:
+    assert [kimi_code.gate_decision(o) for o in ("allow", "allow_session", "deny", "cancel", "yes")] == [
+        "allow", "allow", "deny", "deny", "deny"]
+    assert kimi_code.pretool_reply("allow", "fine") == {}
+    assert kimi_code.pretool_reply("deny", "not on main") == {
+        "hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": "not on main"}}
+    with pytest.raises(ValueError):
+        kimi_code.pretool_reply("ask", None)
+
+
+def test_kimi_neutral_reply_is_empty_object() -> None:
+    assert json.dumps(kimi_code.NEUTRAL_REPLY) == "{}"
+    reply = kimi_code.pretool_reply("allow")
+    reply["x"] = 1  # callers may mutate what they get without touching the constant
+    assert kimi_code.NEUTRAL_REPLY == {}
+
+
+ODD_PAYLOADS: list[Any] = [None, "text", 7, [], {}, {"session_id": 5, "tool_name": ["x"], "tool_input": "s",
+                                                      "prompt": {"a": 1}, "error": 3, "decision": 1,
+                                                      "is_steer": "yes", "token_count": True,
+                                                      "agent_name": {}, "notification_type": None}]
+KIMI_NAMES = [*KIMI["hooks"].keys(), "PermissionResult", "", "Weird Name!"]
+
+
+@pytest.mark.parametrize("payload", ODD_PAYLOADS, ids=range(len(ODD_PAYLOADS)))
+def test_kimi_odd_shapes_never_crash(payload: Any) -> None:
+    state = kimi_code.new_state()
+    for name in KIMI_NAMES:
+        hook = name.split("_")[0]
+        for d in kimi_code.map_signal(Signal("kimi-code", hook, payload), state):
+            assert TYPE_GRAMMAR.match(d["type"]), d["type"]
+            gate_draft(d, CapturePolicy())
+        for mode in kimi_code.WS_MODES:
+            kimi_code.map_ws_frame(payload, mode)
+            kimi_code.map_ws_frame({"type": hook or "x.y", "payload": payload, "volatile": payload}, mode)
+
+
+def test_kimi_module_contract() -> None:
+    mod = load_vendor("kimi-code")
+    assert mod is kimi_code and mod.AGENT == "kimi-code"
+
+
+# --- Antigravity: fixture `hooks` + `fallback` --------------------------------------------------------
+
+AG_CASES = {**AG["hooks"], "fallback": AG["fallback"]}
+
+
+@pytest.mark.parametrize("entry", AG_CASES.values(), ids=list(AG_CASES))
+def test_antigravity_hook_fixture(entry: dict[str, Any]) -> None:
+    drafts = antigravity.map_hook(entry["hook"], entry["input"], join=entry.get("join"))
+    got = [project(gate_draft(d, CapturePolicy()), ("type", "data", "subject", "step")) for d in drafts]
+    assert got == [expected_of(e) for e in entry["expected"]]
+    assert all(TYPE_GRAMMAR.match(d["type"]) for d in drafts)
+
+
+def test_antigravity_neutral_replies_byte_exact() -> None:
+    assert antigravity.NEUTRAL_REPLIES == {"PreToolUse": {"decision": ""}, "Stop": {"decision": ""}}
+    for hook in ("PreToolUse", "Stop", "pretooluse"):
+        assert json.dumps(antigravity.neutral_reply(hook)) == '{"decision": ""}'
+    for hook in ("PostToolUse", "PreInvocation", "PostInvocation", "SomeFutureHook", ""):
+        assert json.dumps(antigravity.neutral_reply(hook)) == "{}"
+    antigravity.neutral_reply("Stop")["decision"] = "continue"  # a copy: the constant stays neutral
+    assert antigravity.NEUTRAL_REPLIES["Stop"] == {"decision": ""}
+
+
+# --- Antigravity: runtime state through map_signal ----------------------------------------------------
+
+CONV = AG["hooks"]["pre_tool_use"]["input"]["conversationId"]
+
+
+def ag(hook: str, state: antigravity.AntigravityState, conv: str | None = CONV,
+       **payload: Any) -> list[dict[str, Any]]:
+    body = dict(payload)
+    if conv is not None:
+        body["conversationId"] = conv
+    return antigravity.map_signal(Signal("antigravity", hook, body), state)
+
+
+def types(drafts: list[dict[str, Any]]) -> list[str]:
+    return [d["type"] for d in drafts]
+
+
+def test_antigravity_first_sight_session_started_once() -> None:
+    state = antigravity.new_state()
+    first = antigravity.map_signal(Signal("antigravity", "PreInvocation", AG["hooks"]["pre_invocation"]["input"]),
+                                   state)
+    assert types(first) == ["session.started", "run.started", "run.step.started"]
+    started = first[0]
+    assert started["data"] == {"client": {"name": "antigravity-cli"}, "cwd": "/workspace/project"}
+    assert gate_draft(started, CapturePolicy())["data"] == {"client": {"name": "antigravity-cli"}}
+    assert all(d["session"] == CONV for d in first)
+    again = ag("PostInvocation", state, invocationNum=3)
+    assert types(again) == ["run.step.finished"]
+    other = ag("PostInvocation", state, conv="other-conv", invocationNum=0)
+    assert types(other) == ["session.started", "run.step.finished"]
+
+
+def test_antigravity_never_ends_a_session() -> None:
+    state = antigravity.new_state()
+    seen = []
+    for hook in ("PreInvocation", "PreToolUse", "PostToolUse", "PostInvocation", "Stop"):
+        seen += types(ag(hook, state, invocationNum=0, stepIdx=1, toolCall={"name": "t"},
+                         terminationReason="model_stop"))
+    assert "session.ended" not in seen
+    assert seen == ["session.started", "run.started", "run.step.started", "tool.requested", "tool.completed",
+                    "run.step.finished", "run.finished"]
+
+
+def test_antigravity_pre_then_post_joins() -> None:
+    state = antigravity.new_state()
+    ag("PreInvocation", state, invocationNum=2)
+    (req,) = ag("PreToolUse", state, stepIdx=19, toolCall={"name": "run_command", "args": {"CommandLine": "ls"}})
+    assert req["type"] == "tool.requested" and req["step"] == "2"
+    assert state.joins == {(CONV, 19): "run_command"}
+    (done,) = ag("PostToolUse", state, stepIdx=19, error="")
+    assert (done["type"], done["subject"], done["step"]) == ("tool.completed", "run_command", "2")
+    assert done["data"] == {"tool": {"name": "run_command"}, "step_idx": 19}
+    assert state.joins == {}  # cleared on join
+    (again,) = ag("PostToolUse", state, stepIdx=19, error="")
+    assert again["type"] == "x.antigravity.step.completed"  # a join is used once
+
+
+def test_antigravity_joined_failure() -> None:
+    state = antigravity.new_state()
+    ag("PreToolUse", state, stepIdx=5, toolCall={"name": "run_command"})
+    (failed,) = ag("PostToolUse", state, stepIdx=5, error="exit status 1")
+    assert failed["type"] == "tool.failed"
+    assert failed["data"]["error"] == {"type": "tool_error", "message": "exit status 1"}
+    assert gate_draft(failed, CapturePolicy())["data"]["error"] == {"type": "tool_error"}
+
+
+def test_antigravity_unjoined_never_invents_a_tool() -> None:
+    state = antigravity.new_state()
+    ag("PreToolUse", state, stepIdx=4, toolCall={"name": "view_file"})
+    ag("PreToolUse", state, conv="another", stepIdx=5, toolCall={"name": "view_file"})
+    drafts = ag("PostToolUse", state, stepIdx=5, error="exit status 127")
+    (d,) = drafts
+    assert d["type"] == "x.antigravity.step.completed" and "subject" not in d and "tool" not in d["data"]
+    assert gate_draft(d, CapturePolicy())["data"] == {"failed": True, "step_idx": 5}
+    assert gate_draft(d, CapturePolicy(ceiling="redacted"))["data"]["error"] == "exit status 127"
+
+
+def test_antigravity_dangling_pre_tool_use_synthesizes_nothing_and_stop_clears() -> None:
+    state = antigravity.new_state()
+    ag("PreInvocation", state, invocationNum=0)
+    ag("PreToolUse", state, stepIdx=7, toolCall={"name": "run_command"})
+    ag("PreToolUse", state, conv="keep", stepIdx=7, toolCall={"name": "view_file"})
+    stop = ag("Stop", state, executionNum=1, terminationReason="model_stop", error="", fullyIdle=True)
+    assert types(stop) == ["run.finished"]  # no tool terminal for the dangling request
+    assert "step" not in stop[0]
+    assert state.joins == {("keep", 7): "view_file"}
+    (late,) = ag("PostToolUse", state, stepIdx=7, error="")
+    assert late["type"] == "x.antigravity.step.completed" and "step" not in late
+
+
+def test_antigravity_run_synthesis() -> None:
+    state = antigravity.new_state()
+    first = ag("PreInvocation", state, invocationNum=0, initialNumSteps=0)
+    assert types(first) == ["session.started", "run.started", "run.step.started"]
+    assert first[1]["_drain"] == "cancelled" and first[2]["step"] == "0"
+    assert types(ag("PreInvocation", state, invocationNum=1)) == ["run.step.started"]
+    stop = ag("Stop", state, executionNum=1, terminationReason="error", error="backend down", fullyIdle=True)
+    assert types(stop) == ["run.failed"]
+    assert gate_draft(stop[0], CapturePolicy())["data"] == {
+        "reason": "error", "error": {"type": "error"}, "execution_num": 1, "fully_idle": True}
+    # A mid-execution attach (invocationNum > 0 with no open run) still opens one.
+    assert types(ag("PreInvocation", state, invocationNum=4)) == ["run.started", "run.step.started"]
+    # invocationNum 0 with a run open: a new execution whose Stop was missed.
+    assert types(ag("PreInvocation", state, invocationNum=0)) == ["run.started", "run.step.started"]
+
+
+def test_antigravity_hook_name_any_case_and_fallback() -> None:
+    state = antigravity.new_state()
+    assert types(ag("pretooluse", state, stepIdx=1, toolCall={"name": "x"})) == ["session.started",
+                                                                                  "tool.requested"]
+    (d,) = ag("Some-Future Hook", state)
+    assert d["type"] == "x.antigravity.hook.some_future_hook" and d["data"] == {}
+
+
+def test_antigravity_join_table_bounded() -> None:
+    state = antigravity.AntigravityState(max_joins=3)
+    for i in range(10):
+        ag("PreToolUse", state, stepIdx=i, toolCall={"name": f"t{i}"})
+    assert list(state.joins) == [(CONV, 7), (CONV, 8), (CONV, 9)]
+    (d,) = ag("PostToolUse", state, stepIdx=0, error="")
+    assert d["type"] == "x.antigravity.step.completed"  # evicted: honest absence, no invented name
+
+
+def test_antigravity_conversations_bounded() -> None:
+    state = antigravity.AntigravityState(max_conversations=2)
+    for conv in ("a", "b", "c"):
+        ag("PostInvocation", state, conv=conv)
+    assert list(state.conversations) == ["b", "c"]
+
+
+def test_antigravity_missing_conversation_is_none() -> None:
+    state = antigravity.new_state()
+    drafts = ag("PreToolUse", state, conv=None, stepIdx=2, toolCall={"name": "x"})
+    assert types(drafts) == ["tool.requested"]  # no session to start
+    assert drafts[0]["session"] is None
+
+
+AG_ODD: list[Any] = [None, "text", 3, [], {}, {"conversationId": 9, "stepIdx": "1", "toolCall": "run",
+                                             "error": {"x": 1}, "invocationNum": True, "initialNumSteps": -1,
+                                             "terminationReason": 5, "fullyIdle": "no", "executionNum": 1.5,
+                                             "workspacePaths": "/p", "transcriptPath": 1},
+                     {"conversationId": "c", "stepIdx": 1, "toolCall": {"name": 3, "args": "s"}, "error": 0}]
+
+
+@pytest.mark.parametrize("payload", AG_ODD, ids=range(len(AG_ODD)))
+def test_antigravity_odd_shapes_never_crash(payload: Any) -> None:
+    state = antigravity.new_state()
+    for hook in (*antigravity.HOOKS, "", "Odd", None):
+        for d in antigravity.map_signal(Signal("antigravity", hook, payload), state):  # type: ignore[arg-type]
+            assert TYPE_GRAMMAR.match(d["type"]), d["type"]
+            assert "step" not in d or isinstance(d["step"], str)
+            gate_draft(d, CapturePolicy())
+        antigravity.map_hook(hook, payload, join={"name": 5})  # type: ignore[arg-type]
+        antigravity.map_hook(hook, payload, join="run")  # type: ignore[arg-type]
+
+
+def test_antigravity_module_contract() -> None:
+    mod = load_vendor("antigravity")
+    assert mod is antigravity and mod.AGENT == "antigravity" and mod.NEUTRAL_REPLY == {}
