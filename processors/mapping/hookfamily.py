@@ -1,0 +1,300 @@
+"""What the Claude-Code-shaped hook vendors share: dispatch, tool refs, digests, permission cards.
+
+Claude Code, Codex, Qwen Code, Gemini CLI and VS Code agent hooks all POST (or pipe) one JSON
+object per hook firing, named by ``hook_event_name``, with snake_case fields (``session_id``,
+``tool_name``, ``tool_use_id``, ``tool_input``, ``tool_response``). Each vendor module is a table
+``{hook name: handler}`` built from the pieces below; anything not in the table degrades to the
+mechanical fallback (AEP-0001 §6). Drafts carry full content; the capture processor gates it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pipeline.model import Event, Signal
+from processors.mapping.common import (
+    PERMISSION_OPTIONS,
+    digest,
+    draft,
+    get_str,
+    hook_fallback,
+    permission_prompt,
+    tool_ref,
+)
+
+Payload = dict[str, Any]
+Handler = Callable[[Payload, Any], "Event | list[Event] | None"]
+"""A hook handler: (payload, mapping state) -> one draft, several, or None (deliberately nothing)."""
+
+# Redacted-minimum free text a hook payload carries outside the schema's annotated fields.
+REDACTED = "redacted"
+
+# Claude Code dedupe convention (Qwen fixture `Notification_permission`): these notification
+# subtypes duplicate a first-class hook (PermissionRequest, Elicitation) and are suppressed.
+DUPLICATE_NOTIFICATIONS: frozenset[str] = frozenset({"permission_prompt", "elicitation_dialog"})
+
+# Tool-input keys that name what a permission is for, most specific first.
+_DETAIL_KEYS = ("command", "file_path", "path", "url", "pattern", "query")
+
+
+def payload_of(signal: Signal) -> Payload:
+    """The signal's payload, or an empty dict when the vendor sent something that is not an object."""
+    return signal.payload if isinstance(signal.payload, dict) else {}
+
+
+def hook_name(signal: Signal) -> str:
+    """The hook the payload names itself (``hook_event_name``), else the name the receiver saw."""
+    return get_str(payload_of(signal), "hook_event_name") or signal.name or "unnamed"
+
+
+def session_of(payload: Payload) -> str | None:
+    """``session_id`` when it is a non-empty string; None sends the draft to the ``unknown`` lane."""
+    return get_str(payload, "session_id")
+
+
+def map_table(
+    agent: str,
+    table: Mapping[str, Handler],
+    name: str,
+    payload: Any,
+    state: Any = None,
+    run: str | None = None,
+) -> list[Event]:
+    """Dispatch one hook through a vendor table; unknown hooks take the fallback, never a core type."""
+    body: Payload = payload if isinstance(payload, dict) else {}
+    handler = table.get(name)
+    out = handler(body, state) if handler is not None else fallback(agent, name)
+    drafts = [] if out is None else [out] if isinstance(out, dict) else list(out)
+    session = session_of(body)
+    for d in drafts:
+        if d["type"].startswith("agent."):
+            continue  # AEP-0001: agent-scoped events carry no session, run or step
+        d.setdefault("session", session)
+        if run is not None:
+            d.setdefault("run", run)
+    return drafts
+
+
+def fallback(agent: str, name: str) -> Event:
+    """AEP-0001 §6: an unmapped hook lands at ``x.{agent}.session.{snake}`` with ``{}`` data."""
+    return draft(hook_fallback(agent, name), {})
+
+
+def merge_capture(d: Event, **levels: str) -> Event:
+    """Mark vendor free-text fields of ``d`` with their capture minimum (only those present)."""
+    marks = {path: level for path, level in levels.items() if _has_path(d["data"], path)}
+    if marks:
+        d.setdefault("_capture", {}).update(marks)
+    return d
+
+
+def _has_path(data: Payload, path: str) -> bool:
+    node: Any = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+# --- tools ---------------------------------------------------------------------------------
+
+
+def tool_of(payload: Payload, call_ids: bool = True) -> dict[str, str]:
+    """``tool_ref`` from ``tool_name`` / ``tool_use_id`` (Gemini passes call_ids=False: it has none)."""
+    return tool_ref(get_str(payload, "tool_name"), get_str(payload, "tool_use_id") if call_ids else None)
+
+
+def tool_requested(payload: Payload, _state: Any = None, *, call_ids: bool = True) -> Event:
+    """PreToolUse-style hook -> ``tool.requested`` with ``args_digest`` over the original input."""
+    tool = tool_of(payload, call_ids)
+    data: Payload = {"tool": tool}
+    if payload.get("tool_input") is not None:
+        raw = payload["tool_input"]
+        data["args_digest"] = digest(raw)  # AEP-0003 §9.3: over the original, before redaction
+        if isinstance(raw, dict):  # the schema's `args` is an object; a bare string is digest-only
+            data["args"] = copy.deepcopy(raw)
+    return draft("tool.requested", data, tool["name"])
+
+
+def tool_completed(payload: Payload, _state: Any = None, *, call_ids: bool = True) -> Event:
+    """PostToolUse-style hook -> ``tool.completed`` with ``result_digest`` over the original response."""
+    tool = tool_of(payload, call_ids)
+    data: Payload = {"tool": tool}
+    if payload.get("tool_response") is not None:
+        raw = payload["tool_response"]
+        data["result_digest"] = digest(raw)
+        if isinstance(raw, (dict, str)):  # the schema's `result` is an object or a string
+            data["result"] = copy.deepcopy(raw)
+    return draft("tool.completed", data, tool["name"])
+
+
+def tool_failed(payload: Payload, error_type: str, message: Any, *, call_ids: bool = True) -> Event:
+    """A failed tool call: ``error.type`` is structural, ``error.message`` is redacted-gated by schema."""
+    tool = tool_of(payload, call_ids)
+    error: Payload = {"type": error_type}
+    if isinstance(message, str) and message:
+        error["message"] = message
+    return draft("tool.failed", {"tool": tool, "error": error}, tool["name"])
+
+
+def tool_use_failure(payload: Payload, _state: Any = None) -> Event:
+    """PostToolUseFailure -> ``tool.failed``; ``is_interrupt: true`` synthesizes type ``interrupt``."""
+    # Qwen fixture PostToolUseFailure: no vendor taxonomy, so the generic `tool_error` (digest §2.7).
+    kind = "interrupt" if payload.get("is_interrupt") is True else "tool_error"
+    return tool_failed(payload, kind, payload.get("error"))
+
+
+def tool_denied(payload: Payload, _state: Any = None) -> Event:
+    """PermissionDenied -> ``tool.denied``; ``by`` from the payload when it is a schema value, else policy."""
+    tool = tool_of(payload)
+    by = get_str(payload, "by")
+    data: Payload = {"tool": tool, "by": by if by in ("policy", "user_setting", "runtime") else "policy"}
+    rule = get_str(payload, "rule")
+    if rule:
+        data["rule"] = rule
+    reason = get_str(payload, "reason")
+    if reason:  # the classifier's explanation is model text
+        data["reason"] = reason
+    return merge_capture(draft("tool.denied", data, tool["name"]), reason=REDACTED)
+
+
+# --- permission ----------------------------------------------------------------------------
+
+
+def permission_detail(tool_input: Any) -> tuple[str | None, str | None]:
+    """(what the permission is for, the agent's description of it) from a tool input."""
+    if not isinstance(tool_input, dict):
+        return None, None
+    detail = next((v for k in _DETAIL_KEYS if (v := get_str(tool_input, k))), None)
+    return detail, get_str(tool_input, "description")
+
+
+def permission_request(payload: Payload, _state: Any = None) -> Event:
+    """PermissionRequest -> ``attention.requested`` kind permission, answerable over control."""
+    tool = get_str(payload, "tool_name") or "unknown"
+    detail, description = permission_detail(payload.get("tool_input"))
+    data = {
+        # Taxonomy digest §2.4: the real text at the redacted attention ceiling; the capture
+        # processor synthesizes "{agent} requests permission: {tool}" below it (AEP-0003 §9.2).
+        "kind": "permission",
+        "prompt": permission_prompt(tool, detail, description),
+        "options": [dict(o) for o in PERMISSION_OPTIONS],
+        "respond_via": ["control"],
+    }
+    return draft("attention.requested", data, tool)
+
+
+def permission_reply(behavior: str, message: str | None = None) -> Payload:
+    """The PermissionRequest hook reply ``hookSpecificOutput.decision`` shared by CC, Codex and Qwen."""
+    if behavior not in ("allow", "deny"):
+        raise ValueError(f"permission behavior must be 'allow' or 'deny', not {behavior!r}")
+    decision: Payload = {"behavior": behavior}
+    if behavior == "deny" and message:  # the vendors read `message` as the deny reason only
+        decision["message"] = message
+    return {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}
+
+
+# --- session and run -----------------------------------------------------------------------
+
+
+def session_started(agent: str, payload: Payload) -> Event:
+    """SessionStart -> ``session.started`` (client object, trigger, model; cwd is redacted-gated)."""
+    data: Payload = {"client": {"name": agent}}
+    for key, out in (("source", "trigger"), ("model", "gen_ai.request.model"),
+                     ("agent_type", "agent_type"), ("permission_mode", "permission_mode"),
+                     ("cwd", "cwd")):
+        value = get_str(payload, key)
+        if value:
+            data[out] = value
+    return draft("session.started", data)
+
+
+def session_ended(payload: Payload, _state: Any = None) -> Event:
+    """SessionEnd -> ``session.ended``; every vendor reason collapses to ``normal`` (closed enum)."""
+    return draft("session.ended", {"reason": "normal"})
+
+
+def run_started(payload: Payload, _state: Any = None) -> Event:
+    """UserPromptSubmit -> ``run.started`` with the prompt (redacted-gated by schema)."""
+    data: Payload = {"trigger": "user"}
+    prompt = get_str(payload, "prompt")
+    if prompt:
+        data["prompt"] = prompt
+    return draft("run.started", data)
+
+
+def run_finished(payload: Payload, _state: Any = None) -> Event:
+    """Stop -> ``run.finished`` (Qwen's ``input_tokens`` as flat usage; reply text is not captured)."""
+    data: Payload = {}
+    tokens = payload.get("input_tokens")
+    if isinstance(tokens, int) and not isinstance(tokens, bool):
+        data["gen_ai.usage.input_tokens"] = tokens
+    return draft("run.finished", data)
+
+
+def run_failed(payload: Payload, _state: Any = None) -> Event:
+    """StopFailure -> ``run.failed`` with the vendor's error token as the machine ``reason``."""
+    data: Payload = {"reason": get_str(payload, "error") or "unknown"}
+    details = get_str(payload, "error_details")
+    if details:
+        data["error_details"] = details
+    return merge_capture(draft("run.failed", data), error_details=REDACTED)
+
+
+# --- delegation, compaction, notification ----------------------------------------------------
+
+
+def subagent(type_: str, payload: Payload) -> Event:
+    """SubagentStart/Stop -> ``delegation.subagent.*``, subject the vendor's agent id."""
+    data: Payload = {}
+    agent_type = get_str(payload, "agent_type")
+    if agent_type:
+        data["agent_type"] = agent_type
+    return draft(type_, data, get_str(payload, "agent_id"))
+
+
+def subagent_started(payload: Payload, _state: Any = None) -> Event:
+    """SubagentStart -> ``delegation.subagent.started``."""
+    return subagent("delegation.subagent.started", payload)
+
+
+def subagent_stopped(payload: Payload, _state: Any = None) -> Event:
+    """SubagentStop -> ``delegation.subagent.stopped`` (``stop_hook_active`` is loop plumbing, dropped)."""
+    return subagent("delegation.subagent.stopped", payload)
+
+
+def compacted(payload: Payload, _state: Any = None) -> Event:
+    """The one compaction moment -> ``session.compacted{trigger}``; summaries are redacted-gated."""
+    data: Payload = {}
+    trigger = get_str(payload, "trigger") or get_str(payload, "compact_trigger")
+    if trigger:
+        data["trigger"] = trigger
+    for key in ("compact_summary", "custom_instructions"):
+        value = get_str(payload, key)
+        if value:
+            data[key] = value
+    return merge_capture(draft("session.compacted", data),
+                         compact_summary=REDACTED, custom_instructions=REDACTED)
+
+
+def nothing(_payload: Payload, _state: Any = None) -> None:
+    """A hook deliberately mapped to no event."""
+    return None
+
+
+def notification(payload: Payload, _state: Any = None, *,
+                 suppress: frozenset[str] = frozenset()) -> Event | None:
+    """Notification -> ``progress.status`` (subject the subtype), or None for a suppressed subtype."""
+    kind = get_str(payload, "notification_type")
+    if kind in suppress:
+        return None
+    data: Payload = {}
+    for key in ("message", "title"):
+        value = get_str(payload, key)
+        if value:
+            data[key] = value  # progress.status.message is redacted by schema; title is vendor text
+    return merge_capture(draft("progress.status", data, kind), title=REDACTED)
+
