@@ -6,6 +6,7 @@ enforced, so nothing above it ever reaches the stamper or an exporter. See ``REA
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from pipeline.model import Batch, Event
 from .gate import (
     DEFAULT_CEILING,
     DEFAULT_OVERRIDES,
+    GATE_HINTS,
     LEVELS,
     CapturePolicy,
     downlevel,
@@ -24,6 +26,8 @@ from .gate import (
     synthesized_prompt,
 )
 from .redact import Redactor
+
+log = logging.getLogger("aep.processor.capture")
 
 __all__ = [
     "FACTORY",
@@ -107,6 +111,7 @@ class CaptureProcessor:
         self.config.validate()
         self.policy = self.config.policy()
         self.redactor = self.config.redactor()
+        self.failures = 0
 
     def __call__(self, batch: Batch) -> Batch:
         out: Batch = []
@@ -118,8 +123,19 @@ class CaptureProcessor:
                 # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)).
                 out.append(downlevel(item, self.policy.level_for(str(item.get("type", "")))))
             else:
-                out.append(gate_draft(item, self.policy, self.redactor))
+                out.append(self.gate(item))
         return out
+
+    def gate(self, draft: Event) -> Event:
+        """``gate_draft`` under this processor's policy; a draft it cannot gate loses its data."""
+        try:
+            return gate_draft(draft, self.policy, self.redactor)
+        except Exception as exc:  # fail closed: the moment survives, its content never leaks
+            self.failures += 1
+            log.error("capture gating of %s failed: %s: %s", draft.get("type"), type(exc).__name__, exc)
+            kept = {k: v for k, v in draft.items() if k != "data" and k not in GATE_HINTS}
+            kept["capture"] = "none"
+            return kept
 
 
 FACTORY = Factory(

@@ -61,13 +61,19 @@ def _merge(into: dict[str, str], path: str, level: str, where: str) -> None:
         into[path] = level
 
 
-def _expand(node: Schema, base: str, resolver: _Resolver, seen: frozenset[str]) -> list[tuple[Schema, str]]:
-    """The schema and every subschema that contributes properties at the same instance location."""
-    out: list[tuple[Schema, str]] = [(node, base)]
+Part = tuple[Schema, str, frozenset[str]]
+
+
+def _expand(node: Schema, base: str, resolver: _Resolver, seen: frozenset[str]) -> list[Part]:
+    """The schema and every subschema that contributes properties at the same instance location.
+
+    Each part carries the refs followed to reach it, so a recursive ``$ref`` stops instead of looping.
+    """
+    out: list[Part] = [(node, base, seen)]
     ref = node.get("$ref")
     if isinstance(ref, str):
         key = f"{base}{ref}" if ref.startswith("#") else ref
-        if key not in seen:  # a recursive $ref stops here instead of looping
+        if key not in seen:
             target, target_base = resolver.resolve(ref, base)
             out.extend(_expand(target, target_base, resolver, seen | {key}))
     for word in _BRANCHES:
@@ -81,31 +87,28 @@ def _expand(node: Schema, base: str, resolver: _Resolver, seen: frozenset[str]) 
     return out
 
 
-def _walk(node: Schema, base: str, prefix: str, resolver: _Resolver, into: dict[str, str],
+def _walk(node: Schema, base: str, path: str, resolver: _Resolver, into: dict[str, str],
           seen: frozenset[str], where: str) -> None:
-    for part, part_base in _expand(node, base, resolver, seen):
+    """Record the annotation at ``path`` (if any) and everything declared beneath it."""
+    parts = _expand(node, base, resolver, seen)
+    for part, _, _ in parts:
+        level = part.get("x-aep-capture")
+        if path and level is not None:
+            _merge(into, path, level, where)
+    for part, part_base, part_seen in parts:
         props = part.get("properties")
         if isinstance(props, dict):
             for key, sub in props.items():
-                if not isinstance(sub, dict):
-                    continue
-                path = f"{prefix}.{key}" if prefix else key
-                _visit(sub, part_base, path, resolver, into, seen, where)
+                if isinstance(sub, dict):
+                    child = f"{path}.{key}" if path else key
+                    _walk(sub, part_base, child, resolver, into, part_seen, where)
+        if not path:
+            continue  # the payload root is an object; items there would have no name
         items = part.get("items")
-        if prefix and isinstance(items, dict):
-            _visit(items, part_base, prefix + "[]", resolver, into, seen, where)
-        for item in part.get("prefixItems") or []:
-            if prefix and isinstance(item, dict):
-                _visit(item, part_base, prefix + "[]", resolver, into, seen, where)
-
-
-def _visit(node: Schema, base: str, path: str, resolver: _Resolver, into: dict[str, str],
-           seen: frozenset[str], where: str) -> None:
-    for part, _ in _expand(node, base, resolver, seen):
-        level = part.get("x-aep-capture")
-        if level is not None:
-            _merge(into, path, level, where)
-    _walk(node, base, path, resolver, into, seen, where)
+        subs = [items] if isinstance(items, dict) else []
+        subs += [i for i in part.get("prefixItems") or [] if isinstance(i, dict)]
+        for sub in subs:
+            _walk(sub, part_base, path + "[]", resolver, into, part_seen, where)
 
 
 def build(schemas_dir: Path) -> dict[str, dict[str, str]]:

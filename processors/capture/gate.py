@@ -118,10 +118,12 @@ def _is_number(value: Any) -> bool:
 def _structural_value(spec: Mapping[str, Any], value: Any) -> bool:
     """True when the value of this field is structural (survives at metadata), false when text."""
     kind = spec.get("type")
+    # A value whose JSON type contradicts its field is not structural: text typed into a
+    # `number` field would otherwise ride at metadata (hardening beyond the reference gate).
     if kind == "number":
-        return True
+        return _is_number(value)
     if kind == "boolean":
-        return True
+        return isinstance(value, bool)
     if kind == "select":
         ids = _choice_ids(spec)
         items = value if isinstance(value, list) else [value]
@@ -282,11 +284,18 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
 # --- the emitter-side gate ------------------------------------------------------------------
 
 
+@cache
+def default_redactor() -> Redactor:
+    """The pipeline ``gate_draft`` runs when given none: no configured secrets, PII on, user's home."""
+    return Redactor()
+
+
 def _merged_annotations(event_type: str, hint: Any) -> dict[str, str]:
     ann = dict(load_annotations().get(event_type, {}))
     if isinstance(hint, dict):
         for path, level in hint.items():
-            check_level(level, f"_capture hint {path!r} of {event_type}")
+            if level not in LEVELS:
+                level = "full"  # a mapping bug must fail closed: an unreadable minimum is the highest
             # A hint can raise a schema minimum, never lower it: that would smuggle content.
             if path not in ann or rank(level) > rank(ann[path]):
                 ann[path] = level
@@ -315,7 +324,7 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
         return out
     ann = _merged_annotations(event_type, hint)
-    red = (redactor or Redactor()) if level == REDACTED else None
+    red = (redactor or default_redactor()) if level == REDACTED else None
     data: dict[str, Any] = out["data"]
     if red is not None:
         data = _twins(data, "", ann, red.value)

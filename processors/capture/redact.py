@@ -41,9 +41,12 @@ _KEY_WORDS = (
 )
 # `KEY = value`, `"key": "value"` and `KEY=\nvalue`. The key may be a longer identifier ending in
 # a credential word (GITHUB_TOKEN, client_secret), but `tokens:` / `token_count=` do not match.
+# Quotes may be backslash-escaped (JSON text inside a JSON string); an auth scheme word before the
+# value is part of the value (`authorization: Basic abc=` must not leave `abc=` behind).
 _ASSIGNMENT = re.compile(
-    r"(?P<key>[A-Za-z0-9_.-]*(?:" + _KEY_WORDS + r"))(?P<q1>[\"']?)(?P<sep>\s*[=:]\s*)"
-    r"(?:(?P<q2>[\"'])(?P<quoted>[^\"'\n]*)(?P=q2)|(?P<bare>\S+))",
+    r"(?P<key>[A-Za-z0-9_.-]*(?:" + _KEY_WORDS + r"))(?P<q1>\\?[\"']?)(?P<sep>\s*[=:]\s*)"
+    r"(?:(?P<q2>\\?[\"'])(?P<quoted>[^\n]*?)(?P=q2)"
+    r"|(?P<bare>(?:(?:bearer|basic|digest|token)[ \t]+)?\S+))",
     re.IGNORECASE,
 )
 # Dict keys whose value is a credential whatever it looks like (corpus value_cases), plus longer
