@@ -36,6 +36,9 @@ TYPE_GRAMMAR = re.compile(
 )
 SEVERITIES = ("debug", "info", "notice", "warning", "error", "critical")
 CAPTURES = ("none", "metadata", "redacted", "full")
+CORE_ATTRIBUTES = frozenset({"aep", "id", "type", "subject", "time", "source", "agent", "session", "run",
+                             "step", "seq", "epoch", "cause", "traceparent", "severity", "capture", "data"})
+_EXTENSION = re.compile(r"[a-z0-9]{1,20}")
 UNKNOWN_SESSION = "unknown"
 
 # Order of attributes on the wire; readers must not care, humans reading JSONL do.
@@ -195,9 +198,8 @@ class Stamper:
             if value is not None and value != "":
                 ev[key] = str(value) if key in ("subject", "run", "step", "session") else value
         for key, value in draft.items():  # extension attributes the draft carries, scalars only
-            if key not in ev and key not in values and not key.startswith("_") and key not in (
-                "type", "data", "aep", "id"
-            ) and isinstance(value, (str, int, bool)) and re.fullmatch(r"[a-z0-9]{1,20}", key):
+            if key not in CORE_ATTRIBUTES and isinstance(value, (str, int, bool)) \
+                    and not isinstance(value, float) and _EXTENSION.fullmatch(key):
                 ev[key] = value
         data = draft.get("data")
         if data is not None:

@@ -55,6 +55,9 @@ def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:
                 continue
             raise
         found = getattr(module, "FACTORIES", None) or getattr(module, "FACTORY", None)
+        if found is None:
+            problems.append(f"built-in module {name} defines no FACTORY")
+            continue
         for factory in _factories(found):
             registry.register(factory, "builtin")
     if load_plugins:

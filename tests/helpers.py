@@ -1,0 +1,104 @@
+"""Test helpers: run a real collector in-process or as a subprocess, on loopback free ports."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.config import parse
+from pipeline.registry import build_registry
+from pipeline.service import Service
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.asynccontextmanager
+async def running(raw: dict[str, Any], registry: Any = None) -> AsyncIterator[Service]:
+    """Build and start a Service from a config dict; always shut it down."""
+    if registry is None:
+        registry, _ = build_registry(load_plugins=False)
+    service = Service(parse(raw, registry, "test.yaml"), host_name="test-host")
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.shutdown()
+
+
+def base_config(tmp_path: Path, receivers: dict[str, Any] | None = None, ceiling: str = "metadata",
+                extra_exporters: dict[str, Any] | None = None) -> dict[str, Any]:
+    receivers = receivers or {"claude_code": {"endpoint": "127.0.0.1:0"}}
+    exporters = {"jsonl": {"directory": str(tmp_path / "logs"), "fsync": "never"}, **(extra_exporters or {})}
+    return {
+        "receivers": receivers,
+        "processors": {"mapping": None, "runs": None, "capture": {"ceiling": ceiling}},
+        "exporters": exporters,
+        "service": {"state_dir": str(tmp_path / "state"), "pipelines": {"agents": {
+            "receivers": list(receivers), "processors": ["mapping", "runs", "capture"],
+            "exporters": list(exporters)}}},
+    }
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+class Collector:
+    """``aep-collector`` as a subprocess; the bound ports are read from its log."""
+
+    def __init__(self, config: dict[str, Any], tmp_path: Path, env: dict[str, str] | None = None) -> None:
+        self.path = tmp_path / f"collector-{time.monotonic_ns()}.yaml"
+        self.path.write_text(yaml.safe_dump(config))
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[str] | None = None
+        self.ports: dict[str, int] = {}
+        self.log: list[str] = []
+
+    def start(self, timeout: float = 20.0) -> Collector:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline.cli", "--config", str(self.path)],
+            cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("collector exited early:\n" + "".join(self.log))
+            self.log.append(line)
+            m = re.search(r"(receiver/\S+) listening on \S+?:(\d+)", line)
+            if m:
+                self.ports[m.group(1)] = int(m.group(2))
+            if "aep-collector started" in line:
+                return self
+        raise RuntimeError("collector did not start in time:\n" + "".join(self.log))
+
+    def stop(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        self.log.append(out or "")
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def collector(config: dict[str, Any], tmp_path: Path, env: dict[str, str] | None = None) -> Iterator[Collector]:
+    c = Collector(config, tmp_path, env).start()
+    try:
+        yield c
+    finally:
+        if c.proc is not None and c.proc.poll() is None:
+            c.stop()

@@ -1,0 +1,118 @@
+"""Config loading: good configs build, bad ones fail naming file, key path and expectation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import ConfigError, load, parse, parse_endpoint, substitute_env
+from pipeline.registry import build_registry
+
+DATA = Path(__file__).parent / "testdata" / "config"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def registry():
+    reg, problems = build_registry(load_plugins=False)
+    assert problems == []
+    return reg
+
+
+def test_good_config_builds_pipelines_and_typed_configs(registry, monkeypatch):
+    monkeypatch.setenv("TEST_LOG_DIR", "/tmp/from-env")
+    cfg = load(DATA / "good_full.yaml", registry)
+    assert sorted(cfg.pipelines) == ["metadata", "redacted"]
+    assert cfg.pipelines["metadata"].receivers == ["claude_code", "claude_code/second"]
+    _, second = cfg.receivers["claude_code/second"]
+    assert second.attention_timeout == 20.0 and isinstance(second.attention_timeout, float)
+    _, jsonl = cfg.exporters["jsonl"]
+    assert jsonl.directory == "/tmp/from-env" and jsonl.fsync == "always"
+    assert cfg.telemetry.log_level == "debug"
+    assert cfg.warnings == []
+
+
+def test_default_applies_when_env_unset(registry, monkeypatch):
+    monkeypatch.delenv("TEST_LOG_DIR", raising=False)
+    cfg = load(DATA / "good_full.yaml", registry)
+    assert cfg.exporters["jsonl"][1].directory == "/tmp/aep-test-logs"
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "needle"),
+    [
+        ("bad_unknown_type.yaml", "receivers.claude_codex", "unknown receiver type 'claude_codex'"),
+        ("bad_unknown_key.yaml", "receivers.claude_code.endpont", "unknown key"),
+        ("bad_wrong_type.yaml", "receivers.claude_code.attention_timeout", "expected a number, got string 'soon'"),
+        ("bad_undefined_component.yaml", "service.pipelines.p.processors[0]", "processor 'capture' is not defined"),
+        ("bad_empty.yaml", "", "the config is empty"),
+        ("bad_no_pipelines.yaml", "service.pipelines", "expected at least one pipeline"),
+        ("bad_fsync.yaml", "exporters.jsonl.fsync", "expected 'always' or 'interval' or 'never'"),
+        ("bad_endpoint.yaml", "receivers.claude_code.endpoint", "expected host:port"),
+        ("bad_env.yaml", "receivers.claude_code.endpoint", "AEP_TEST_SURELY_UNSET_VAR is not set"),
+        ("bad_yaml.yaml", "", "not valid YAML"),
+    ],
+)
+def test_bad_configs_name_file_key_and_expectation(registry, name, path, needle):
+    with pytest.raises(ConfigError) as info:
+        load(DATA / name, registry)
+    err = info.value
+    assert err.file.endswith(name)
+    assert err.path == path
+    assert needle in err.message
+    assert str(err).startswith(str(DATA / name))
+
+
+def test_unused_component_warns(registry):
+    cfg = load(DATA / "warn_unused.yaml", registry)
+    assert any("exporters.jsonl/unused: defined but not used" in w for w in cfg.warnings)
+
+
+def test_env_substitution_forms():
+    env = {"A": "1", "EMPTY": ""}
+    assert substitute_env("x${env:A}y", "f", "k", env) == "x1y"
+    assert substitute_env("${env:B:-dflt}", "f", "k", env) == "dflt"
+    assert substitute_env("${env:EMPTY:-dflt}", "f", "k", env) == ""
+    assert substitute_env("$${env:A}", "f", "k", env) == "${env:A}"
+    with pytest.raises(ConfigError, match="unsupported substitution"):
+        substitute_env("${A}", "f", "k", env)
+
+
+def test_pipeline_without_exporter_is_an_error(registry):
+    raw = {"receivers": {"claude_code": None}, "exporters": {"jsonl": None},
+           "service": {"pipelines": {"p": {"receivers": ["claude_code"]}}}}
+    with pytest.raises(ConfigError, match="needs at least one exporter"):
+        parse(raw, registry, "mem.yaml")
+
+
+def test_unknown_top_level_key(registry):
+    with pytest.raises(ConfigError) as info:
+        parse({"recievers": {}}, registry, "mem.yaml")
+    assert info.value.path == "recievers"
+
+
+@pytest.mark.parametrize(("text", "expected"), [("127.0.0.1:8377", ("127.0.0.1", 8377)),
+                                                ("[::1]:0", ("::1", 0)), ("localhost:80", ("localhost", 80))])
+def test_parse_endpoint(text, expected):
+    assert parse_endpoint(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8377", "127.0.0.1:99999", "a:b", ""])
+def test_parse_endpoint_rejects(text):
+    with pytest.raises(ConfigError):
+        parse_endpoint(text)
+
+
+def test_cli_validate_exit_codes():
+    exe = [sys.executable, "-m", "pipeline.cli"]
+    ok = subprocess.run([*exe, "validate", "--config", str(ROOT / "config" / "default.yaml")],
+                        capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0, ok.stderr
+    assert "valid" in ok.stdout
+    bad = subprocess.run([*exe, "validate", "--config", str(DATA / "bad_unknown_key.yaml")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 1
+    assert "receivers.claude_code.endpont: unknown key" in bad.stderr

@@ -1,0 +1,126 @@
+"""End to end: the real collector binary, a realistic Claude Code session over HTTP, the JSONL file."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from tests.helpers import base_config, collector, read_jsonl
+
+SID = "5f1d0c1e-2b7a-4c1e-9d1e-1a2b3c4d5e6f"
+SECRET = "password=hunter2-very-secret"
+
+
+def post(port: int, body: object, path: str = "/hook") -> tuple[int, object]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+            return resp.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def get(port: int, path: str) -> object:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def common(name: str) -> dict:
+    return {"session_id": SID, "transcript_path": f"/home/dev/.claude/projects/x/{SID}.jsonl",
+            "cwd": "/home/dev/project", "permission_mode": "default", "hook_event_name": name}
+
+
+def session() -> list[dict]:
+    bash = {"command": "pytest -q", "description": "run the tests"}
+    return [
+        {**common("SessionStart"), "source": "startup", "model": "claude-sonnet-4-5"},
+        {**common("UserPromptSubmit"), "prompt": f"fix the build, {SECRET}"},
+        {**common("PreToolUse"), "tool_name": "Read", "tool_input": {"file_path": "/home/dev/project/a.py"},
+         "tool_use_id": "toolu_01"},
+        {**common("PostToolUse"), "tool_name": "Read", "tool_input": {"file_path": "/home/dev/project/a.py"},
+         "tool_response": {"content": "print('hi')"}, "tool_use_id": "toolu_01"},
+        {**common("PreToolUse"), "tool_name": "Edit", "tool_input": {"file_path": "a.py", "old_string": "hi",
+                                                                      "new_string": "ho"}, "tool_use_id": "toolu_02"},
+        {**common("PostToolUse"), "tool_name": "Edit", "tool_input": {"file_path": "a.py"},
+         "tool_response": {"success": True}, "tool_use_id": "toolu_02"},
+        {**common("PreToolUse"), "tool_name": "Bash", "tool_input": bash, "tool_use_id": "toolu_03"},
+        {**common("PostToolUseFailure"), "tool_name": "Bash", "tool_input": bash, "tool_use_id": "toolu_03",
+         "error": "Exit code 1: 2 failed", "is_interrupt": False},
+        {**common("Notification"), "message": "Claude is waiting for your input", "notification_type": "idle_prompt"},
+        {**common("PreCompact"), "trigger": "auto", "custom_instructions": ""},
+        {**common("PostCompact"), "trigger": "auto"},
+        {**common("Stop"), "stop_hook_active": False},
+        {**common("SessionEnd"), "reason": "exit"},
+    ]
+
+
+EXPECTED_TYPES = [
+    "session.started", "run.started", "tool.requested", "tool.completed", "tool.requested", "tool.completed",
+    "tool.requested", "tool.failed", "progress.status", "session.compacted", "run.finished", "session.ended",
+]
+
+
+def test_claude_code_session_end_to_end(tmp_path):
+    from pipeline.validate import StreamValidator, envelope_errors
+
+    cfg = base_config(tmp_path)
+    with collector(cfg, tmp_path) as c:
+        port = c.ports["receiver/claude_code"]
+        assert get(port, "/healthz") == {"ok": True, "relay": False}
+        for body in session():
+            status, reply = post(port, body)
+            assert status == 200 and reply == {}, (body["hook_event_name"], status, reply)
+        assert c.stop() == 0
+    path = tmp_path / "logs" / "claude-code" / f"{SID}.jsonl"
+    events = read_jsonl(path)
+    assert [e["type"] for e in events] == EXPECTED_TYPES
+    assert [(e["epoch"], e["seq"]) for e in events] == sorted((e["epoch"], e["seq"]) for e in events)
+    assert [e["seq"] for e in events] == list(range(len(events)))
+    stream = StreamValidator()
+    for e in events:
+        assert envelope_errors(e) == [], e
+        assert stream.feed(e) == [], e
+    assert stream.finish() == []
+    run = events[1]["run"]
+    assert all(e.get("run") == run for e in events[1:11])
+    assert "run" not in events[0] and "run" not in events[11]
+    failed = events[7]
+    assert failed["data"]["tool"] == {"name": "Bash", "call_id": "toolu_03"}
+    raw = path.read_text()
+    assert "hunter2" not in raw and "fix the build" not in raw and "/home/dev" not in raw  # metadata ceiling
+    assert all(e.get("capture", "metadata") == "metadata" for e in events)
+
+    # A restart bumps the epoch; seq starts again under it.
+    with collector(cfg, tmp_path) as c:
+        post(c.ports["receiver/claude_code"], {**common("UserPromptSubmit"), "prompt": "again"})
+        c.stop()
+    after = read_jsonl(path)[len(events):]
+    assert [(e["type"], e["epoch"], e["seq"]) for e in after] == [("run.started", events[0]["epoch"] + 1, 0)]
+
+
+def test_bad_requests_get_clear_errors_and_the_daemon_keeps_serving(tmp_path):
+    cfg = base_config(tmp_path)
+    cfg["receivers"]["claude_code"]["max_body_bytes"] = 2048
+    with collector(cfg, tmp_path) as c:
+        port = c.ports["receiver/claude_code"]
+        status, body = post(port, b"{not json")
+        assert status == 400 and body["error"] == "invalid-json" and "line 1" in body["detail"]
+        status, body = post(port, b"[1, 2]")
+        assert status == 400 and body["error"] == "invalid-payload"
+        status, body = post(port, b"\xff\xfe")
+        assert status == 400 and body["error"] == "invalid-json"
+        status, body = post(port, {"session_id": "s"})
+        assert status == 400 and "hook_event_name" in body["detail"]
+        status, body = post(port, {**common("UserPromptSubmit"), "prompt": "x" * 5000})
+        assert status == 413 and body == {"error": "payload-too-large", "detail": "body over 2048 bytes",
+                                          "max_bytes": 2048}
+        status, body = post(port, {"x": 1}, path="/nope")
+        assert status == 404 and body["error"] == "not-found"
+        status, body = post(port, {**common("SessionStart"), "source": "startup"}, path="/")
+        assert status == 200 and body == {}
+        assert get(port, "/healthz")["ok"] is True
+        assert c.stop() == 0

@@ -1,0 +1,124 @@
+"""Envelope stamping: ids, time, source, seq, epoch, scope rules, identifiers."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from datetime import datetime
+
+import pytest
+
+from pipeline.envelope import EpochStore, Stamper, StampError, Ulid, rfc3339_ms, source_uri
+
+ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+
+
+def stamper(tmp_path, host="Host.Example"):
+    return Stamper(tmp_path, host)
+
+
+def test_session_event_gets_full_envelope(tmp_path):
+    ev = stamper(tmp_path).stamp({"type": "tool.requested", "agent": "claude-code", "session": "s1",
+                                  "run": "r1", "subject": "Bash", "data": {"tool": {"name": "Bash"}}})
+    assert ev["aep"] == "0.1" and ULID.match(ev["id"])
+    assert ev["source"] == "aep://host.example/agent/claude-code/session/s1"
+    assert ev["seq"] == 0 and ev["epoch"] == 0
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", ev["time"])
+    datetime.fromisoformat(ev["time"])
+    assert ev["run"] == "r1" and ev["subject"] == "Bash"
+    assert None not in ev.values()
+
+
+def test_seq_is_per_session_and_monotonic(tmp_path):
+    s = stamper(tmp_path)
+    seqs = [s.stamp({"type": "run.started", "agent": "a", "session": sid})["seq"]
+            for sid in ("x", "x", "y", "x", "y")]
+    assert seqs == [0, 1, 0, 2, 1]
+
+
+def test_agent_scoped_events_carry_no_session_run_step_seq(tmp_path):
+    ev = stamper(tmp_path).stamp({"type": "agent.idle", "agent": "claude-code", "session": "s",
+                                  "run": "r", "step": "1", "data": {}})
+    for key in ("session", "run", "step", "seq", "epoch"):
+        assert key not in ev
+    assert ev["source"] == "aep://host.example/agent/claude-code"
+
+
+def test_commands_carry_session_but_no_seq(tmp_path):
+    ev = stamper(tmp_path).stamp({"type": "attention.routed", "agent": "x", "session": "s", "data": {}})
+    assert ev["session"] == "s" and "seq" not in ev
+
+
+def test_absent_optionals_are_omitted_and_internal_hints_dropped(tmp_path):
+    ev = stamper(tmp_path).stamp({"type": "run.finished", "agent": "a", "session": "s", "run": None,
+                                  "subject": "", "_hold": "h", "_capture": {}, "data": {}})
+    assert "run" not in ev and "subject" not in ev
+    assert not any(k.startswith("_") for k in ev)
+
+
+def test_missing_session_goes_to_unknown_lane(tmp_path):
+    ev = stamper(tmp_path).stamp({"type": "session.started", "agent": "vscode", "data": {}})
+    assert ev["session"] == "unknown" and ev["source"].endswith("/session/unknown")
+
+
+@pytest.mark.parametrize("session", ["../../etc/passwd", "a b/c", "%2F", "ü", "x?y#z", "\x00"])
+def test_unsafe_session_ids_are_kept_verbatim_but_encoded_in_source(tmp_path, session):
+    ev = stamper(tmp_path).stamp({"type": "run.started", "agent": "a", "session": session})
+    assert ev["session"] == session
+    tail = ev["source"].rsplit("/session/", 1)[1]
+    assert "/" not in tail and "?" not in tail and "#" not in tail and " " not in tail
+
+
+def test_bad_type_is_refused(tmp_path):
+    with pytest.raises(StampError):
+        stamper(tmp_path).stamp({"type": "x.vendor.verb", "agent": "a", "session": "s"})
+    with pytest.raises(StampError):
+        stamper(tmp_path).stamp({"type": "run.started", "session": "s"})
+
+
+def test_already_stamped_event_passes_through_byte_identical(tmp_path):
+    s = stamper(tmp_path)
+    ev = s.stamp({"type": "control.accepted", "agent": "a", "session": "s", "cause": "c1", "data": {}})
+    again = s.stamp(dict(ev))
+    assert json.dumps(again) == json.dumps(ev)
+
+
+def test_epoch_is_persisted_and_bumped_per_start(tmp_path):
+    assert EpochStore(tmp_path).epoch("claude-code") == 0
+    assert EpochStore(tmp_path).epoch("claude-code") == 1
+    third = EpochStore(tmp_path)
+    assert third.epoch("claude-code") == 2
+    assert third.epoch("claude-code") == 2  # once per start, not per event
+    assert EpochStore(tmp_path).epoch("codex") == 0
+
+
+def test_epoch_survives_a_corrupt_state_file(tmp_path):
+    EpochStore(tmp_path).epoch("a")
+    (tmp_path / "epochs" / "a.json").write_text("{not json")
+    assert EpochStore(tmp_path).epoch("a") == 0  # restarts safely; never crashes
+
+
+def test_concurrent_starts_take_distinct_epochs(tmp_path):
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda: results.append(EpochStore(tmp_path).epoch("a")))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == list(range(8))
+
+
+def test_ulids_are_unique_and_sorted_within_a_millisecond():
+    gen = Ulid()
+    ids = [gen.new(1_700_000_000_000) for _ in range(1000)]
+    assert len(set(ids)) == 1000 and ids == sorted(ids)
+
+
+def test_rfc3339_ms():
+    assert rfc3339_ms(0.5) == "1970-01-01T00:00:00.500Z"
+
+
+def test_source_uri_encodes_agent_and_session():
+    assert source_uri("h", "a/b", "s s") == "aep://h/agent/a%2Fb/session/s%20s"

@@ -1,0 +1,144 @@
+"""The JSONL exporter: one file per session, whole lines only, no escape from the log directory."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from exporters.jsonl import JsonlConfig, JsonlExporter, repair_torn_tail
+from exporters.jsonl.paths import encode_name
+from pipeline.component import CreateSettings
+from pipeline.host import Host
+
+
+def ev(session, seq=0, agent="claude-code", **kw):
+    out = {"aep": "0.1", "id": f"id{seq}", "type": "run.started", "time": "2026-01-01T00:00:00.000Z",
+           "source": "aep://h/agent/a/session/s", "agent": agent, "seq": seq, **kw}
+    if session is not None:
+        out["session"] = session
+    return out
+
+
+async def make(tmp_path, **cfg):
+    exp = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=str(tmp_path / "logs"), **cfg))
+    host = Host(state_dir=tmp_path)
+    await exp.start(host)
+    return exp, host
+
+
+def lines(path: Path):
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+async def test_one_line_per_event_per_session_file(tmp_path):
+    exp, _ = await make(tmp_path, fsync="always")
+    exp.export_now([ev("s1", 0), ev("s2", 0), ev("s1", 1)])
+    await exp.shutdown()
+    root = tmp_path / "logs" / "claude-code"
+    assert [e["seq"] for e in lines(root / "s1.jsonl")] == [0, 1]
+    assert [e["seq"] for e in lines(root / "s2.jsonl")] == [0]
+    assert (root / "s1.jsonl").read_bytes().endswith(b"\n")
+
+
+async def test_agent_scoped_events_have_their_own_file(tmp_path):
+    exp, _ = await make(tmp_path)
+    exp.export_now([ev(None, type="agent.idle")])
+    await exp.shutdown()
+    assert (tmp_path / "logs" / "claude-code" / "_agent.jsonl").exists()
+
+
+@pytest.mark.parametrize("session", ["../../x", "/etc/passwd", "a\x00b", "..", ".", ".bashrc", "a/../../b",
+                                     "_agent", "%2e%2e", "x" * 600, "con", "ü/é"])
+async def test_hostile_session_ids_stay_inside_the_directory(tmp_path, session):
+    exp, _ = await make(tmp_path)
+    exp.export_now([ev(session)])
+    await exp.shutdown()
+    root = (tmp_path / "logs" / "claude-code").resolve()
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and "epochs" not in p.parts]
+    assert len(files) == 1
+    (f,) = files
+    assert f.resolve().parent == root
+    assert not f.name.startswith(".") and f.name != "_agent.jsonl"
+    assert lines(f)[0]["session"] == session
+
+
+def test_encoding_is_injective_on_tricky_names():
+    names = ["a/b", "a%2Fb", "a%252Fb", ".x", "%2Ex", "x.", "x%2E", "_agent", "%5Fagent", "", "%", "..", "."]
+    encoded = [encode_name(n) for n in names]
+    assert len(set(encoded)) == len(names)
+    for e in encoded:
+        assert "/" not in e and "\x00" not in e and e not in (".", "..") and not e.startswith(".")
+
+
+def test_plain_names_pass_unchanged():
+    assert encode_name("0f8e-4b2a_s.1") == "0f8e-4b2a_s.1"
+
+
+async def test_torn_last_line_is_repaired_at_start(tmp_path):
+    root = tmp_path / "logs" / "claude-code"
+    root.mkdir(parents=True)
+    path = root / "s1.jsonl"
+    path.write_bytes(json.dumps(ev("s1", 0)).encode() + b"\n" + b'{"aep":"0.1","id":"to')
+    exp, _ = await make(tmp_path)
+    exp.export_now([ev("s1", 1)])
+    await exp.shutdown()
+    assert [e["seq"] for e in lines(path)] == [0, 1]
+    kept = list(root.glob("s1.jsonl.torn-*"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b'{"aep":"0.1","id":"to'
+
+
+def test_repair_leaves_whole_files_alone(tmp_path):
+    path = tmp_path / "f.jsonl"
+    path.write_bytes(b'{"a":1}\n')
+    assert repair_torn_tail(path) is False and path.read_bytes() == b'{"a":1}\n'
+    path.write_bytes(b'no newline at all')
+    assert repair_torn_tail(path) is True and path.read_bytes() == b""
+
+
+
+
+async def test_write_failure_is_reported_in_health_and_recovers(tmp_path):
+    exp, host = await make(tmp_path)
+    blocker = tmp_path / "logs" / "claude-code"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("a file where the agent directory should be")
+    exp.export_now([ev("s1", 0)])
+    exp.export_now([ev("s1", 1)])
+    snap = host.health.snapshot()
+    assert snap["ok"] is False
+    assert "exporter/jsonl" in snap["problems"]
+    assert snap["dropped"]["exporter/jsonl"] == 2
+    blocker.unlink()
+    exp.export_now([ev("s1", 2)])
+    assert host.health.snapshot()["ok"] is True
+    await exp.shutdown()
+    assert [e["seq"] for e in lines(blocker / "s1.jsonl")] == [2]
+
+
+async def test_disk_full_never_leaves_a_torn_line(tmp_path, monkeypatch):
+    exp, host = await make(tmp_path)
+    exp.export_now([ev("s1", 0)])
+    real_write = os.write
+
+    def short_write(fd, data):
+        return real_write(fd, data[: len(data) // 2])  # the disk fills mid-line
+
+    monkeypatch.setattr(os, "write", short_write)
+    exp.export_now([ev("s1", 1)])
+    monkeypatch.setattr(os, "write", real_write)
+    exp.export_now([ev("s1", 2)])
+    await exp.shutdown()
+    path = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    assert [e["seq"] for e in lines(path)] == [0, 2]
+
+
+async def test_open_files_are_bounded(tmp_path):
+    exp, _ = await make(tmp_path, max_open_files=2)
+    exp.export_now([ev(f"s{i}", i) for i in range(5)])
+    assert len(exp._fds) == 2
+    exp.export_now([ev("s0", 9)])
+    await exp.shutdown()
+    assert [e["seq"] for e in lines(tmp_path / "logs" / "claude-code" / "s0.jsonl")] == [0, 9]
