@@ -1,0 +1,471 @@
+"""Hermes Agent shell hooks (AEP-0002 Annex A.10) -> AEP drafts; pinned by ``mappings/hermes.json``.
+
+A shell hook receives ``{hook_event_name, tool_name, tool_input, session_id, cwd, extra}``.
+``session_id`` is the AEP session; ``extra.turn_id`` is a REAL per-turn id and rides verbatim as
+the draft ``run``. ``on_session_end`` fires per TURN (a run terminal); ``on_session_finalize`` is
+the only session end. The vendor's own approval gate and its ``clarify`` tool are observed
+read-only (``respond_via: ["oob"]``): the human answers in Hermes, never from the bus.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.model import Event, Signal
+
+from .common import digest, draft, get_dict, get_str, tool_ref
+from .shellfamily import ABSENT, dotted_fallback, number, tool_completed, tool_failed, tool_requested
+
+__all__ = ["AGENT", "NEUTRAL_REPLY", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
+           "new_state", "map_hook", "map_signal", "deny_reply", "context_reply", "clarify_choices",
+           "clarify_fields"]
+
+log = logging.getLogger("aep.mapping.hermes")
+
+AGENT = "hermes"
+
+# NousResearch/hermes-agent agent/shell_hooks.py `_parse_response`: empty stdout or a JSON object
+# without `action`/`decision` (pre_tool_call) or a non-empty `context` (elsewhere) is no directive,
+# so `{}` lets every hook proceed untouched.
+NEUTRAL_REPLY: dict[str, Any] = {}
+
+# Fixture identity: every payload's drift sentinel; another value means re-verify the shapes.
+SCHEMA_VERSION = "hermes.observer.v1"
+
+# Fixture pre_approval_request: the vendor's return contract (the choices post_approval_response
+# can deliver) with its own menu wording; labels degrade to ids below the redacted ceiling.
+APPROVAL_OPTIONS: tuple[dict[str, str], ...] = (
+    {"id": "once", "label": "Allow once"},
+    {"id": "session", "label": "Allow for this session"},
+    {"id": "always", "label": "Add to permanent allowlist"},
+    {"id": "deny", "label": "Deny"},
+)
+CLARIFY_TOOL = "clarify"
+CLARIFY_PROMPT = "hermes asks a question"  # structural at every ceiling (fixture clarify pre)
+MAX_CHOICES = 4  # the vendor caps offered choices at four (its UI appends "Other")
+_CLI_TIMEOUT = ("The user did not provide a response within the time limit. "
+                "Use your best judgement to make the choice and proceed.")
+_GATEWAY_TIMEOUT = re.compile(r"^\[user did not respond within [^\]]*\]$")
+_CANCELLED_PREFIX = "The user cancelled"
+_UNDELIVERABLE = "[clarify prompt could not be delivered]"
+_DEFAULT_DENY = "Denied by the operator (AEP)."
+_APPROVAL_HOOKS = ("pre_approval_request", "post_approval_response")
+_LIMIT = 4096  # bound on every runtime table; the oldest entries go first
+
+
+def deny_reply(reason: str | None = None) -> dict[str, Any]:
+    """The ``pre_tool_call`` block directive for a denial (the vendor requires a non-empty message)."""
+    # agent/shell_hooks.py `_parse_pre_tool_call`: {"action": "block", "message": ...} is canonical.
+    text = reason.strip() if isinstance(reason, str) else ""
+    return {"action": "block", "message": text or _DEFAULT_DENY}
+
+
+def context_reply(text: str | None) -> dict[str, Any]:
+    """The ``pre_llm_call`` context injection (steering); empty text is the neutral reply."""
+    if isinstance(text, str) and text.strip():
+        return {"context": text}
+    return dict(NEUTRAL_REPLY)
+
+
+@dataclass
+class _Pending:
+    lane: str | None  # the session the request was emitted on (None = the unknown lane)
+    subject: str | None = None
+    call_id: str | None = None
+    fields: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class HermesState:
+    """Runtime joins: sessions seen, open approval cards, clarify calls, drift versions logged."""
+
+    sessions: dict[str, None] = field(default_factory=dict)
+    approvals: dict[str, list[_Pending]] = field(default_factory=dict)
+    clarify: dict[str, _Pending] = field(default_factory=dict)
+    drift_logged: set[str] = field(default_factory=set)
+
+
+def new_state() -> HermesState:
+    """A fresh, empty runtime state."""
+    return HermesState()
+
+
+def _trim(table: dict[Any, Any]) -> None:
+    while len(table) > _LIMIT:
+        table.pop(next(iter(table)))
+
+
+# --- clarify: the form overlay (AEP-0006) --------------------------------------------------------
+
+
+def _flatten_choice(choice: Any) -> str:
+    """The vendor's entry-point normalization of one choice to its display text."""
+    if choice is None:
+        return ""
+    if isinstance(choice, str):
+        return choice.strip()
+    if isinstance(choice, dict):
+        for key in ("label", "description", "text", "title"):
+            value = choice.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
+        return ""
+    if isinstance(choice, (list, tuple)):
+        return " ".join(_flatten_choice(c) for c in choice).strip()
+    return str(choice).strip()
+
+
+def clarify_choices(raw: Any) -> list[str]:
+    """Offered choices as the vendor shows them: unwrapped, trimmed, empties dropped, at most four."""
+    if not isinstance(raw, list):
+        return []
+    return [c for c in (_flatten_choice(item) for item in raw) if c][:MAX_CHOICES]
+
+
+def clarify_fields(question: Any, choices: list[str], multi: bool = False) -> list[dict[str, Any]] | None:
+    """The one-field form of a clarify question: a select with Other, or a string; None without one."""
+    if not isinstance(question, str) or not question.strip():
+        return None  # fixture clarify question-less: no card
+    label = question.strip()
+    if not choices:
+        return [{"id": "1", "type": "string", "label": label, "required": True}]
+    spec: dict[str, Any] = {"id": "1", "type": "select", "label": label, "required": True, "other": True,
+                            "choices": [{"id": str(i), "label": c} for i, c in enumerate(choices, start=1)]}
+    if multi:
+        spec["multi"] = True
+    return [spec]
+
+
+def _clarify_card(tool_input: Any, call_id: str | None, attrs: dict[str, Any]) -> list[Event]:
+    args = tool_input if isinstance(tool_input, dict) else {}
+    choices = clarify_choices(args.get("choices"))
+    fields = clarify_fields(args.get("question"), choices, multi=bool(args.get("multi_select")) and bool(choices))
+    if fields is None:
+        return []
+    data = {"kind": "form", "prompt": CLARIFY_PROMPT, "fields": fields, "respond_via": ["oob"]}
+    return [draft("attention.requested", data, subject=call_id, severity="notice",
+                  _structural={"prompt": CLARIFY_PROMPT}, **attrs)]
+
+
+def _clarify_result(raw: Any) -> dict[str, Any] | None:
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, str):
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+def _clarify_outcome(extra: dict[str, Any], status: str | None, fields: list[dict[str, Any]] | None,
+                     attrs: dict[str, Any]) -> list[Event]:
+    subject = get_str(extra, "tool_call_id")
+    if status in ("blocked", "error"):
+        # The ask never completed: the card closes dismissed beside the pinned denial / failure.
+        return [draft("attention.resolved", {"resolution": "dismissed"}, subject=subject, **attrs)]
+    result = _clarify_result(extra.get("result"))
+    if result is None or "user_response" not in result:
+        return []  # an unparseable result makes no lifecycle claim (joins never invent)
+    response = result["user_response"]
+    if isinstance(response, str):
+        response = response.strip()
+    if response is None or response == "" or response == []:
+        return [draft("attention.resolved", {"resolution": "dismissed"}, subject=subject, **attrs)]
+    if isinstance(response, str):
+        if response == _CLI_TIMEOUT or _GATEWAY_TIMEOUT.match(response):
+            return [draft("attention.timeout", {}, subject=subject, **attrs)]
+        if response.startswith(_CANCELLED_PREFIX) or response == _UNDELIVERABLE:
+            return [draft("attention.resolved", {"resolution": "dismissed"}, subject=subject, **attrs)]
+    offered = [c.strip() for c in result.get("choices_offered") or [] if isinstance(c, str)]
+    ids = {c: str(i) for i, c in reversed(list(enumerate(offered, start=1)))}
+
+    def as_value(text: Any) -> Any:
+        # A picked choice is its STRUCTURAL 1-based id; anything else is the Other free text.
+        text = text.strip() if isinstance(text, str) else text
+        return ids.get(text, text) if isinstance(text, str) else text
+
+    if isinstance(response, list):
+        value: Any = [as_value(r) for r in response if isinstance(r, str) and r.strip()]
+    elif isinstance(response, str):
+        value = as_value(response)
+    else:
+        return []
+    if fields is None:
+        fields = clarify_fields(result.get("question") or "clarify", offered, multi=isinstance(response, list))
+    data = {"answer": {"values": {"1": value}}, "via": "oob"}
+    return [draft("attention.answered", data, subject=subject, _fields=copy.deepcopy(fields), **attrs)]
+
+
+# --- the hooks ------------------------------------------------------------------------------------
+
+
+def _post_tool_call(p: dict[str, Any], extra: dict[str, Any], attrs: dict[str, Any],
+                    fields: list[dict[str, Any]] | None, card: bool) -> list[Event]:
+    name = get_str(p, "tool_name")
+    ref = tool_ref(name, get_str(extra, "tool_call_id"))
+    status = get_str(extra, "status")
+    duration = extra.get("duration_ms")
+    if status == "blocked":
+        # A blocking hook, no human loop: tool.denied by policy; the block message is the rule (redacted+).
+        data: dict[str, Any] = {"tool": ref}
+        if number(duration) is not None:
+            data["duration_ms"] = duration
+        data["by"] = "policy"
+        hint: dict[str, str] = {}
+        message = get_str(extra, "error_message")
+        if message:
+            data["rule"] = message
+            hint["rule"] = "redacted"
+        out = [draft("tool.denied", data, subject=ref["name"], _capture=hint or None, **attrs)]
+    elif status == "error":
+        error_type = get_str(extra, "error_type") or "tool_error"
+        out = [tool_failed(ref, error_type, message=extra.get("error_message"), duration_ms=duration, **attrs)]
+    else:
+        result = extra["result"] if "result" in extra else ABSENT
+        out = [tool_completed(ref, duration_ms=duration, result=result, **attrs)]
+    if name == CLARIFY_TOOL and card:
+        out += _clarify_outcome(extra, status, fields, attrs)
+    return out
+
+
+def _approval_request(extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
+    command = get_str(extra, "command")
+    prompt = f"Approval requested: {command}" if command else "Approval requested"
+    data = {"kind": "permission", "prompt": prompt, "options": [dict(o) for o in APPROVAL_OPTIONS],
+            "respond_via": ["oob"]}  # AEP-0008: answered in Hermes' own UI, never from the bus
+    return [draft("attention.requested", data, subject=get_str(extra, "pattern_key"), severity="notice",
+                  **attrs)]
+
+
+def _approval_response(extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
+    subject = get_str(extra, "pattern_key")
+    choice = get_str(extra, "choice")
+    if choice == "timeout":
+        return [draft("attention.timeout", {}, subject=subject, **attrs)]
+    if choice is None:
+        # The gate closed without a decision the vendor could name: no answer is claimed.
+        return [draft("attention.resolved", {"resolution": "dismissed"}, subject=subject, **attrs)]
+    return [draft("attention.answered", {"answer": {"option": choice}, "via": "oob"}, subject=subject, **attrs)]
+
+
+def _session_end(extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
+    # Annex A.10, the naming trap: this hook fires PER TURN, so it closes the run, never the session.
+    if extra.get("interrupted") is True:
+        return [draft("run.cancelled", {"by": "user"}, **attrs)]
+    if extra.get("completed") is False:
+        # Deviation (unpinned): a turn that neither completed nor was interrupted ended in failure.
+        return [draft("run.failed", {"reason": "incomplete"}, **attrs)]
+    return [draft("run.finished", {}, **attrs)]
+
+
+def _subagent(name: str, extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
+    child_id = get_str(extra, "child_session_id")
+    data: dict[str, Any] = {"child": {"session": child_id} if child_id else {}}
+    hint: dict[str, str] = {}
+    if name == "subagent_start":
+        if get_str(extra, "child_role"):
+            data["role"] = extra["child_role"]
+        text_key, text_field = "child_goal", "goal"
+        event_type = "delegation.subagent.started"
+    else:
+        if get_str(extra, "child_status"):
+            data["status"] = extra["child_status"]
+        if number(extra.get("duration_ms")) is not None:
+            data["duration_ms"] = extra["duration_ms"]
+        text_key, text_field = "child_summary", "summary"
+        event_type = "delegation.subagent.stopped"
+    text = get_str(extra, text_key)
+    if text:  # the child's goal / summary is content: redacted-gated
+        data[text_field] = text
+        hint[text_field] = "redacted"
+    return [draft(event_type, data, subject=child_id, _capture=hint or None, **attrs)]
+
+
+def _api_error(extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
+    data: dict[str, Any] = {}
+    for key in ("status_code", "retry_count"):
+        if number(extra.get(key)) is not None:
+            data[key] = extra[key]
+    if get_str(extra, "reason"):
+        data["reason"] = extra["reason"]
+    hint: dict[str, str] = {}
+    if "error" in extra and extra["error"] is not None:
+        data["error"] = extra["error"]  # the vendor error object carries a message: redacted-gated
+        hint["error"] = "redacted"
+    return [draft("x.hermes.api.error", data, severity="error", _capture=hint or None, **attrs)]
+
+
+def map_hook(payload: Any, hook: str | None = None, *, approval_session: str | None = None,
+             fields: list[dict[str, Any]] | None = None, card: bool = True) -> list[Event]:
+    """One stdin envelope -> drafts in pinned order.
+
+    Runtime facts the payload lacks: ``approval_session`` (``extra.session_key`` joined against
+    sessions already seen), ``fields`` (the clarify card raised at ``pre_tool_call``) and ``card``
+    (False when that ``pre_tool_call`` is known to have raised no card).
+    """
+    p = payload if isinstance(payload, dict) else {}
+    extra = get_dict(p, "extra")
+    name = get_str(p, "hook_event_name") or hook or ""
+    session = get_str(p, "session_id") or get_str(extra, "parent_session_id")
+    if name in _APPROVAL_HOOKS and session is None:
+        # Fixture identity: approval payloads carry session_id "" — never mint a lane from a key.
+        session = approval_session
+    attrs: dict[str, Any] = {"session": session,
+                             "run": get_str(extra, "turn_id") or get_str(extra, "parent_turn_id")}
+    if name == "on_session_start":
+        data: dict[str, Any] = {"client": {"name": AGENT}}
+        if get_str(p, "cwd"):
+            data["cwd"] = p["cwd"]  # session.started.cwd is redacted-gated by its schema
+        return [draft("session.started", data, **attrs)]
+    if name == "pre_llm_call":
+        data = {"trigger": "user"}
+        message = extra.get("user_message")
+        if isinstance(message, str):
+            data["message_digest"] = digest(message)  # AEP-0003 §9.3: over the original text
+            data["prompt"] = message
+        return [draft("run.started", data, **attrs)]
+    if name == "pre_tool_call":
+        ref = tool_ref(get_str(p, "tool_name"), get_str(extra, "tool_call_id"))
+        args = p["tool_input"] if p.get("tool_input") is not None else ABSENT
+        out = [tool_requested(ref, args, **attrs)]
+        if ref["name"] == CLARIFY_TOOL:
+            out += _clarify_card(p.get("tool_input"), get_str(extra, "tool_call_id"), attrs)
+        return out
+    if name == "post_tool_call":
+        return _post_tool_call(p, extra, attrs, fields, card)
+    if name == "pre_approval_request":
+        return _approval_request(extra, attrs)
+    if name == "post_approval_response":
+        return _approval_response(extra, attrs)
+    if name == "on_session_end":
+        return _session_end(extra, attrs)
+    if name in ("subagent_start", "subagent_stop"):
+        return _subagent(name, extra, attrs)
+    if name == "api_request_error":
+        return _api_error(extra, attrs)
+    if name == "on_session_finalize":
+        return [draft("session.ended", {"reason": "normal"}, **attrs)]
+    if name == "on_session_reset":
+        # Annex A.10: fires AFTER the swap with the SUCCESSOR's id; session.ended would end it at birth.
+        data = {"reason": extra["reason"]} if get_str(extra, "reason") else {}
+        return [draft("x.hermes.session.reset", data, **attrs)]
+    # AEP-0001 §6, fixture fallback: unregistered hooks degrade to x.hermes.* with underscores as dots.
+    return [draft(dotted_fallback(AGENT, name), {}, severity="debug", **attrs)]
+
+
+# --- runtime --------------------------------------------------------------------------------------
+
+
+def _check_drift(extra: dict[str, Any], state: HermesState) -> None:
+    version = extra.get("telemetry_schema_version")
+    key = str(version)
+    if version != SCHEMA_VERSION and key not in state.drift_logged:
+        state.drift_logged.add(key)
+        log.warning("hermes payload telemetry_schema_version %r (pinned %r): re-verify the hook shapes",
+                    version, SCHEMA_VERSION)
+
+
+def _seen(state: HermesState, *ids: str | None) -> None:
+    for sid in ids:
+        if sid:
+            state.sessions.pop(sid, None)
+            state.sessions[sid] = None
+    _trim(state.sessions)
+
+
+def _take(queue: list[_Pending], call_id: str | None) -> _Pending:
+    """The pending card a response answers: the tool_call_id tiebreak, else the oldest."""
+    for index, item in enumerate(queue):
+        if call_id and item.call_id == call_id:
+            return queue.pop(index)
+    return queue.pop(0)
+
+
+def _approval(payload: dict[str, Any], extra: dict[str, Any], name: str, state: HermesState) -> list[Event]:
+    key = get_str(extra, "session_key")
+    lane = key if key in state.sessions else None  # a gateway key never mints a lane
+    drafts = map_hook(payload, name, approval_session=lane)
+    pair = f"{key}|{get_str(extra, 'pattern_key')}"
+    call_id = get_str(extra, "tool_call_id")
+    if name == "pre_approval_request":
+        state.approvals.setdefault(pair, []).append(
+            _Pending(lane=drafts[0].get("session"), subject=drafts[0].get("subject"), call_id=call_id))
+        _trim(state.approvals)
+        return drafts
+    queue = state.approvals.get(pair)
+    if not queue:
+        return drafts  # an unpaired response: the vendor fact only, no lifecycle closed for it
+    _take(queue, call_id)
+    if not queue:
+        del state.approvals[pair]
+    answered = drafts[-1]
+    if answered["type"] == "attention.answered":
+        # Fixture post_approval_response_deny: the daemon pairs it and closes the card as answered.
+        drafts.append(draft("attention.resolved", {"resolution": "answered"}, subject=answered.get("subject"),
+                            session=answered.get("session"), run=answered.get("run")))
+    return drafts
+
+
+def _sweep(session: str | None, state: HermesState) -> list[Event]:
+    """Close every card still open on ``session`` as dismissed, before its session.ended (§7)."""
+    out: list[Event] = []
+    for pair, queue in list(state.approvals.items()):
+        keep = []
+        for item in queue:
+            if item.lane == session:
+                out.append(draft("attention.resolved", {"resolution": "dismissed"}, subject=item.subject,
+                                 session=session))
+            else:
+                keep.append(item)
+        if keep:
+            state.approvals[pair] = keep
+        else:
+            del state.approvals[pair]
+    for call_id, item in list(state.clarify.items()):
+        if item.lane == session:
+            del state.clarify[call_id]
+            if item.fields is not None:
+                out.append(draft("attention.resolved", {"resolution": "dismissed"}, subject=call_id,
+                                 session=session))
+    return out
+
+
+def map_signal(signal: Signal, state: HermesState) -> list[Event]:
+    """Map one shell-hook call with the runtime joins: session lanes, approval and clarify pairing."""
+    payload = signal.payload if isinstance(signal.payload, dict) else {}
+    extra = get_dict(payload, "extra")
+    name = get_str(payload, "hook_event_name") or signal.name
+    _check_drift(extra, state)
+    _seen(state, get_str(payload, "session_id"), get_str(extra, "parent_session_id"))
+    if name in _APPROVAL_HOOKS:
+        return _approval(payload, extra, name, state)
+    call_id = get_str(extra, "tool_call_id")
+    if get_str(payload, "tool_name") == CLARIFY_TOOL and call_id:
+        if name == "pre_tool_call":
+            drafts = map_hook(payload, name)
+            cards = [d for d in drafts if d["type"] == "attention.requested"]
+            fields = copy.deepcopy(cards[0]["data"]["fields"]) if cards else None
+            state.clarify[call_id] = _Pending(lane=drafts[0].get("session"), subject=call_id, call_id=call_id,
+                                              fields=fields)
+            _trim(state.clarify)
+            return drafts
+        if name == "post_tool_call":
+            pending = state.clarify.pop(call_id, None)
+            known_no_card = pending is not None and pending.fields is None
+            drafts = map_hook(payload, name, fields=pending.fields if pending else None, card=not known_no_card)
+            last = drafts[-1]
+            if pending is not None and last["type"] == "attention.answered":
+                drafts.append(draft("attention.resolved", {"resolution": "answered"}, subject=last.get("subject"),
+                                    session=last.get("session"), run=last.get("run")))
+            return drafts
+    if name == "on_session_finalize":
+        drafts = map_hook(payload, name)
+        return _sweep(drafts[0].get("session"), state) + drafts
+    return map_hook(payload, name)
