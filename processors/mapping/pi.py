@@ -1,0 +1,246 @@
+"""pi extension-bus events (AEP-0002 Annex A.12) -> AEP drafts; pinned by ``mappings/pi.json``.
+
+The extension forwards every moment as ``{session: {id, file, cwd}, event: {type, ...}}``, the
+session read in-process from ``ctx.sessionManager``. One run per AGENT LOOP (``agent_start`` ->
+``agent_end``, typed by the last assistant ``stopReason``); ``turnIndex`` is the envelope step.
+Observe-only by non-subscription; stream updates are suppressed unless the deltas opt-in is on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.model import Event, Signal
+
+from .common import digest, draft, get_dict, get_str, snake_case, tool_ref
+from .shellfamily import ABSENT, step_of, tool_completed, tool_failed, tool_requested, usage
+
+__all__ = ["AGENT", "NEUTRAL_REPLY", "DELTAS_ENV", "PiState", "new_state", "map_event", "map_signal",
+           "deny_reply", "message_text"]
+
+AGENT = "pi"
+
+# badlogic/pi-mono packages/coding-agent/docs/extensions.md: a handler that returns nothing
+# (`undefined`) leaves the moment untouched; the extension prints/returns nothing on fail-open.
+NEUTRAL_REPLY: dict[str, Any] | None = None
+
+DELTAS_ENV = "AEP_PI_DELTAS"  # the operator opt-in for stream updates (default off)
+_DEFAULT_DENY = "Denied by the operator (AEP)."
+_COMPLETIONS = ("stop", "length", "toolUse")  # bounded terminations are completions (Annex A.12)
+_RENAMED = {
+    "agent_settled": "x.pi.agent.settled",
+    "session_info_changed": "x.pi.session.info",
+    "session_tree": "x.pi.session.tree",
+    "model_select": "x.pi.model.select",
+    "thinking_level_select": "x.pi.thinking.select",
+}
+
+
+def deny_reply(reason: str | None = None) -> dict[str, Any]:
+    """The blockable ``tool_call`` handler's denial: ``{block: true, reason}`` (reason never empty)."""
+    # extensions.md "tool_call (can block)": returning {block: true, reason} stops the call.
+    text = reason.strip() if isinstance(reason, str) else ""
+    return {"block": True, "reason": text or _DEFAULT_DENY}
+
+
+@dataclass
+class PiState:
+    """Runtime: the deltas opt-in and the sessions whose agent loop (run) is open."""
+
+    deltas: bool = False
+    open_loops: set[str | None] = field(default_factory=set)
+
+
+def new_state(deltas: bool | None = None) -> PiState:
+    """A fresh state; ``deltas`` None reads the ``AEP_PI_DELTAS`` opt-in (``1``/``true``)."""
+    if deltas is None:
+        deltas = os.environ.get(DELTAS_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return PiState(deltas=deltas)
+
+
+def message_text(content: Any) -> str | None:
+    """A message's text: a plain string as is, a content-part array as its joined ``text`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
+                 and isinstance(p.get("text"), str)]
+        return "".join(parts)
+    return None
+
+
+def _content(message: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``content_digest`` over the text (never over the part array, fixture pi) plus the text itself."""
+    text = message_text(message.get("content"))
+    if text is None:
+        return {}, {}
+    return {"content_digest": digest(text), "content": text}, {"content": "redacted"}
+
+
+def _message_usage(message: dict[str, Any]) -> dict[str, Any]:
+    counts = get_dict(message, "usage")
+    return usage(counts.get("input"), counts.get("output"))
+
+
+def _last_assistant(messages: Any) -> dict[str, Any] | None:
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            return message
+    return None
+
+
+def _agent_end(event: dict[str, Any], attrs: dict[str, Any]) -> Event:
+    last = _last_assistant(event.get("messages"))
+    if last is None:
+        return draft("run.finished", {}, **attrs)  # fixture agent_end_empty: a bare completion
+    reason = get_str(last, "stopReason")
+    data: dict[str, Any] = {"stop_reason": reason} if reason else {}
+    if reason == "error":
+        error: dict[str, Any] = {"type": "error"}  # the schema requires error; pi names no class
+        if get_str(last, "errorMessage"):
+            error["message"] = last["errorMessage"]
+        return draft("run.failed", {"reason": "error", **data, "error": error}, **attrs)
+    if reason == "aborted":
+        # Esc and programmatic aborts look alike on this bus: no `by` claim (fixture agent_end_aborted).
+        return draft("run.cancelled", data, **attrs)
+    data.update(_message_usage(last))
+    summary = message_text(last.get("content"))
+    if summary:
+        data["summary"] = summary  # run.finished.summary is redacted-gated by its schema
+    return draft("run.finished", data, **attrs)
+
+
+def _tool(event: dict[str, Any]) -> dict[str, str]:
+    return tool_ref(get_str(event, "toolName"), get_str(event, "toolCallId"))
+
+
+def map_event(payload: Any, deltas: bool = False, *, event_type: str | None = None) -> Event | None:
+    """One forwarded moment -> a draft, or None for the deliberate nulls (pinned ``expected``).
+
+    ``deltas`` is the stream-update opt-in (pinned ``deltas_expected``); ``event_type`` names the
+    moment when the forwarded ``event`` lacks its own ``type``.
+    """
+    p = payload if isinstance(payload, dict) else {}
+    event = get_dict(p, "event")
+    info = get_dict(p, "session")
+    kind = get_str(event, "type") or event_type or ""
+    attrs: dict[str, Any] = {"session": get_str(info, "id")}
+    if kind == "session_start":
+        data: dict[str, Any] = {"client": {"name": AGENT}}
+        hint: dict[str, str] = {}
+        if get_str(event, "reason"):
+            data["reason"] = event["reason"]
+        if get_str(info, "cwd"):
+            data["cwd"] = info["cwd"]  # session.started.cwd is redacted-gated by its schema
+        for key, name in (("file", "session_file"), ("previousSessionFile", "previous_session_file")):
+            path = get_str(info if key == "file" else event, key)
+            if path:  # machine paths: redacted+, no digest
+                data[name] = path
+                hint[name] = "redacted"
+        return draft("session.started", data, _capture=hint or None, **attrs)
+    if kind == "session_shutdown":
+        # Every vendor teardown reason is orderly: schema reason normal, the vendor token alongside.
+        data = {"reason": "normal"}
+        if get_str(event, "reason"):
+            data["vendor_reason"] = event["reason"]
+        return draft("session.ended", data, **attrs)
+    if kind == "session_compact":
+        data = {}
+        if get_str(event, "reason"):
+            data["reason"] = event["reason"]
+        if isinstance(event.get("willRetry"), bool):
+            data["will_retry"] = event["willRetry"]
+        return draft("session.compacted", data, **attrs)  # the vendor's post moment, emitted once
+    if kind == "agent_start":
+        return draft("run.started", {}, **attrs)  # no trigger: the bus does not say who started it
+    if kind == "agent_end":
+        return _agent_end(event, attrs)
+    if kind in ("turn_start", "turn_end"):
+        # The vendor's own turnIndex on both boundaries: the envelope step, zero synthesis.
+        step = step_of(event.get("turnIndex"))
+        return draft("run.step.started" if kind == "turn_start" else "run.step.finished", {}, step=step, **attrs)
+    if kind in ("message_start", "message_end"):
+        message = get_dict(event, "message")
+        role = message.get("role")
+        if kind == "message_start" and role == "user":
+            data, hint = _content(message)
+            return draft("x.pi.message.submitted", data, severity="debug", _capture=hint or None, **attrs)
+        if kind == "message_end" and role == "assistant":
+            data = {"stop_reason": message["stopReason"]} if get_str(message, "stopReason") else {}
+            data.update(_message_usage(message))
+            content, hint = _content(message)
+            data.update(content)
+            return draft("x.pi.message.replied", data, severity="debug", _capture=hint or None, **attrs)
+        return None  # the assistant boundary is taken once, at its end; tool results belong to the trio
+    if kind == "message_update":
+        if not deltas:
+            return None  # token streaming is stream-shaped: nothing at the default posture
+        update = get_dict(event, "assistantMessageEvent")
+        data = {"kind": update["type"]} if get_str(update, "type") else {}
+        hint = {}
+        if isinstance(update.get("delta"), str):
+            data["delta"] = update["delta"]
+            hint["delta"] = "redacted"
+        return draft("x.pi.message.delta", data, severity="debug", _capture=hint or None, **attrs)
+    if kind == "tool_execution_start":
+        return tool_requested(_tool(event), event["args"] if "args" in event else ABSENT, **attrs)
+    if kind == "tool_execution_update":
+        if not deltas:
+            return None
+        ref = _tool(event)
+        data = {"tool": ref}
+        hint = {}
+        if "partialResult" in event:
+            data["partial_digest"] = digest(event["partialResult"])
+            data["partial"] = event["partialResult"]
+            hint["partial"] = "redacted"  # a partial result is content (fixture: whole results redacted+)
+        return draft("x.pi.tool.update", data, subject=ref["name"], severity="debug", _capture=hint or None,
+                     **attrs)
+    if kind == "tool_execution_end":
+        ref = _tool(event)
+        result = event.get("result", ABSENT)
+        if event.get("isError") is True:
+            # The vendor's own typed isError flag, never inferred; the message is redacted-gated.
+            message = message_text(get_dict(event, "result").get("content"))
+            return tool_failed(ref, "error", message=message, **attrs)
+        return tool_completed(ref, result=result, **attrs)
+    if kind in _RENAMED:
+        data = {}
+        hint = {}
+        if kind == "model_select":
+            if get_str(event, "source"):
+                data["source"] = event["source"]
+            model = get_str(get_dict(event, "model"), "id")
+            if model:
+                data["model"] = model
+        elif kind == "thinking_level_select" and get_str(event, "level"):
+            data["level"] = event["level"]
+        elif kind == "session_info_changed" and get_str(event, "name"):
+            data["name"] = event["name"]  # the session name is user content: redacted-gated
+            hint["name"] = "redacted"
+        return draft(_RENAMED[kind], data, severity="debug", _capture=hint or None, **attrs)
+    # AEP-0001 §6, fixture fallback: future bus members land under x.pi.event.* (two segments deep).
+    return draft(f"x.pi.event.{snake_case(kind)}", {}, severity="debug", **attrs)
+
+
+def map_signal(signal: Signal, state: PiState) -> list[Event]:
+    """Map one moment with the agent-loop rule: duplicate opens keep the live run; orphan ends drop."""
+    payload = signal.payload if isinstance(signal.payload, dict) else {}
+    kind = get_str(get_dict(payload, "event"), "type") or signal.name
+    session = get_str(get_dict(payload, "session"), "id")
+    if kind == "agent_start":
+        if session in state.open_loops:
+            return []  # Annex A.12 identity: a duplicate open keeps the live run
+        state.open_loops.add(session)
+    elif kind == "agent_end":
+        if session not in state.open_loops:
+            return []  # fixture agent_end_empty: the daemon drops an end when no run is open
+        state.open_loops.discard(session)
+    elif kind == "session_shutdown":
+        state.open_loops.discard(session)
+    out = map_event(payload, state.deltas, event_type=signal.name)
+    return [] if out is None else [out]
