@@ -135,6 +135,7 @@ _DATE_TIME = re.compile(
 )
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]*")
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_AUTHORITY_END = re.compile(r"[/?#]")
 _IP_LITERAL_AUTHORITY = re.compile(r"(?:[^@\[\]]*@)?\[[0-9A-Za-z:._~!$&'()*+,;=-]+\](?::[0-9]*)?")
 
 
@@ -151,8 +152,8 @@ def _show(value: Any) -> str:
 
 
 def _is_int(value: Any) -> bool:
-    # bool is an int in Python, never in JSON. A float such as 1.0 is refused too (honest
-    # deviation: JSON Schema counts 1.0 as an integer, but no AEP emitter writes one).
+    # bool is an int in Python, never in JSON. Honest deviation: JSON Schema counts 1.0 as an
+    # integer, but a float counter is an emitter bug (it re-serializes as "1.0"), so it is refused.
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -191,7 +192,7 @@ def uri_problem(value: str) -> str | None:
     rest = value.split(":", 1)[1]
     authority = ""
     if rest.startswith("//"):
-        authority = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
+        authority = _AUTHORITY_END.split(rest[2:], maxsplit=1)[0]
         rest = rest[2 + len(authority) :]
     if (
         "[" in rest
@@ -417,8 +418,9 @@ _PERCENT = _kind(lambda v: _is_number(v) and 0 <= v <= 100, "a number from 0 to 
 _OBJECT_OR_STR = _kind(lambda v: isinstance(v, (dict, str)), "an object or a string")
 _DATE_TIME_STR = _kind(lambda v: isinstance(v, str) and time_problem(v) is None, "an RFC 3339 date-time")
 # AEP-0002 §5.2: currency is an ISO 4217 alpha-3 code.
+_ISO_4217 = re.compile(r"[A-Z]{3}")
 _CURRENCY = _kind(
-    lambda v: isinstance(v, str) and re.fullmatch(r"[A-Z]{3}", v) is not None,
+    lambda v: isinstance(v, str) and _ISO_4217.fullmatch(v) is not None,
     'an ISO 4217 alpha-3 code such as "USD"',
 )
 
