@@ -1,0 +1,559 @@
+"""The OpenCode-family mapping (OpenCode and its fork Kilo Code): plugin bus events and hooks to drafts.
+
+AEP-0002 Annex A.7/A.8; pinned by ``conformance/fixtures/mappings/opencode.json`` and ``kilocode.json``.
+
+Signals (what the in-process plugin POSTs; the receiver wraps it unchanged):
+
+======================  ===================================  ==========================================
+surface                 ``Signal.name``                      ``Signal.payload`` (the fixture ``input``)
+======================  ===================================  ==========================================
+``event`` hook          the bus type (``session.idle``)      ``{"kind": "bus", "event": {type, properties}}``
+``tool.execute.before`` ``tool.execute.before``              ``{"kind": "tool.before", "input", "output"}``
+``tool.execute.after``  ``tool.execute.after``               ``{"kind": "tool.after", "input", "output"}``
+``permission.ask``      ``permission.ask``                   ``{"kind": "permission.ask", "permission"}``
+======================  ===================================  ==========================================
+
+The payload's own ``kind`` decides the moment (it is the fixture's discriminant and survives any
+receiver renaming); ``Signal.name`` is only the fallback when a payload arrives without ``kind``.
+
+Reply contract (daemon -> plugin), the plugin applies it and nothing else:
+
+* ``permission.ask(input, output)``: the hook's output is ``{status: "ask" | "deny" | "allow"}``
+  (``@opencode-ai/plugin`` ``Hooks["permission.ask"]``, anomalyco/opencode
+  ``packages/plugin/src/index.ts`` @0149423; identical in Kilo-Org/kilocode
+  ``packages/plugin/src/index.ts`` @00cb0d2). The daemon answers ``{"status": "allow"}`` or
+  ``{"status": "deny"}`` (``allow_reply()`` / ``deny_reply()`` / ``permission_reply(option)``)
+  and the plugin sets ``output.status`` to that value only when it is ``allow`` or ``deny``.
+  ``NEUTRAL_REPLY`` (``{}``, also the timeout and every error path) means: leave ``output``
+  untouched, so the vendor's own prompt takes over.
+* every other moment is observe-only: the reply is ``NEUTRAL_REPLY`` and the plugin ignores it.
+* Kilo Code >=7.4.6 has no held hook: answers go over the server's REST routes
+  (``permission_route``/``permission_route_body``, ``question_route``/``question_route_body``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from pipeline.model import Event, Signal
+
+from .common import (
+    PERMISSION_OPTIONS,
+    digest,
+    draft,
+    get_dict,
+    get_str,
+    permission_prompt,
+    snake_case,
+    tool_ref,
+)
+
+NEUTRAL_REPLY: dict[str, Any] = {}
+"""Fail-open reply: the plugin leaves the hook's ``output`` untouched."""
+
+# Kilo >=7.4.6 reply enum, verbatim (kilocode.json `permission_asked`; Permission.Reply in the fork).
+REPLY_ROUTE_OPTIONS: list[dict[str, str]] = [
+    {"id": "once", "label": "Allow once"},
+    {"id": "always", "label": "Always allow"},
+    {"id": "reject", "label": "Reject"},
+]
+
+HOOK_KINDS = {
+    "tool.execute.before": "tool.before",
+    "tool.execute.after": "tool.after",
+    "permission.ask": "permission.ask",
+}
+KINDS = frozenset({"bus", "tool.before", "tool.after", "permission.ask"})
+SSE_MODES = ("companion", "primary")
+
+# Reference stack §1.7: the machinery/UI plane rides x.{vendor}.* at debug.
+_DEBUG_PREFIXES = ("message.", "file.", "lsp.", "tui.", "installation.", "server.")
+_KEPT = 1024  # bound of every runtime table (user message ids, pending tools, settled ids)
+_DEBUG_TYPES = frozenset({"command.executed", "session.diff", "session.updated", "shell.env"})
+
+
+@dataclass
+class SessionTrack:
+    """Per-session runtime facts the pure mapping cannot know."""
+
+    run_open: bool = False
+    users: dict[str, None] = field(default_factory=dict)
+    """Ids of user messages already seen (insertion-ordered, bounded): a re-update is not a prompt."""
+    todos: list[Any] = field(default_factory=list)
+    """The last ``todo.updated`` snapshot, diffed against the next one."""
+
+
+@dataclass
+class BusState:
+    """Runtime state of one OpenCode-family vendor: synthesized runs, todo snapshots, pending tools."""
+
+    sessions: dict[str, SessionTrack] = field(default_factory=dict)
+    pending_tools: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    """callID -> (tool name, received_ns of ``tool.execute.before``); bounded, oldest evicted."""
+    settled: dict[str, None] = field(default_factory=dict)
+    """Vendor permission/question ids the control loop already resolved (their bus echo is dropped)."""
+
+    def track(self, session: str | None) -> SessionTrack:
+        key = session or ""
+        found = self.sessions.get(key)
+        if found is None:
+            found = self.sessions[key] = SessionTrack()
+        return found
+
+
+def new_state() -> BusState:
+    """Fresh runtime state."""
+    return BusState()
+
+
+def note_settled(state: BusState, vendor_id: str) -> None:
+    """Called by the control plane once its own loop resolved ``vendor_id``: drop the bus echo."""
+    _bounded_put(state.settled, vendor_id, None)
+
+
+def _bounded_put(table: dict[str, Any], key: str, value: Any) -> None:
+    # A before without its after (an aborted tool) or an echo that never comes must not grow forever.
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > _KEPT:
+        del table[next(iter(table))]
+
+
+def allow_reply() -> dict[str, str]:
+    """``permission.ask`` reply that grants: the plugin sets ``output.status = "allow"``."""
+    return {"status": "allow"}
+
+
+def deny_reply() -> dict[str, str]:
+    """``permission.ask`` reply that refuses: the plugin sets ``output.status = "deny"``."""
+    return {"status": "deny"}
+
+
+def permission_reply(option: str | None) -> dict[str, str]:
+    """Reply for an applied option; anything but ``allow`` refuses (AEP-0008: never grant on the unknown)."""
+    return allow_reply() if option == "allow" else deny_reply()
+
+
+def permission_route(session: str, permission_id: str) -> str:
+    """Kilo >=7.4.6 (and OpenCode SSE control) permission reply route."""
+    return f"/session/{quote(session, safe='')}/permissions/{quote(permission_id, safe='')}"
+
+
+def permission_route_body(option: str | None, text: str | None = None) -> dict[str, str]:
+    """``{response, message?}``; unmatched options refuse with the free text as the reject message."""
+    if option in ("once", "always"):
+        return {"response": option}
+    body = {"response": "reject"}
+    if text:
+        # kilocode.json permission_asked: guidance reaches the vendor as the reject message.
+        body["message"] = text
+    return body
+
+
+def question_route(request_id: str) -> str:
+    """Kilo >=7.4.6 question reply route."""
+    return f"/question/{quote(request_id, safe='')}/reply"
+
+
+def question_route_body(questions: Any, values: Any) -> dict[str, list[list[str]]]:
+    """``{answers: string[][]}`` in question order, choice ids resolved back to the ORIGINAL labels."""
+    qs = questions if isinstance(questions, list) else []
+    vals = values if isinstance(values, dict) else {}
+    answers: list[list[str]] = []
+    for i, q in enumerate(qs):
+        labels = [get_str(o, "label") or "" for o in (q.get("options") if isinstance(q, dict) else None) or []]
+        raw = vals.get(str(i + 1))
+        picked = raw if isinstance(raw, list) else [] if raw is None else [raw]
+        out: list[str] = []
+        for item in picked:
+            text = str(item)
+            idx = int(text) - 1 if text.isdigit() else -1
+            # A choice id maps to its vendor label; anything else is the "Other" free text, verbatim.
+            out.append(labels[idx] if 0 <= idx < len(labels) else text)
+        answers.append(out)
+    return {"answers": answers}
+
+
+def bus_fallback(agent: str, bus_type: Any) -> str:
+    """``x.{agent}.{bus type}`` with dots kept, each segment made a valid type token."""
+    raw = bus_type if isinstance(bus_type, str) else ""
+    segs = [snake_case(s) for s in raw.split(".") if s.strip()]
+    if not segs:
+        segs = ["unknown"]
+    if segs[0] == "control":
+        # AEP-0001 §5.2: x.{v}.control.* is command-shaped (no seq); a bus event is not a command.
+        segs.insert(0, "bus")
+    if len(segs) < 2:
+        # The x.* grammar needs two segments after the vendor token (ACP precedent: `.event`).
+        segs.append("event")
+    return f"x.{agent}." + ".".join(segs)
+
+
+def as_moment(name: str, payload: Any) -> dict[str, Any]:
+    """The fixture-shaped moment for a signal: the payload's own ``kind`` first, else the signal name."""
+    body = payload if isinstance(payload, dict) else {}
+    kind = body.get("kind") if isinstance(body.get("kind"), str) else None
+    kind = HOOK_KINDS.get(kind, kind) if kind is not None else None
+    if kind in KINDS:
+        return {**body, "kind": kind}
+    hook = HOOK_KINDS.get(name)
+    if hook == "permission.ask":
+        perm = body.get("permission") if isinstance(body.get("permission"), dict) else body
+        return {"kind": hook, "permission": perm}
+    if hook is not None:
+        return {"kind": hook, "input": get_dict(body, "input"), "output": get_dict(body, "output")}
+    event = body.get("event")
+    if isinstance(event, dict):
+        return {"kind": "bus", "event": event}
+    if isinstance(body.get("type"), str):
+        return {"kind": "bus", "event": body}
+    return {"kind": "bus", "event": {"type": name, "properties": get_dict(body, "properties")}}
+
+
+def session_of(moment: dict[str, Any]) -> str | None:
+    """identity.session_from: properties.sessionID | properties.info.sessionID | properties.info.id | ..."""
+    kind = moment.get("kind")
+    if kind == "permission.ask":
+        return get_str(moment.get("permission"), "sessionID")
+    if kind in ("tool.before", "tool.after"):
+        return get_str(moment.get("input"), "sessionID")
+    event = get_dict(moment, "event")
+    props = get_dict(event, "properties")
+    info = get_dict(props, "info")
+    found = get_str(props, "sessionID") or get_str(info, "sessionID")
+    if found is None and str(event.get("type", "")).startswith("session."):
+        # info.id is the session only on session.* events (on message.updated it is a message id).
+        found = get_str(info, "id")
+    return found
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class BusFamily:
+    """One OpenCode-family vendor: its agent identity and which permission surfaces it has."""
+
+    agent: str
+    reply_routes: bool = False
+    """Kilo Code >=7.4.6: bus ``permission.asked`` + ``question.*`` with REST reply routes."""
+
+    # -- pure mapping (fixture-pinned) -------------------------------------------------------------
+
+    def map_moment(self, moment: Any) -> Event | None:
+        """One fixture moment (``{kind, ...}``) -> one draft, or None (deliberately nothing)."""
+        m = moment if isinstance(moment, dict) else {}
+        kind = HOOK_KINDS.get(m["kind"], m["kind"]) if isinstance(m.get("kind"), str) else None
+        session = session_of(m)
+        if kind == "tool.before":
+            return self._tool_before(get_dict(m, "input"), m.get("output"), session)
+        if kind == "tool.after":
+            return self._tool_after(get_dict(m, "input"), m.get("output"), session)
+        if kind == "permission.ask":
+            return self._ask(get_dict(m, "permission"), PERMISSION_OPTIONS, session)
+        return self._bus(get_dict(m, "event"), session)
+
+    def map_sse(self, event: Any, mode: str) -> Event | None:
+        """The read-only SSE bridge profile: a bare bus event in ``companion`` or ``primary`` mode."""
+        if mode not in SSE_MODES:
+            raise ValueError(f"unknown SSE mode {mode!r} (expected one of {', '.join(SSE_MODES)})")
+        ev = event if isinstance(event, dict) else {}
+        moment = {"kind": "bus", "event": ev}
+        mapped = self._bus(ev, session_of(moment))
+        if mode == "companion":
+            # The plugin adapter is the sole core-type authority: zero core types on this channel.
+            if mapped is not None and mapped["type"].startswith("x."):
+                return mapped
+            return draft(bus_fallback(self.agent, ev.get("type")), {}, session=session_of(moment))
+        if ev.get("type") == "permission.updated":
+            # Primary carries the ask the plugin would suppress, with no way to answer it.
+            return self._ask(get_dict(ev, "properties"), None, session_of(moment))
+        if mapped is not None and mapped["type"] == "attention.requested":
+            # A read-only channel advertises no way to answer: asks shed their affordances.
+            mapped["data"].pop("options", None)
+            mapped["data"].pop("respond_via", None)
+        # todo.updated stays None here: the receiver runs diff_todos over the snapshots.
+        return mapped
+
+    # -- stateful mapping -------------------------------------------------------------------------
+
+    def map_signal(self, signal: Signal, state: BusState) -> list[Event]:
+        """A plugin POST -> drafts, applying run synthesis, todo diffs, callID pairing and dedupe."""
+        moment = as_moment(signal.name, signal.payload)
+        session = session_of(moment)
+        kind = moment["kind"]
+        if kind == "tool.before":
+            return self._paired_before(moment, session, signal.received_ns, state)
+        if kind == "tool.after":
+            return self._paired_after(moment, session, signal.received_ns, state)
+        event = get_dict(moment, "event")
+        bus_type = event.get("type")
+        if bus_type == "todo.updated":
+            track = state.track(session)
+            snapshot = get_dict(event, "properties").get("todos")
+            nxt = snapshot if isinstance(snapshot, list) else []
+            out = diff_todos(track.todos, nxt, session)
+            track.todos = nxt
+            return out
+        mapped = self.map_moment(moment)
+        if mapped is None:
+            return []
+        return self._apply_runtime(mapped, event, session, state)
+
+    def _apply_runtime(self, mapped: Event, event: dict[str, Any], session: str | None,
+                       state: BusState) -> list[Event]:
+        kind = mapped["type"]
+        if kind == "session.started":
+            state.sessions[session or ""] = SessionTrack()
+        elif kind == "session.ended":
+            state.sessions.pop(session or "", None)
+        elif kind == "run.started":
+            track = state.track(session)
+            msg = get_str(get_dict(get_dict(event, "properties"), "info"), "id")
+            seen = msg is not None and msg in track.users
+            if msg is not None and not seen:
+                _bounded_put(track.users, msg, None)
+            if track.run_open or seen:
+                # Annex A.7: a user message while a run is open (steering), or a later update of a
+                # message already seen, never opens a run; it stays visible in the vendor plane.
+                return [draft(f"x.{self.agent}.message.updated", {"role": "user"}, session=session,
+                              severity="debug")]
+            track.run_open = True
+        elif kind == "run.finished":
+            track = state.track(session)
+            if not track.run_open:
+                return []  # opencode.json session_idle: only an open run is closed
+            track.run_open = False
+        elif kind == "attention.resolved":
+            vendor_id = mapped.get("subject")
+            if vendor_id in state.settled:
+                del state.settled[vendor_id]
+                return []  # our own control loop already resolved it (permission_replied $comment)
+        return [mapped]
+
+    def _paired_before(self, moment: dict[str, Any], session: str | None, now_ns: int,
+                       state: BusState) -> list[Event]:
+        inp = get_dict(moment, "input")
+        mapped = self._tool_before(inp, moment.get("output"), session)
+        call = get_str(inp, "callID")
+        if call is not None:
+            _bounded_put(state.pending_tools, call, (get_str(inp, "tool"), now_ns))
+        return [mapped]
+
+    def _paired_after(self, moment: dict[str, Any], session: str | None, now_ns: int,
+                      state: BusState) -> list[Event]:
+        inp = dict(get_dict(moment, "input"))
+        call = get_str(inp, "callID")
+        pending = state.pending_tools.pop(call, None) if call is not None else None
+        if pending is not None and get_str(inp, "tool") is None and pending[0]:
+            inp["tool"] = pending[0]  # callID pairs exactly: the before hook named the tool
+        mapped = self._tool_after(inp, moment.get("output"), session)
+        if pending is not None and now_ns >= pending[1]:
+            # Receiver-observed wall time between the two hooks; only when callID paired them.
+            mapped["data"]["duration_ms"] = (now_ns - pending[1]) // 1_000_000
+        return [mapped]
+
+    # -- moment builders --------------------------------------------------------------------------
+
+    def _tool_before(self, inp: dict[str, Any], output: Any, session: str | None) -> Event:
+        name = get_str(inp, "tool")
+        data: dict[str, Any] = {"tool": tool_ref(name, get_str(inp, "callID"))}
+        out = output if isinstance(output, dict) else {}
+        if "args" in out:
+            data["args_digest"] = digest(out["args"])
+            if isinstance(out["args"], dict):
+                data["args"] = out["args"]
+        return draft("tool.requested", data, subject=name or "unknown", session=session)
+
+    def _tool_after(self, inp: dict[str, Any], output: Any, session: str | None) -> Event:
+        # opencode.json tool_after: the typed hook has NO error surface, so always tool.completed;
+        # failures arrive session-scoped as x.{vendor}.session.error.
+        name = get_str(inp, "tool")
+        data: dict[str, Any] = {"tool": tool_ref(name, get_str(inp, "callID"))}
+        hints: dict[str, str] = {}
+        out = output if isinstance(output, dict) else {}
+        if "output" in out:
+            data["result_digest"] = digest(out["output"])
+            if isinstance(out["output"], str | dict):
+                data["result"] = out["output"]
+        title = get_str(out, "title")
+        if title is not None:
+            data["title"] = title
+            hints["title"] = "redacted"
+        return draft("tool.completed", data, subject=name or "unknown", session=session,
+                     _capture=hints or None)
+
+    def _ask(self, perm: dict[str, Any], options: list[dict[str, str]] | None,
+             session: str | None) -> Event:
+        # Fixture shape {type, title}; the >=7.4.6 runtime Request is {permission, patterns}.
+        name = get_str(perm, "type") or get_str(perm, "permission") or "unknown"
+        detail = get_str(perm, "title")
+        if detail is None:
+            patterns = perm.get("patterns")
+            if isinstance(patterns, list):
+                detail = ", ".join(p for p in patterns if isinstance(p, str) and p) or None
+        data: dict[str, Any] = {"kind": "permission", "prompt": permission_prompt(name, detail)}
+        if options is not None:
+            data["options"] = copy.deepcopy(options)
+            data["respond_via"] = ["control"]
+        # AEP-0002 §4.1: attention.requested severity >= notice RECOMMENDED.
+        return draft("attention.requested", data, subject=name, session=session, severity="notice")
+
+    def _question(self, props: dict[str, Any], session: str | None) -> Event:
+        fields: list[dict[str, Any]] = []
+        raw = props.get("questions")
+        for i, q in enumerate(raw if isinstance(raw, list) else []):
+            q = q if isinstance(q, dict) else {}
+            header, text = get_str(q, "header"), get_str(q, "question")
+            spec: dict[str, Any] = {
+                "id": str(i + 1),
+                "type": "select",
+                "label": f"{header}: {text}" if header and text else (text or header or str(i + 1)),
+                "required": True,
+            }
+            opts = q.get("options")
+            choices = [
+                {"id": str(j + 1), "label": get_str(o, "label") or str(j + 1)}
+                for j, o in enumerate(opts if isinstance(opts, list) else [])
+            ]
+            if q.get("multiple") is True:
+                spec["multi"] = True
+            if q.get("custom") is not False:
+                spec["other"] = True  # vendor `custom` (default true) -> other
+            if choices:
+                spec["choices"] = choices
+            else:
+                # A select needs choices (schema if/then); with none, the only answer is free text.
+                spec["type"] = "string"
+                spec.pop("multi", None)
+                spec.pop("other", None)
+            fields.append(spec)
+        n = len(fields)
+        prompt = f"{self.agent} asks {n} question" + ("" if n == 1 else "s")
+        data = {"kind": "form", "prompt": prompt, "fields": fields, "respond_via": ["control"]}
+        return draft("attention.requested", data, subject=get_str(props, "id"), session=session,
+                     severity="notice", _structural={"prompt": prompt}, _fields=copy.deepcopy(fields))
+
+    def _bus(self, event: dict[str, Any], session: str | None) -> Event | None:
+        t = event.get("type")
+        props = get_dict(event, "properties")
+        info = get_dict(props, "info")
+        v = self.agent
+        if t == "session.created":
+            data: dict[str, Any] = {"client": {"name": v}}
+            if get_str(info, "version"):
+                data["client"]["version"] = info["version"]
+            if get_str(info, "parentID"):
+                data["parent"] = {"session": info["parentID"]}  # the delegation shape: child names parent
+            if get_str(info, "title"):
+                data["label"] = info["title"]
+            if get_str(info, "directory"):
+                data["cwd"] = info["directory"]
+            return draft("session.started", data, session=session)
+        if t == "session.deleted":
+            return draft("session.ended", {"reason": "normal"}, session=session)
+        if t == "session.idle":
+            return draft("run.finished", {}, session=session)
+        if t == "session.compacted":
+            return draft("session.compacted", {}, session=session)  # announced after the fact
+        if t == "session.status":
+            status = props.get("status")
+            sub = status if isinstance(status, str) else get_str(status, "type")
+            data = {}
+            if get_str(status, "message"):
+                data["message"] = status["message"]
+            return draft("progress.status", data, subject=sub, session=session)
+        if t == "session.error":
+            err = get_dict(props, "error")
+            data, hints = {}, {}
+            if get_str(err, "name"):
+                data["type"] = err["name"]
+            message = get_str(get_dict(err, "data"), "message")
+            if message is not None:
+                data["message"], hints["message"] = message, "redacted"
+            # Design record decision 4: never run.failed — OpenCode does not say the turn died.
+            return draft(f"x.{v}.session.error", data, session=session, severity="error",
+                         _capture=hints or None)
+        if t == "message.updated":
+            role = get_str(info, "role")
+            if role == "user":
+                return draft("run.started", {"trigger": "user"}, session=session)
+            data = {"role": role} if role else {}
+            tokens = get_dict(info, "tokens")
+            if _int(tokens.get("input")) is not None:
+                data["gen_ai.usage.input_tokens"] = tokens["input"]
+            if _int(tokens.get("output")) is not None:
+                data["gen_ai.usage.output_tokens"] = tokens["output"]
+            return draft(f"x.{v}.message.updated", data, session=session, severity="debug")
+        if t in ("permission.updated", "todo.updated"):
+            # permission.updated: the held permission.ask hook is the first-class carrier;
+            # todo.updated: a snapshot, diffed by diff_todos in map_signal.
+            return None
+        if t == "permission.replied":
+            pid = get_str(props, "permissionID") or get_str(props, "requestID")
+            return draft("attention.resolved", {"resolution": "answered"}, subject=pid, session=session)
+        if t == "command.executed":
+            data, hints = {}, {}
+            if get_str(props, "name"):
+                data["name"] = props["name"]
+            if get_str(props, "arguments"):
+                data["arguments"], hints["arguments"] = props["arguments"], "redacted"
+            return draft(f"x.{v}.command.executed", data, session=session, severity="debug",
+                         _capture=hints or None)
+        if t == "file.edited" and get_str(props, "file"):
+            return draft(f"x.{v}.file.edited", {"file": props["file"]}, session=session,
+                         severity="debug", _capture={"file": "redacted"})
+        if self.reply_routes:
+            if t == "permission.asked":
+                return self._ask(props, REPLY_ROUTE_OPTIONS, session)
+            if t == "question.asked":
+                return self._question(props, session)
+            if t == "question.replied":
+                return draft("attention.resolved", {"resolution": "answered"},
+                             subject=get_str(props, "requestID"), session=session)
+            if t == "question.rejected":
+                # Not pinned: the vendor dismissed the question; close the card rather than orphan it.
+                return draft("attention.resolved", {"resolution": "dismissed"},
+                             subject=get_str(props, "requestID"), session=session)
+        name = bus_fallback(v, t)
+        bus = name[len(f"x.{v}."):]
+        debug = bus in _DEBUG_TYPES or bus.startswith(_DEBUG_PREFIXES)
+        return draft(name, {}, session=session, severity="debug" if debug else None)
+
+
+def diff_todos(prev: Any, nxt: Any, session: str | None = None) -> list[Event]:
+    """Snapshot diff: new ids plan (+complete if already done), ->completed completes, else silent."""
+    before: dict[str, Any] = {}
+    for item in prev if isinstance(prev, list) else []:
+        tid = get_str(item, "id")
+        if tid is not None:
+            before[tid] = item.get("status")
+    out: list[Event] = []
+    seen: set[str] = set()
+    for item in nxt if isinstance(nxt, list) else []:
+        tid = get_str(item, "id")
+        if tid is None or tid in seen:
+            continue
+        seen.add(tid)
+        done = item.get("status") == "completed"
+        title = get_str(item, "content")
+        if tid not in before:
+            out.append(_task_draft("progress.task.planned", tid, title, session))
+            if done:
+                out.append(_task_draft("progress.task.completed", tid, title, session))
+        elif done and before[tid] != "completed":
+            out.append(_task_draft("progress.task.completed", tid, title, session))
+    return out
+
+
+def _task_draft(type_: str, tid: str, title: str | None, session: str | None) -> Event:
+    if title is None:
+        return draft(type_, {}, subject=tid, session=session)
+    # todos $comment: task content is redacted-gated, so the whole task object goes with it below
+    # redacted (gating task.title alone would leave an empty `task` where the pin has none).
+    return draft(type_, {"task": {"title": title}}, subject=tid, session=session,
+                 _capture={"task": "redacted"})

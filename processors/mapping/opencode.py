@@ -1,0 +1,49 @@
+"""OpenCode plugin moments -> AEP drafts (AEP-0002 Annex A.7; fixture ``mappings/opencode.json``).
+
+The in-process plugin forwards bus events, ``tool.execute.before/after`` and the hold-open
+``permission.ask``; the shared family logic, the Signal shape and the reply contract live in
+``processors.mapping.busfamily``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.model import Event, Signal
+
+from . import busfamily
+from .busfamily import (
+    NEUTRAL_REPLY,
+    BusState,
+    allow_reply,
+    deny_reply,
+    diff_todos,
+    new_state,
+    note_settled,
+    permission_reply,
+    permission_route,
+    permission_route_body,
+)
+
+__all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "new_state", "map_signal", "map_moment", "map_sse",
+           "diff_todos", "note_settled", "allow_reply", "deny_reply", "permission_reply",
+           "permission_route", "permission_route_body"]
+
+AGENT = "opencode"
+# Only the held permission.ask surface: the opencode.json pins have no permission.asked/question.*.
+FAMILY = busfamily.BusFamily(agent=AGENT, reply_routes=False)
+
+
+def map_moment(moment: Any) -> Event | None:
+    """One fixture moment (``{kind, ...}``) -> one draft, or None."""
+    return FAMILY.map_moment(moment)
+
+
+def map_sse(event: Any, mode: str) -> Event | None:
+    """The read-only SSE bridge profile (``companion`` | ``primary``) over a bare bus event."""
+    return FAMILY.map_sse(event, mode)
+
+
+def map_signal(signal: Signal, state: BusState) -> list[Event]:
+    """A plugin POST -> drafts, with runs, todo diffs, callID pairing and dedupe from ``state``."""
+    return FAMILY.map_signal(signal, state)
