@@ -1,0 +1,74 @@
+"""Codex hooks -> AEP drafts (AEP-0002 Annex A.2; fixture ``mappings/codex.json``).
+
+Identity pin: ``session_id`` (the Codex thread) is the session and ``turn_id`` is a REAL run id,
+so drafts carry ``run`` and the runs processor synthesizes nothing. A run left open when the next
+prompt arrives was interrupted: ``run.started`` asks the runs processor to drain it as
+``run.cancelled`` first. Codex has no SessionEnd hook, so it never emits ``session.ended``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.model import Event, Signal
+from processors.mapping import hookfamily as hf
+from processors.mapping.common import get_str
+
+AGENT = "codex"
+
+# Codex hooks read stdout as JSON only on exit 0; an empty object decides nothing (every field of
+# its hook output wire schemas defaults), so the shim's fail-open reply is `{}`.
+NEUTRAL_REPLY: dict[str, Any] = {}
+
+
+def new_state() -> None:
+    """Codex mapping is stateless: the vendor names every run and tool call itself."""
+    return None
+
+
+def _session_started(payload: hf.Payload, _state: Any) -> Event:
+    return hf.session_started(AGENT, payload)
+
+
+def _run_started(payload: hf.Payload, _state: Any) -> Event:
+    d = hf.run_started(payload)
+    d["_drain"] = "cancelled"  # Annex A.2 interrupt-drain: a stale open run closes as run.cancelled
+    return d
+
+
+HOOKS: dict[str, hf.Handler] = {
+    "SessionStart": _session_started,
+    "UserPromptSubmit": _run_started,
+    "Stop": hf.run_finished,
+    "PreToolUse": hf.tool_requested,
+    # Codex has no failure twin: a non-zero exit also lands here (fixture PostToolUse $comment).
+    "PostToolUse": hf.tool_completed,
+    "PermissionRequest": hf.permission_request,
+    "SubagentStart": hf.subagent_started,
+    "SubagentStop": hf.subagent_stopped,
+    # Documented deviation (fixture): compaction is emitted once, at PostCompact.
+    "PreCompact": hf.nothing,
+    "PostCompact": hf.compacted,
+}
+
+
+def map_hook(name: str, payload: Any) -> list[Event]:
+    """One Codex hook firing -> drafts, each in the run its ``turn_id`` names."""
+    run = get_str(payload, "turn_id") if isinstance(payload, dict) else None
+    return hf.map_table(AGENT, HOOKS, name, payload, run=run)
+
+
+def map_signal(signal: Signal, state: None) -> list[Event]:
+    """Map a received Codex hook call."""
+    return map_hook(hf.hook_name(signal), hf.payload_of(signal))
+
+
+def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
+    """PermissionRequest decision.
+
+    Codex hooks output wire (``PermissionRequestHookSpecificOutputWire``, openai/codex
+    ``codex-rs/hooks``): ``{"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+    "decision": {"behavior": "allow"|"deny", "message"?}}}``; ``updatedInput`` /
+    ``updatedPermissions`` / ``interrupt`` are reserved there and fail closed, so never sent.
+    """
+    return hf.permission_reply(behavior, message)

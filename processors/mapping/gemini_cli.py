@@ -1,0 +1,75 @@
+"""Gemini CLI hooks -> AEP drafts (AEP-0002 Annex A.3; fixture ``mappings/gemini-cli.json``).
+
+Observe-only: no hook here can be answered, so nothing maps to ``attention.*`` (Notification is a
+``progress.status``). Runs are synthesized per BeforeAgent/AfterAgent; Gemini exposes no tool call
+id, so tool refs carry only ``name`` (pairing by session and tool is runtime state).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from pipeline.model import Event, Signal
+from processors.mapping import hookfamily as hf
+from processors.mapping.common import draft, get_dict, get_str, hook_fallback
+
+AGENT = "gemini-cli"
+
+# Gemini CLI hooks decide through exit code 2 or JSON on stdout; exit 0 with `{}` changes nothing.
+NEUTRAL_REPLY: dict[str, Any] = {}
+
+
+def new_state() -> None:
+    """Gemini CLI mapping is stateless."""
+    return None
+
+
+def _session_started(payload: hf.Payload, _state: Any) -> Event:
+    return hf.session_started(AGENT, payload)
+
+
+def _after_tool(payload: hf.Payload, _state: Any) -> Event:
+    error = get_dict(payload, "tool_response").get("error")
+    if error:
+        # Annex A.3: `tool_response.error` is an honest failure -> tool.failed (unlike Codex).
+        if isinstance(error, dict):
+            return hf.tool_failed(payload, get_str(error, "type") or "tool_error", error.get("message"),
+                                  call_ids=False)
+        return hf.tool_failed(payload, "tool_error", error, call_ids=False)
+    return hf.tool_completed(payload, call_ids=False)
+
+
+def _model_plane(severity: str | None, payload: hf.Payload, _state: Any) -> Event:
+    # By design (fixture): the model plane has no core equivalent; the model id rides at metadata.
+    name = get_str(payload, "hook_event_name") or "model"
+    model = get_str(get_dict(payload, "llm_request"), "model")
+    return draft(hook_fallback(AGENT, name), {"model": model} if model else {}, severity=severity)
+
+
+HOOKS: dict[str, hf.Handler] = {
+    "SessionStart": _session_started,
+    "SessionEnd": hf.session_ended,
+    "BeforeAgent": hf.run_started,
+    # The response text is message-stream territory (AEP-0007): not captured on the terminal.
+    "AfterAgent": hf.run_finished,
+    "BeforeTool": partial(hf.tool_requested, call_ids=False),
+    "AfterTool": _after_tool,
+    "BeforeModel": partial(_model_plane, None),
+    "AfterModel": partial(_model_plane, "debug"),  # fires per streamed chunk
+    "BeforeToolSelection": partial(_model_plane, None),
+    # Documented deviation (fixture): the vendor exposes only the pre moment, so it carries the fact.
+    "PreCompress": hf.compacted,
+    # Never attention (Annex A.3): the hook can neither grant nor deny, and nothing is suppressed.
+    "Notification": hf.notification,
+}
+
+
+def map_hook(name: str, payload: Any) -> list[Event]:
+    """One Gemini CLI hook firing -> drafts."""
+    return hf.map_table(AGENT, HOOKS, name, payload)
+
+
+def map_signal(signal: Signal, state: None) -> list[Event]:
+    """Map a received Gemini CLI hook call."""
+    return map_hook(hf.hook_name(signal), hf.payload_of(signal))

@@ -1,0 +1,86 @@
+"""Qwen Code hooks -> AEP drafts (AEP-0002 Annex A.4; fixture ``mappings/qwen-code.json``).
+
+The Claude-Code-shaped sibling: runs synthesized per UserPromptSubmit/Stop (no turn id),
+``tool_use_id`` pairing, PermissionRequest as a held permission card with the ``permission_prompt``
+notification suppressed, compaction once at PostCompact, todo hooks as ``progress.task.*``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from pipeline.model import Event, Signal
+from processors.mapping import hookfamily as hf
+from processors.mapping.common import draft, get_str
+
+AGENT = "qwen-code"
+
+# Qwen Code hooks docs ("Hook Output Structure"): exit 0 with a JSON object whose every field is
+# optional; `{}` asks for nothing and decides nothing.
+NEUTRAL_REPLY: dict[str, Any] = {}
+
+
+def new_state() -> None:
+    """Qwen Code mapping is stateless (runs are synthesized downstream, tools carry ids)."""
+    return None
+
+
+def _session_started(payload: hf.Payload, _state: Any) -> Event:
+    return hf.session_started(AGENT, payload)
+
+
+def _todo(type_: str, payload: hf.Payload, _state: Any) -> Event | None:
+    # Fixture TodoCreated_validation: every todo write fires twice; the validation firing is the
+    # silent pre-moment, postWrite is the persisted fact. An absent or unknown phase emits.
+    if get_str(payload, "phase") == "validation":
+        return None
+    data: hf.Payload = {}
+    content = get_str(payload, "todo_content")
+    if content:
+        data["todo_content"] = content  # all_todos is deliberately not forwarded (fixture $comment)
+    return hf.merge_capture(draft(type_, data, get_str(payload, "todo_id")), todo_content=hf.REDACTED)
+
+
+HOOKS: dict[str, hf.Handler] = {
+    "SessionStart": _session_started,
+    "SessionEnd": hf.session_ended,
+    "UserPromptSubmit": hf.run_started,
+    "Stop": hf.run_finished,
+    "StopFailure": hf.run_failed,
+    "PreToolUse": hf.tool_requested,
+    "PostToolUse": hf.tool_completed,
+    "PostToolUseFailure": hf.tool_use_failure,
+    "PermissionRequest": hf.permission_request,
+    # Not in the fixture's sixteen: the newer vendor hook carries the Claude Code tool.denied rule.
+    "PermissionDenied": hf.tool_denied,
+    "SubagentStart": hf.subagent_started,
+    "SubagentStop": hf.subagent_stopped,
+    # Documented deviation (fixture): compaction is emitted once, at PostCompact.
+    "PreCompact": hf.nothing,
+    "PostCompact": hf.compacted,
+    # Deduplicated against the first-class PermissionRequest hook (fixture Notification_permission).
+    "Notification": partial(hf.notification, suppress=hf.DUPLICATE_NOTIFICATIONS),
+    "TodoCreated": partial(_todo, "progress.task.planned"),
+    "TodoCompleted": partial(_todo, "progress.task.completed"),
+}
+
+
+def map_hook(name: str, payload: Any) -> list[Event]:
+    """One Qwen Code hook firing -> drafts."""
+    return hf.map_table(AGENT, HOOKS, name, payload)
+
+
+def map_signal(signal: Signal, state: None) -> list[Event]:
+    """Map a received Qwen Code hook call."""
+    return map_hook(hf.hook_name(signal), hf.payload_of(signal))
+
+
+def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
+    """PermissionRequest decision.
+
+    Qwen Code hooks docs (PermissionRequest "Output Options"): ``hookSpecificOutput.decision``
+    ``{behavior: "allow"|"deny", message?}`` (``hookSpecificOutput`` must name ``hookEventName``);
+    ``updatedInput`` / ``updatedPermissions`` / ``interrupt`` stay unused.
+    """
+    return hf.permission_reply(behavior, message)

@@ -1,0 +1,69 @@
+"""VS Code agent (Copilot) hooks -> AEP drafts (AEP-0002 Annex A.5; fixture ``mappings/vscode.json``).
+
+The 8-event Preview surface. ``session_id`` is optional (missing -> the ``unknown`` lane), runs are
+synthesized per UserPromptSubmit/Stop, ``tool_use_id`` pairs tools. Stated absences: there is no
+SessionEnd, no PostToolUse failure twin and no StopFailure, so this module never emits
+``session.ended``, ``tool.failed`` or ``run.failed``: such hook names, should they appear, take the
+fallback. ``transcript_path`` and the envelope ``timestamp`` are never forwarded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.model import Event, Signal
+from processors.mapping import hookfamily as hf
+
+AGENT = "vscode"
+
+# VS Code hooks reference (code.visualstudio.com/docs/agents/reference/hooks-reference): exit 0
+# with the common output format, every field optional; `{}` lets the agent proceed unchanged.
+NEUTRAL_REPLY: dict[str, Any] = {}
+
+
+def new_state() -> None:
+    """VS Code mapping is stateless."""
+    return None
+
+
+def _session_started(payload: hf.Payload, _state: Any) -> Event:
+    return hf.session_started(AGENT, payload)
+
+
+HOOKS: dict[str, hf.Handler] = {
+    "SessionStart": _session_started,
+    "UserPromptSubmit": hf.run_started,
+    "PreToolUse": hf.tool_requested,
+    # Success only on this surface: tool.failed has no vendor moment (fixture PostToolUse $comment).
+    "PostToolUse": hf.tool_completed,
+    # Documented deviation (fixture): no PostCompact exists here, so the pre moment carries the fact.
+    "PreCompact": hf.compacted,
+    "SubagentStart": hf.subagent_started,
+    "SubagentStop": hf.subagent_stopped,
+    "Stop": hf.run_finished,
+}
+
+
+def map_hook(name: str, payload: Any) -> list[Event]:
+    """One VS Code agent hook firing -> drafts (session None when the vendor sent none)."""
+    return hf.map_table(AGENT, HOOKS, name, payload)
+
+
+def map_signal(signal: Signal, state: None) -> list[Event]:
+    """Map a received VS Code agent hook call."""
+    return map_hook(hf.hook_name(signal), hf.payload_of(signal))
+
+
+def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
+    """The held PreToolUse gate's reply (VS Code hooks reference, "PreToolUse output").
+
+    ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision":
+    "allow"|"deny"|"ask", "permissionDecisionReason"?}}``; ``ask`` escalates into VS Code's own
+    approval flow and a deny reason is shown to the model.
+    """
+    if decision not in ("allow", "deny", "ask"):
+        raise ValueError(f"PreToolUse decision must be 'allow', 'deny' or 'ask', not {decision!r}")
+    out: dict[str, Any] = {"hookEventName": "PreToolUse", "permissionDecision": decision}
+    if reason:
+        out["permissionDecisionReason"] = reason
+    return {"hookSpecificOutput": out}
