@@ -1,0 +1,75 @@
+"""The §9.4 redactor beyond the corpus: order, configuration edges, hardening, properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processors.capture import Redactor
+from processors.capture.redact import PII, SECRET
+
+R = Redactor(home="/home/dev")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("password=foo@bar.com", f"password={SECRET}"),  # (a) before (d)
+        ("GITHUB_TOKEN=ghx123 and input_tokens: 5", f"GITHUB_TOKEN={SECRET} and input_tokens: 5"),
+        ('{"password": "it\'s me", "user": "bob"}', f'{{"password": "{SECRET}", "user": "bob"}}'),
+        ('arg {\\"token\\": \\"abc\\"}', f'arg {{\\"token\\": \\"{SECRET}\\"}}'),
+        ("Authorization: Basic dXNlcjpwYXNz", f"Authorization: {SECRET}"),
+        ("Authorization: Basic abc=", f"Authorization: {SECRET}"),
+        ("psql postgres://app:hunter2@db/x", f"psql postgres://app:{SECRET}@db/x"),
+        ("-----BEGIN PRIVATE KEY-----\nMIIEv (truncated", SECRET),
+        ("temp ASIAABCDEFGHIJKLMNOP", f"temp {SECRET}"),
+        ("stripe sk_live_abcdefghij12", f"stripe {SECRET}"),
+        ("cd /home/dev/app && ls /home/dev", "cd ~/app && ls ~"),
+        ("/home/developer/x stays someone else's home", "~/x stays someone else's home"),
+        ("C:\\Users\\ann\\repo", "~\\repo"),
+        ("ring 555-123-4567 on 2026-07-03 from 10.0.0.1 with node 1.22.11.0", f"ring {PII} on 2026-07-03 from 10.0.0.1 with node 1.22.11.0"),
+        ("mail a.b@example.org", f"mail {PII}"),
+        ("the secret: love, the secret sauce: salt", f"the secret: {SECRET} the secret sauce: salt"),
+    ],
+)
+def test_text(text: str, expected: str) -> None:
+    assert R.text(text) == expected
+
+
+def test_configured_home_is_replaced_at_a_path_boundary_only() -> None:
+    assert Redactor(home="/srv/dev/").text("/srv/dev/a /srv/devx/b /srv/dev") == "~/a /srv/devx/b ~"
+
+
+@pytest.mark.parametrize("home", ["/", "", "C:\\"])
+def test_a_root_like_home_is_ignored(home: str) -> None:
+    assert Redactor(home=home).text("/usr/bin/env") == "/usr/bin/env"
+
+
+def test_short_configured_values_are_ignored_and_longest_wins() -> None:
+    r = Redactor(secret_values=["abc", "deploy-key", "deploy-key-2"], home="")
+    assert r.text("abc deploy-key-2 deploy-key") == f"abc {SECRET} {SECRET}"
+
+
+def test_pii_switch() -> None:
+    assert Redactor(pii=False, home="").text("ops@example.com +1 555 123 4567") == "ops@example.com +1 555 123 4567"
+
+
+def test_value_recursion_keys_and_scalars() -> None:
+    value = {"Authorization": None, "x-api-key": "k", "client_secret": {"a": 1}, "tokens": 3,
+             "list": [{"password": "p"}, "AKIAIOSFODNN7EXAMPLE", 1.5, True, None]}
+    assert R.value(value) == {"Authorization": None, "x-api-key": SECRET, "client_secret": SECRET, "tokens": 3,
+                              "list": [{"password": SECRET}, SECRET, 1.5, True, None]}
+
+
+@given(st.text())
+def test_redaction_is_idempotent(text: str) -> None:
+    once = R.text(text)
+    assert R.text(once) == once
+
+
+@given(st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=40),
+       st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=40))
+def test_a_planted_key_never_survives(before: str, after: str) -> None:
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    assert secret not in R.text(f"{before} {secret} {after}")
