@@ -212,10 +212,12 @@ def test_kilo_form_shapes() -> None:
         {"question": "Pick", "header": "H", "options": [{"label": "a"}, {"label": "b"}], "multiple": True,
          "custom": False},
         {"question": "Free?", "header": "F", "options": []},
+        {"question": "Default", "options": [{"label": "x"}]},  # `custom` absent: the vendor default is true
     ]}
     d = kilocode.map_moment({"kind": "bus", "event": {"type": "question.asked", "properties": props}})
-    first, second = d["data"]["fields"]
-    assert d["data"]["prompt"] == "kilocode asks 2 questions" and d["subject"] == "que_9"
+    first, second, third = d["data"]["fields"]
+    assert d["data"]["prompt"] == "kilocode asks 3 questions" and d["subject"] == "que_9"
+    assert third["other"] is True and third["label"] == "Default" and "multi" not in third
     assert first["multi"] is True and "other" not in first and first["label"] == "H: Pick"
     assert second == {"id": "2", "type": "string", "label": "F: Free?", "required": True}
 
