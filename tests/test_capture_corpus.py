@@ -64,3 +64,8 @@ def test_redact_value(case: dict) -> None:
     out = redactor_for(case.get("opts", {})).value(case["input"])
     assert case["input"] == original, "value() mutated its input"
     assert_substrings(json.dumps(out, ensure_ascii=False), case)
+
+
+@pytest.mark.parametrize("values", [None, "text", ["a"]])
+def test_gate_form_values_on_a_non_object_keeps_nothing(values: object) -> None:
+    assert gate_form_values([{"id": "a", "type": "string", "label": "A"}], values, "full") == {}  # type: ignore[arg-type]

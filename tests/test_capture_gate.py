@@ -302,3 +302,9 @@ def test_policy_defaults() -> None:
 def test_policy_rejects_bad_levels_and_keys(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CapturePolicy(**kwargs)
+
+
+def test_reserved_message_types_are_content_without_a_schema() -> None:
+    draft = {"type": "message.user.submitted", "agent": "a", "data": {"text": f"hi {AWS}", "chars": 5}}
+    assert gate_draft(draft, META, RED)["data"] == {}
+    assert gate_draft(draft, REDACTED, RED)["data"] == {"text": f"hi {SECRET}", "chars": 5}

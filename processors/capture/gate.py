@@ -138,6 +138,8 @@ def gate_form_values(fields: list[dict[str, Any]], values: Mapping[str, Any], ce
     ceiling ``none`` structural values still pass: dropping ``data`` is the envelope's job.
     """
     content_ok = rank(check_level(ceiling, "form values ceiling")) >= REDACTED
+    if not isinstance(values, Mapping) or not isinstance(fields, list):
+        return {}  # not a form answer: nothing in it can be classified, so nothing passes
     by_id = {f["id"]: f for f in fields if isinstance(f, dict) and isinstance(f.get("id"), str)}
     out: dict[str, Any] = {}
     for key, value in values.items():
@@ -290,8 +292,13 @@ def default_redactor() -> Redactor:
     return Redactor()
 
 
-def _merged_annotations(event_type: str, hint: Any) -> dict[str, str]:
-    ann = dict(load_annotations().get(event_type, {}))
+def _merged_annotations(event_type: str, hint: Any, data: Mapping[str, Any]) -> dict[str, str]:
+    table = load_annotations()
+    ann = dict(table.get(event_type, {}))
+    if event_type not in table and event_type.startswith("message."):
+        # AEP-0002 §4.3: the reserved message sub-profile is content-bearing, redacted minimum;
+        # with no schema to say which field is which, every field is treated as content.
+        ann.update({key: "redacted" for key in data if isinstance(key, str)})
     if isinstance(hint, dict):
         for path, level in hint.items():
             if level not in LEVELS:
@@ -323,7 +330,7 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     if level == NONE or not isinstance(out.get("data"), dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
         return out
-    ann = _merged_annotations(event_type, hint)
+    ann = _merged_annotations(event_type, hint, out["data"])
     red = (redactor or default_redactor()) if level == REDACTED else None
     data: dict[str, Any] = out["data"]
     if red is not None:
