@@ -168,12 +168,15 @@ class Stamper:
             return _public(draft)  # already stamped (a redelivered ack): never re-stamp
         etype = draft.get("type")
         agent = draft.get("agent")
-        if not isinstance(etype, str) or not TYPE_GRAMMAR.match(etype):
+        if not isinstance(etype, str) or not TYPE_GRAMMAR.fullmatch(etype):
             raise StampError(f"draft type {etype!r} does not match the AEP type grammar")
         if not isinstance(agent, str) or not agent:
             raise StampError(f"draft of type {etype} has no agent")
         ts = time.time() if now is None else now
-        ev: dict[str, Any] = {"aep": AEP_VERSION, "id": self.ids.new(int(ts * 1000)), "type": etype}
+        # An id minted earlier (attention correlation needs the request id before stamping) is kept.
+        pre = draft.get("id")
+        ev_id = pre if isinstance(pre, str) and pre else self.ids.new(int(ts * 1000))
+        ev: dict[str, Any] = {"aep": AEP_VERSION, "id": ev_id, "type": etype}
         agent_scoped = etype.startswith("agent.")
         session = None if agent_scoped else (draft.get("session") or UNKNOWN_SESSION)
         values: dict[str, Any] = {
@@ -190,7 +193,7 @@ class Stamper:
             values["session"] = str(session)
             values["run"] = draft.get("run")
             values["step"] = draft.get("step")
-            if not COMMAND_TYPE.match(etype):
+            if not COMMAND_TYPE.fullmatch(etype):
                 values["seq"] = self.next_seq(agent, session)
                 values["epoch"] = self.epochs.epoch(agent)
         for key in _ORDER:

@@ -126,9 +126,12 @@ class Fanout:
         self.pipelines = list(pipelines)
 
     async def consume(self, batch: Batch) -> list[Event]:
-        if len(self.pipelines) == 1:
-            return await self.pipelines[0].consume(batch)
-        out: list[Event] = []
+        return [e for _, events in await self.consume_each(batch) for e in events]
+
+    async def consume_each(self, batch: Batch) -> list[tuple[Pipeline, list[Event]]]:
+        """Like ``consume``, keeping which pipeline stamped which events (held loops need it)."""
+        out = []
         for p in self.pipelines:
-            out.extend(await p.consume(list(batch)))
+            # Each pipeline maps its own copy: processors may rewrite drafts in place.
+            out.append((p, await p.consume([dict(i) if isinstance(i, dict) else i for i in batch])))
         return out

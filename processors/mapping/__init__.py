@@ -22,6 +22,8 @@ from typing import Any
 from pipeline.component import Factory, Kind
 from pipeline.model import Batch, Event, Signal
 
+from .attention import AttentionBook
+
 log = logging.getLogger("aep.processor.mapping")
 
 # agent identity -> module in this package. Plug-ins add vendors with `extra_vendors`.
@@ -74,6 +76,7 @@ class MappingProcessor:
         self._modules: dict[str, ModuleType] = {}
         self.failures = 0
         self._logged: set[tuple[str, str, str]] = set()
+        self.attention = AttentionBook()
 
     def module(self, agent: str) -> ModuleType:
         mod = self._modules.get(agent)
@@ -84,13 +87,16 @@ class MappingProcessor:
         return mod
 
     def __call__(self, batch: Batch) -> Batch:
-        out: Batch = []
+        drafts: list[Event] = []
+        passthrough: Batch = []
         for item in batch:
             if isinstance(item, Signal):
-                out.extend(self.map_one(item))
+                drafts.extend(self.map_one(item))
+            elif isinstance(item, dict):
+                drafts.append(item)  # e.g. lifecycle legs a held control loop emits
             else:
-                out.append(item)
-        return out
+                passthrough.append(item)
+        return [*self.attention.apply(drafts), *passthrough]
 
     def map_one(self, signal: Signal) -> list[Event]:
         try:
@@ -98,10 +104,15 @@ class MappingProcessor:
             drafts = mod.map_signal(signal, self.states[signal.agent])
         except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
             return [self._failure(signal, exc)]
+        respond_via = signal.attrs.get("respond_via")
         for d in drafts:
             d.setdefault("agent", mod.AGENT)
-            if signal.hold is not None and d.get("type") == "attention.requested":
-                d["_hold"] = signal.hold
+            if d.get("type") == "attention.requested":
+                if signal.hold is not None:
+                    d["_hold"] = signal.hold
+                # The receiver knows whether a control route is live; the pure mapping cannot.
+                if respond_via is not None and isinstance(d.get("data"), dict) and "respond_via" in d["data"]:
+                    d["data"]["respond_via"] = list(respond_via)
         return drafts
 
     def _failure(self, signal: Signal, exc: Exception) -> Event:

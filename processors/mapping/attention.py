@@ -1,0 +1,92 @@
+"""Attention correlation: the lifecycle rule that mappings, being pure, cannot keep alone.
+
+AEP-0002 §7.1: every event after ``attention.requested`` carries ``subject`` = the request's event
+id, and a request is closed (``resolved``/``timeout``) before its session's ``session.ended``.
+Mappings only know the vendor's correlation key, so they tag request and legs with
+``_attention_key``; this book mints the request id up front, rewrites the legs' subject and
+cause, drops legs whose request it never saw (joins never invent), and sweeps still-open
+requests as ``resolved{dismissed}`` before ``session.ended``. Held control loops tag their legs
+the same way, so a vendor echo of an answer the operator already gave lands as an orphan.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from pipeline.envelope import Ulid
+from pipeline.model import Event
+
+LEGS = frozenset({"attention.answered", "attention.resolved", "attention.timeout"})
+TERMINAL_LEGS = frozenset({"attention.resolved", "attention.timeout"})
+
+Key = tuple[str, str, str]  # (agent, session, vendor key)
+
+
+@dataclass
+class Pending:
+    request_id: str
+    answered_id: str | None = None
+
+
+@dataclass
+class AttentionBook:
+    """Open requests by ``(agent, session, key)``, bounded; explicit state for the processor."""
+
+    max_open: int = 10_000
+    open: OrderedDict[Key, Pending] = field(default_factory=OrderedDict)
+    orphans: int = 0
+    ids: Ulid = field(default_factory=Ulid)
+
+    def apply(self, drafts: list[Event]) -> list[Event]:
+        out: list[Event] = []
+        for d in drafts:
+            etype = d.get("type")
+            agent = str(d.get("agent", ""))
+            session = str(d.get("session") or "unknown")
+            if etype == "session.ended":
+                out.extend(self.sweep(agent, session))
+                out.append(d)
+                continue
+            key = d.get("_attention_key")
+            if key is None:
+                out.append(d)
+                continue
+            k = (agent, session, str(key))
+            if etype == "attention.requested":
+                d.setdefault("id", self.ids.new())
+                self.open[k] = Pending(d["id"])
+                self.open.move_to_end(k)
+                while len(self.open) > self.max_open:
+                    self.open.popitem(last=False)
+                out.append(d)
+            elif etype in LEGS:
+                pending = self.open.get(k)
+                if pending is None:
+                    self.orphans += 1  # the request was never seen (or already settled): never invent one
+                    continue
+                d["subject"] = pending.request_id
+                if etype == "attention.answered":
+                    d.setdefault("id", self.ids.new())
+                    d.setdefault("cause", pending.request_id)
+                    pending.answered_id = d["id"]
+                else:
+                    d.setdefault("cause", pending.answered_id or pending.request_id)
+                    del self.open[k]
+                out.append(d)
+            else:
+                out.append(d)
+        return out
+
+    def is_open(self, agent: str, session: str | None, key: str) -> bool:
+        return (agent, session or "unknown", key) in self.open
+
+    def sweep(self, agent: str, session: str) -> list[Event]:
+        """``resolved{dismissed}`` for every request still open in the session (AEP-0002 §7.1)."""
+        swept = []
+        for k in [k for k in self.open if k[0] == agent and k[1] == session]:
+            pending = self.open.pop(k)
+            swept.append({"type": "attention.resolved", "agent": agent, "session": session,
+                          "subject": pending.request_id, "cause": pending.answered_id or pending.request_id,
+                          "data": {"resolution": "dismissed"}})
+        return swept

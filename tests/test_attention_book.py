@@ -1,0 +1,59 @@
+"""Attention correlation in isolation: legs get the request id as subject, orphans vanish, sweeps."""
+
+from __future__ import annotations
+
+from processors.mapping.attention import AttentionBook
+
+
+def d(type_, key=None, session="s", **kw):
+    out = {"type": type_, "agent": "kimi-code", "session": session, "data": {}, **kw}
+    if key is not None:
+        out["_attention_key"] = key
+    return out
+
+
+def test_legs_take_the_request_id_and_cause_chain():
+    book = AttentionBook()
+    req, ans, res = book.apply([d("attention.requested", "k1", subject="Bash"),
+                                d("attention.answered", "k1", subject="k1"),
+                                d("attention.resolved", "k1", subject="k1")])
+    assert req["id"] and ans["subject"] == req["id"] and res["subject"] == req["id"]
+    assert ans["cause"] == req["id"] and res["cause"] == ans["id"]
+    assert book.open == {}
+
+
+def test_orphan_legs_are_dropped_and_counted():
+    book = AttentionBook()
+    assert book.apply([d("attention.answered", "nope"), d("attention.resolved", "nope")]) == []
+    assert book.orphans == 2
+
+
+def test_a_settled_request_turns_a_late_vendor_echo_into_an_orphan():
+    book = AttentionBook()
+    book.apply([d("attention.requested", "k"), d("attention.timeout", "k")])
+    assert book.apply([d("attention.answered", "k", data={"via": "oob"})]) == []
+
+
+def test_keys_are_scoped_by_session():
+    book = AttentionBook()
+    book.apply([d("attention.requested", "k", session="a")])
+    assert book.apply([d("attention.resolved", "k", session="b")]) == []
+    assert book.is_open("kimi-code", "a", "k")
+
+
+def test_open_requests_are_swept_before_session_ended():
+    book = AttentionBook()
+    (req,) = book.apply([d("attention.requested", "k")])
+    out = book.apply([d("session.ended")])
+    assert [e["type"] for e in out] == ["attention.resolved", "session.ended"]
+    assert out[0]["subject"] == req["id"] and out[0]["data"] == {"resolution": "dismissed"}
+    assert book.open == {}
+
+
+def test_drafts_without_keys_pass_untouched_and_book_is_bounded():
+    book = AttentionBook(max_open=2)
+    plain = d("tool.requested")
+    assert book.apply([plain]) == [plain]
+    for i in range(5):
+        book.apply([d("attention.requested", f"k{i}")])
+    assert len(book.open) == 2
