@@ -23,7 +23,7 @@ from .shellfamily import ABSENT, dotted_fallback, number, tool_completed, tool_f
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
            "new_state", "map_hook", "map_signal", "deny_reply", "context_reply", "clarify_choices",
-           "clarify_fields"]
+           "clarify_fields", "approval_key", "clarify_key"]
 
 log = logging.getLogger("aep.mapping.hermes")
 
@@ -76,6 +76,7 @@ def context_reply(text: str | None) -> dict[str, Any]:
 class _Pending:
     lane: str | None  # the session the request was emitted on (None = the unknown lane)
     subject: str | None = None
+    key: str | None = None  # the `_attention_key` the request and its legs share
     call_id: str | None = None
     fields: list[dict[str, Any]] | None = None
 
@@ -93,6 +94,17 @@ class HermesState:
 def new_state() -> HermesState:
     """A fresh, empty runtime state."""
     return HermesState()
+
+
+def approval_key(extra: dict[str, Any]) -> str | None:
+    """The vendor correlation of an approval card: ``session_key|pattern_key`` (fixture identity)."""
+    pattern = get_str(extra, "pattern_key")
+    return f"approval:{get_str(extra, 'session_key')}|{pattern}" if pattern else None
+
+
+def clarify_key(call_id: str | None) -> str | None:
+    """The vendor correlation of a clarify card: its ``tool_call_id``."""
+    return f"clarify:{call_id}" if call_id else None
 
 
 def _trim(table: dict[Any, Any]) -> None:
@@ -149,7 +161,7 @@ def _clarify_card(tool_input: Any, call_id: str | None, attrs: dict[str, Any]) -
         return []
     data = {"kind": "form", "prompt": CLARIFY_PROMPT, "fields": fields, "respond_via": ["oob"]}
     return [draft("attention.requested", data, subject=call_id, severity="notice",
-                  _structural={"prompt": CLARIFY_PROMPT}, **attrs)]
+                  _structural={"prompt": CLARIFY_PROMPT}, _attention_key=clarify_key(call_id), **attrs)]
 
 
 def _clarify_result(raw: Any) -> dict[str, Any] | None:
@@ -167,6 +179,7 @@ def _clarify_result(raw: Any) -> dict[str, Any] | None:
 def _clarify_outcome(extra: dict[str, Any], status: str | None, fields: list[dict[str, Any]] | None,
                      attrs: dict[str, Any]) -> list[Event]:
     subject = get_str(extra, "tool_call_id")
+    attrs = {**attrs, "_attention_key": clarify_key(subject)}
     if status in ("blocked", "error"):
         # The ask never completed: the card closes dismissed beside the pinned denial / failure.
         return [draft("attention.resolved", {"resolution": "dismissed"}, subject=subject, **attrs)]
@@ -241,11 +254,12 @@ def _approval_request(extra: dict[str, Any], attrs: dict[str, Any]) -> list[Even
     data = {"kind": "permission", "prompt": prompt, "options": [dict(o) for o in APPROVAL_OPTIONS],
             "respond_via": ["oob"]}  # AEP-0008: answered in Hermes' own UI, never from the bus
     return [draft("attention.requested", data, subject=get_str(extra, "pattern_key"), severity="notice",
-                  **attrs)]
+                  _attention_key=approval_key(extra), **attrs)]
 
 
 def _approval_response(extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
     subject = get_str(extra, "pattern_key")
+    attrs = {**attrs, "_attention_key": approval_key(extra)}
     choice = get_str(extra, "choice")
     if choice == "timeout":
         return [draft("attention.timeout", {}, subject=subject, **attrs)]
@@ -388,52 +402,53 @@ def _take(queue: list[_Pending], call_id: str | None) -> _Pending:
     return queue.pop(0)
 
 
+def _leg(type_: str, data: dict[str, Any], pending: _Pending, run: Any = None) -> Event:
+    """A lifecycle leg of a card this state raised: its lane, its vendor subject, its key."""
+    return draft(type_, data, subject=pending.subject, session=pending.lane, run=run, _attention_key=pending.key)
+
+
 def _approval(payload: dict[str, Any], extra: dict[str, Any], name: str, state: HermesState) -> list[Event]:
-    key = get_str(extra, "session_key")
-    lane = key if key in state.sessions else None  # a gateway key never mints a lane
-    drafts = map_hook(payload, name, approval_session=lane)
-    pair = f"{key}|{get_str(extra, 'pattern_key')}"
+    session_key = get_str(extra, "session_key")
+    lane = session_key if session_key in state.sessions else None  # a gateway key never mints a lane
+    key = approval_key(extra)
     call_id = get_str(extra, "tool_call_id")
+    queue = state.approvals.get(key) if key else None
     if name == "pre_approval_request":
-        state.approvals.setdefault(pair, []).append(
-            _Pending(lane=drafts[0].get("session"), subject=drafts[0].get("subject"), call_id=call_id))
-        _trim(state.approvals)
+        drafts = map_hook(payload, name, approval_session=lane)
+        if key:
+            state.approvals.setdefault(key, []).append(
+                _Pending(lane=drafts[0].get("session"), subject=drafts[0].get("subject"), key=key, call_id=call_id))
+            _trim(state.approvals)
         return drafts
-    queue = state.approvals.get(pair)
+    if not queue or key is None:
+        return map_hook(payload, name, approval_session=lane)  # unpaired: the vendor fact, nothing closed
+    pending = _take(queue, call_id)
     if not queue:
-        return drafts  # an unpaired response: the vendor fact only, no lifecycle closed for it
-    _take(queue, call_id)
-    if not queue:
-        del state.approvals[pair]
+        del state.approvals[key]
+    # The response lands on the lane its request was raised on, whatever was seen since.
+    drafts = map_hook(payload, name, approval_session=pending.lane)
     answered = drafts[-1]
     if answered["type"] == "attention.answered":
         # Fixture post_approval_response_deny: the daemon pairs it and closes the card as answered.
-        drafts.append(draft("attention.resolved", {"resolution": "answered"}, subject=answered.get("subject"),
-                            session=answered.get("session"), run=answered.get("run")))
+        drafts.append(_leg("attention.resolved", {"resolution": "answered"}, pending, run=answered.get("run")))
     return drafts
 
 
 def _sweep(session: str | None, state: HermesState) -> list[Event]:
-    """Close every card still open on ``session`` as dismissed, before its session.ended (§7)."""
+    """Close every card still open on ``session`` as dismissed, before its session.ended (§7.1)."""
     out: list[Event] = []
-    for pair, queue in list(state.approvals.items()):
-        keep = []
-        for item in queue:
-            if item.lane == session:
-                out.append(draft("attention.resolved", {"resolution": "dismissed"}, subject=item.subject,
-                                 session=session))
-            else:
-                keep.append(item)
+    for key, queue in list(state.approvals.items()):
+        keep = [item for item in queue if item.lane != session]
+        out += [_leg("attention.resolved", {"resolution": "dismissed"}, item) for item in queue if item.lane == session]
         if keep:
-            state.approvals[pair] = keep
+            state.approvals[key] = keep
         else:
-            del state.approvals[pair]
+            del state.approvals[key]
     for call_id, item in list(state.clarify.items()):
         if item.lane == session:
             del state.clarify[call_id]
-            if item.fields is not None:
-                out.append(draft("attention.resolved", {"resolution": "dismissed"}, subject=call_id,
-                                 session=session))
+            if item.fields is not None:  # a question-less call raised no card: nothing to close
+                out.append(_leg("attention.resolved", {"resolution": "dismissed"}, item))
     return out
 
 
@@ -452,8 +467,8 @@ def map_signal(signal: Signal, state: HermesState) -> list[Event]:
             drafts = map_hook(payload, name)
             cards = [d for d in drafts if d["type"] == "attention.requested"]
             fields = copy.deepcopy(cards[0]["data"]["fields"]) if cards else None
-            state.clarify[call_id] = _Pending(lane=drafts[0].get("session"), subject=call_id, call_id=call_id,
-                                              fields=fields)
+            state.clarify[call_id] = _Pending(lane=drafts[0].get("session"), subject=call_id,
+                                              key=clarify_key(call_id), call_id=call_id, fields=fields)
             _trim(state.clarify)
             return drafts
         if name == "post_tool_call":
@@ -462,8 +477,7 @@ def map_signal(signal: Signal, state: HermesState) -> list[Event]:
             drafts = map_hook(payload, name, fields=pending.fields if pending else None, card=not known_no_card)
             last = drafts[-1]
             if pending is not None and last["type"] == "attention.answered":
-                drafts.append(draft("attention.resolved", {"resolution": "answered"}, subject=last.get("subject"),
-                                    session=last.get("session"), run=last.get("run")))
+                drafts.append(_leg("attention.resolved", {"resolution": "answered"}, pending, run=last.get("run")))
             return drafts
     if name == "on_session_finalize":
         drafts = map_hook(payload, name)
