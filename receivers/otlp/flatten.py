@@ -1,0 +1,109 @@
+"""OTLP log records -> the flat dicts the OTel-channel mappings read (bridges digest §1.2).
+
+One flattened record::
+
+    {"resource":   {dotted.key: value},   # resource attributes
+     "attributes": {dotted.key: value},   # record attributes; event.name from the field if absent
+     "scope"?:     {"name"?, "version"?},
+     "time_unix_nano"?: int,              # the record time, else its observed time
+     "observed_time_unix_nano"?: int,
+     "severity_number"?: int, "severity_text"?: str,
+     "trace_id"?: hex, "span_id"?: hex, "flags"?: int,
+     "body"?: value}
+
+Values: string, bool, int (int64 exactly, never a float), float, list, dict; bytes become
+base64 text (the OTLP/JSON spelling); a non-finite double becomes its OTLP/JSON string
+(``"NaN"``, ``"Infinity"``, ``"-Infinity"``) so the record stays JSON. Keys left out are unset.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+
+def any_value(value: AnyValue) -> Any:
+    """An OTLP ``AnyValue`` as plain Python (unset -> None)."""
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        d = value.double_value
+        if math.isfinite(d):
+            return d
+        return "NaN" if math.isnan(d) else ("Infinity" if d > 0 else "-Infinity")
+    if kind == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return key_values(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    return None
+
+
+def key_values(kvs: Iterable[KeyValue]) -> dict[str, Any]:
+    """Repeated ``KeyValue`` -> dict (a repeated key: the last one wins)."""
+    return {kv.key: any_value(kv.value) for kv in kvs}
+
+
+def flatten_record(resource: dict[str, Any], scope: dict[str, str], record: LogRecord) -> dict[str, Any]:
+    """One ``LogRecord`` with its resource and scope as a flat dict (see the module docstring)."""
+    attributes = key_values(record.attributes)
+    name = attributes.get("event.name")
+    if (not isinstance(name, str) or not name) and record.event_name:
+        # The Python and JS SDKs put the name in LogRecord.event_name (field 12), not an attribute.
+        attributes["event.name"] = record.event_name
+    flat: dict[str, Any] = {"resource": dict(resource), "attributes": attributes}
+    if scope:
+        flat["scope"] = dict(scope)
+    when = record.time_unix_nano or record.observed_time_unix_nano
+    if when:
+        flat["time_unix_nano"] = when
+    if record.observed_time_unix_nano:
+        flat["observed_time_unix_nano"] = record.observed_time_unix_nano
+    if record.severity_number:
+        flat["severity_number"] = int(record.severity_number)
+    if record.severity_text:
+        flat["severity_text"] = record.severity_text
+    if record.trace_id:
+        flat["trace_id"] = record.trace_id.hex()
+    if record.span_id:
+        flat["span_id"] = record.span_id.hex()
+    if record.flags:
+        flat["flags"] = record.flags
+    if record.HasField("body"):
+        body = any_value(record.body)
+        if body is not None:
+            flat["body"] = body
+    return flat
+
+
+def flatten_request(request: ExportLogsServiceRequest) -> list[dict[str, Any]]:
+    """Every log record of an export request, flattened, in request order."""
+    out: list[dict[str, Any]] = []
+    for resource_logs in request.resource_logs:
+        resource = key_values(resource_logs.resource.attributes)
+        for scope_logs in resource_logs.scope_logs:
+            scope: dict[str, str] = {}
+            if scope_logs.scope.name:
+                scope["name"] = scope_logs.scope.name
+            if scope_logs.scope.version:
+                scope["version"] = scope_logs.scope.version
+            for record in scope_logs.log_records:
+                out.append(flatten_record(resource, scope, record))
+    return out
+
+
+def count_records(request: ExportLogsServiceRequest) -> int:
+    """How many log records an export request carries."""
+    return sum(len(sl.log_records) for rl in request.resource_logs for sl in rl.scope_logs)

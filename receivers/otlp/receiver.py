@@ -1,0 +1,254 @@
+"""The ``otlp`` receiver: OTLP/gRPC ``LogsService/Export`` and OTLP/HTTP ``POST /v1/logs``.
+
+Both transports decode to an ``ExportLogsServiceRequest``, flatten its records
+(``flatten.py``) and push one batch of ``Signal``s per export request. Answers follow the
+OTLP specification: success (with ``partial_success`` for records refused), 400 /
+INVALID_ARGUMENT for a body that cannot be decoded (never retried), 413 / RESOURCE_EXHAUSTED
+over the size limit, 415 for an unsupported content type or encoding, and 503 / UNAVAILABLE
+(retryable) while the pipeline is failing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from types import ModuleType
+from typing import Any
+
+import grpc
+from aiohttp import web
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+
+from pipeline.component import Consumer, CreateSettings
+from pipeline.config import parse_endpoint
+from pipeline.host import Health, Host
+from pipeline.model import Signal
+from processors.mapping import load_vendor
+
+from . import wire
+from .config import OtlpConfig
+from .flatten import flatten_request
+
+log = logging.getLogger("aep.receiver.otlp")
+
+LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
+# Signals this receiver does not turn into events. VS Code exports traces and metrics to the same
+# endpoint as logs; refusing them would make the extension log an export error every interval.
+IGNORED_SERVICES = ("opentelemetry.proto.collector.trace.v1.TraceService",
+                    "opentelemetry.proto.collector.metrics.v1.MetricsService")
+IGNORED_PATHS = ("/v1/traces", "/v1/metrics")
+
+# Where each profile's session id lives, for the partial_success message (mappings own the rule).
+SESSION_KEYS = {"vscode": "resource attribute session.id", "codex": "record attribute conversation.id"}
+
+
+class PipelineUnavailable(Exception):
+    """The next consumer failed: answer retryable (503 / UNAVAILABLE)."""
+
+
+class OtlpReceiver:
+    """OTLP logs in, one ``Signal`` batch per export request out."""
+
+    def __init__(self, settings: CreateSettings, config: OtlpConfig, next_consumer: Consumer) -> None:
+        config.validate()
+        self.id = f"receiver/{settings.id}"
+        self.config = config
+        self.consumer = next_consumer
+        self.agent = config.agent
+        self.profile: ModuleType = load_vendor(self.agent)  # owns the identity rule (session_of)
+        self.health = Health()
+        self.grpc_server: grpc.aio.Server | None = None
+        self.runner: web.AppRunner | None = None
+        self.grpc_port: int | None = None
+        self.http_port: int | None = None
+        self._warned: set[str] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, host: Host) -> None:
+        self.health = host.health
+        try:
+            if self.config.grpc is not None:
+                await self._start_grpc(self.config.grpc.endpoint)
+            if self.config.http is not None:
+                await self._start_http(self.config.http.endpoint)
+        except BaseException:
+            await self.shutdown()
+            raise
+
+    async def shutdown(self) -> None:
+        if self.grpc_server is not None:
+            server, self.grpc_server = self.grpc_server, None
+            with contextlib.suppress(Exception):
+                await server.stop(grace=2.0)  # in-flight exports finish, new ones are refused
+        if self.runner is not None:
+            runner, self.runner = self.runner, None
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+
+    async def _start_grpc(self, endpoint: str) -> None:
+        host, port = parse_endpoint(endpoint, path="grpc.endpoint")
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", self.config.max_request_bytes),
+            # grpc enables SO_REUSEPORT by default: a second receiver on the same port would then
+            # bind "successfully" and silently take half the traffic.
+            ("grpc.so_reuseport", 0),
+        ])
+        # Raw bytes in and out (no deserializer): a malformed body is then ours to answer with
+        # INVALID_ARGUMENT, where grpc's own deserializer would report INTERNAL.
+        handlers = [grpc.method_handlers_generic_handler(LOGS_SERVICE, {
+            "Export": grpc.unary_unary_rpc_method_handler(self._grpc_export)})]
+        handlers += [grpc.method_handlers_generic_handler(name, {
+            "Export": grpc.unary_unary_rpc_method_handler(self._grpc_ignored)}) for name in IGNORED_SERVICES]
+        server.add_generic_rpc_handlers(tuple(handlers))
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"{self.id}: cannot listen on {endpoint} (gRPC): {exc}") from None
+        if not bound:
+            raise OSError(f"{self.id}: cannot listen on {endpoint} (gRPC)")
+        await server.start()
+        self.grpc_server, self.grpc_port = server, bound
+        log.info("%s: OTLP/gRPC on %s:%s (profile %s, %s mode)", self.id, host, bound,
+                 self.config.profile, self.config.mode)
+
+    async def _start_http(self, endpoint: str) -> None:
+        host, port = parse_endpoint(endpoint, path="http.endpoint")
+        app = web.Application(client_max_size=self.config.max_request_bytes)
+        app.router.add_post("/v1/logs", self._http_logs)
+        for path in IGNORED_PATHS:
+            app.router.add_post(path, self._http_ignored)
+        app.router.add_route("*", "/{tail:.*}", self._http_not_found)
+        # Gzip is undone here, bounded by max_request_bytes, so that a body that is not gzip gets
+        # an OTLP error body instead of aiohttp's bare 400 (and a gzip bomb cannot blow up).
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # the bound port when 0 was asked for
+        self.http_port = sockets[0].getsockname()[1] if sockets else port
+        log.info("%s: OTLP/HTTP on http://%s:%s/v1/logs (profile %s, %s mode)", self.id, host,
+                 self.http_port, self.config.profile, self.config.mode)
+
+    # -- the transport-independent part --------------------------------------------------------
+
+    async def ingest(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
+        """Flatten, refuse records without a session, push one batch; the OTLP response."""
+        records = flatten_request(request)
+        batch: list[Signal | dict[str, Any]] = []
+        rejected = 0
+        mode = self.config.mode
+        for flat in records:
+            if self.profile.session_of(flat) is None:
+                # Bridges digest §1.6: a record with no session key cannot form a valid
+                # session-scoped envelope; refuse it visibly rather than invent an id.
+                rejected += 1
+                continue
+            name = flat["attributes"].get("event.name")
+            batch.append(Signal(agent=self.agent, name=name if isinstance(name, str) else "",
+                                payload=flat, attrs={"mode": mode}))
+        if batch:
+            try:
+                await self.consumer.consume(batch)
+            except Exception as exc:
+                self.health.fail(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
+                raise PipelineUnavailable(f"pipeline unavailable: {type(exc).__name__}") from exc
+            self.health.recover(self.id, "pipeline-error")
+            self.health.count(self.id, "accepted", len(batch))
+        response = ExportLogsServiceResponse()
+        if rejected:
+            self.health.count(self.id, "rejected", rejected)
+            response.partial_success.rejected_log_records = rejected
+            response.partial_success.error_message = (
+                f"{rejected} of {len(records)} log records carry no {SESSION_KEYS[self.config.profile]} "
+                f"(the {self.config.profile} profile's session key) and were rejected")
+        return response
+
+    def _refused(self, transport: str, error: wire.WireError) -> None:
+        self.health.count(self.id, "refused")
+        key = f"{transport}:{error.status}"
+        if key not in self._warned:  # once per kind of refusal, not once per request
+            self._warned.add(key)
+            log.warning("%s: refused an OTLP/%s request (%s): %s", self.id, transport, error.status,
+                        error.message)
+
+    # -- OTLP/gRPC -------------------------------------------------------------------------------
+
+    async def _grpc_export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        code, message = None, ""
+        try:
+            response = await self.ingest(wire.parse_protobuf(body))
+            return response.SerializeToString()
+        except wire.WireError as exc:
+            self._refused("gRPC", exc)
+            code, message = grpc.StatusCode.INVALID_ARGUMENT, exc.message
+        except PipelineUnavailable as exc:
+            code, message = grpc.StatusCode.UNAVAILABLE, str(exc)
+        except Exception as exc:  # a receiver bug must never stop the server; INTERNAL is not retried
+            log.exception("%s: OTLP/gRPC export failed", self.id)
+            code, message = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}"
+        await context.abort(code, message)  # raises: the status is the answer
+        return b""
+
+    async def _grpc_ignored(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        self.health.count(self.id, "ignored_requests")
+        return b""  # an empty Export*ServiceResponse: accepted, nothing to do
+
+    # -- OTLP/HTTP -------------------------------------------------------------------------------
+
+    async def _http_logs(self, request: web.Request) -> web.Response:
+        ctype = request.content_type.lower()
+        if ctype not in wire.CONTENT_TYPES:
+            self.health.count(self.id, "refused")
+            return web.Response(status=415, text=f"unsupported Content-Type {request.content_type!r}: "
+                                "OTLP/HTTP takes application/x-protobuf or application/json")
+        try:
+            body = await self._read_body(request, ctype)
+            otlp = wire.parse_json(body) if ctype == wire.JSON else wire.parse_protobuf(body)
+        except wire.WireError as exc:
+            self._refused("HTTP", exc)
+            return self._status_response(exc.status, exc.code, exc.message, ctype)
+        try:
+            response = await self.ingest(otlp)
+        except PipelineUnavailable as exc:
+            # OTLP/HTTP: 503 is retryable; Retry-After paces the exporter's retries.
+            out = self._status_response(503, wire.UNAVAILABLE, str(exc), ctype)
+            out.headers["Retry-After"] = "1"
+            return out
+        except Exception as exc:  # a receiver bug must never stop the server; 500 is not retried
+            log.exception("%s: OTLP/HTTP export failed", self.id)
+            return self._status_response(500, wire.INTERNAL, type(exc).__name__, ctype)
+        return web.Response(status=200, body=wire.encode_message(response, ctype), content_type=ctype)
+
+    async def _read_body(self, request: web.Request, ctype: str) -> bytes:
+        limit = self.config.max_request_bytes
+        coding = (request.headers.get("Content-Encoding") or "identity").strip().lower()
+        if coding not in ("identity", "gzip"):
+            raise wire.WireError(415, wire.INVALID_ARGUMENT,
+                                 f"unsupported Content-Encoding {coding!r}: use gzip or none")
+        if request.content_length is not None and request.content_length > limit:
+            raise wire.WireError(413, wire.RESOURCE_EXHAUSTED, f"request body over {limit} bytes")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise wire.WireError(413, wire.RESOURCE_EXHAUSTED, f"request body over {limit} bytes") from None
+        return wire.gunzip(body, limit) if coding == "gzip" else body
+
+    def _status_response(self, status: int, code: int, message: str, ctype: str) -> web.Response:
+        return web.Response(status=status, body=wire.encode_status(code, message, ctype), content_type=ctype)
+
+    async def _http_ignored(self, request: web.Request) -> web.Response:
+        self.health.count(self.id, "ignored_requests")
+        ctype = request.content_type.lower()
+        ctype = ctype if ctype in wire.CONTENT_TYPES else wire.PROTOBUF
+        return web.Response(status=200, body=b"{}" if ctype == wire.JSON else b"", content_type=ctype)
+
+    async def _http_not_found(self, request: web.Request) -> web.Response:
+        if request.path in ("/v1/logs", *IGNORED_PATHS):
+            return web.Response(status=405, text=f"use POST {request.path}", headers={"Allow": "POST"})
+        return web.Response(status=404, text=f"no route {request.method} {request.path}; "
+                            "OTLP logs go to POST /v1/logs")
