@@ -1,37 +1,230 @@
 """The control router (AEP-0004): owned by the pipeline, not by any exporter or receiver.
 
-Receivers declare which command types they can honour for an agent and register what they
-hold open; duplex exporters hand inbound commands here. The router decides once per command.
+Receivers ``register`` an agent with the command types they honour and the consumer their
+events flow through, and ``open`` a ``Hold`` for every attention request they keep the vendor
+waiting on. Duplex exporters ``submit`` inbound commands and report whether a route is live.
+The router makes exactly one ack decision per command (deduped on ``(source, id)``), emits the
+ack through the pipeline like any event, and re-sends the recorded ack byte-identically when a
+command is retransmitted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .host import Health
+from .model import Event
 
 log = logging.getLogger("aep.control")
 
+ACK_TYPES = frozenset({"control.accepted", "control.rejected"})
+RESPOND = "control.attention.respond"
+Validator = Callable[[dict[str, Any]], "str | None"]
+
+
+@dataclass
+class Outcome:
+    """How a hold ended: ``answered`` (with the command's answer), ``timeout``, ``dismissed`` or ``oob``."""
+
+    how: str
+    answer: dict[str, Any] | None = None
+    command: Event | None = None
+
+
+@dataclass
+class Hold:
+    """One attention request a receiver keeps its vendor waiting on."""
+
+    agent: str
+    session: str
+    lanes: list[tuple[Any, Event]]
+    """(pipeline, stamped attention.requested) — one per pipeline the request went through."""
+    validate: Validator
+    key: str | None = None
+    opened: float = field(default_factory=time.monotonic)
+    future: asyncio.Future[Outcome] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    @property
+    def ids(self) -> list[str]:
+        return [ev["id"] for _, ev in self.lanes]
+
+    @property
+    def settled(self) -> bool:
+        return self.future.done()
+
+    def settle(self, outcome: Outcome) -> bool:
+        if self.future.done():
+            return False
+        self.future.set_result(outcome)
+        return True
+
+
+@dataclass
+class _Agent:
+    accepts: list[str] | None
+    consumer: Any
+
 
 class ControlRouter:
-    """Routes inbound commands to whatever a receiver holds; see ``submit``."""
+    """Decides every inbound command once; see the module docstring."""
 
-    def __init__(self, health: Health) -> None:
+    def __init__(self, health: Health, max_decisions: int = 10_000, max_holds: int = 1_000) -> None:
         self.health = health
+        self.agents: dict[str, _Agent] = {}
+        self.routes: dict[str, int] = {}
+        self.holds: dict[str, Hold] = {}
+        self.max_holds = max_holds
+        # (source, id) -> the recorded ack lanes, or None while the decision is being made.
+        self.decisions: OrderedDict[tuple[str, str], list[tuple[Any, list[Event]]] | None] = OrderedDict()
+        self.max_decisions = max_decisions
         self.pipelines: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
-        self._accepts: dict[str, set[str]] = {}
+
+    # -- wiring ---------------------------------------------------------------------------------
 
     def bind_pipelines(self, pipelines: dict[str, Any], specs: dict[str, Any]) -> None:
         self.pipelines, self.specs = pipelines, specs
 
-    def declare(self, agent: str, command_types: list[str]) -> None:
-        """A receiver states the command types it honours for ``agent`` (hello ``control.accepts``)."""
-        self._accepts.setdefault(agent, set()).update(command_types)
+    def register(self, agent: str, accepts: list[str] | None, consumer: Any) -> None:
+        """A receiver states what it honours for ``agent`` (``None``: no control leg at all)."""
+        current = self.agents.get(agent)
+        if current is not None and current.accepts is not None and accepts is not None:
+            accepts = sorted(set(current.accepts) | set(accepts))
+        elif current is not None and accepts is None:
+            accepts = current.accepts
+        self.agents[agent] = _Agent(accepts if accepts is None else sorted(set(accepts)), consumer)
 
-    def accepts(self, agent: str) -> list[str]:
-        return sorted(self._accepts.get(agent, ()))
+    def accepts(self, agent: str) -> list[str] | None:
+        """The hello's ``control.accepts`` for ``agent``; ``None`` means omit the control block."""
+        a = self.agents.get(agent)
+        return None if a is None or a.accepts is None else list(a.accepts)
+
+    def set_route(self, agent: str, live: bool) -> None:
+        """A duplex exporter reports a hello-complete connection for ``agent`` coming or going."""
+        n = self.routes.get(agent, 0) + (1 if live else -1)
+        self.routes[agent] = max(n, 0)
+
+    def route_live(self, agent: str) -> bool:
+        """Whether an operator's answer could reach us now (if not, receivers do not hold)."""
+        return self.routes.get(agent, 0) > 0
+
+    # -- holds ------------------------------------------------------------------------------------
+
+    def open(self, agent: str, session: str, lanes: list[tuple[Any, Event]], validate: Validator,
+             key: str | None = None) -> Hold | None:
+        """Register a held request; ``None`` when the bound on pending holds is reached (do not hold)."""
+        if len(self.holds) >= self.max_holds:
+            self.health.count("control", "refused")
+            self.health.fail("control", "holds-full", f"{self.max_holds} held requests pending; not holding more")
+            return None
+        hold = Hold(agent, session, lanes, validate, key)
+        for rid in hold.ids:
+            self.holds[rid] = hold
+        return hold
+
+    def close(self, hold: Hold) -> None:
+        for rid in hold.ids:
+            if self.holds.get(rid) is hold:
+                del self.holds[rid]
+        if not self.holds:
+            self.health.recover("control", "holds-full")
+
+    def pending(self, agent: str, session: str | None = None) -> list[Hold]:
+        seen: list[Hold] = []
+        for h in self.holds.values():
+            if h.agent == agent and (session is None or h.session == session) and h not in seen:
+                seen.append(h)
+        return seen
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    async def submit(self, command: Event, target_agent: str) -> None:
+        """Decide one inbound command; never raises (a bad command is a nack, not a crash)."""
+        try:
+            await self._submit(command, target_agent)
+        except Exception as exc:
+            self.health.fail("control", "submit-error", f"{type(exc).__name__}: {exc}")
+            log.exception("control: command handling failed")
+
+    async def _submit(self, command: Event, target_agent: str) -> None:
+        cid, source, session = command.get("id"), command.get("source"), command.get("session")
+        ctype = command.get("type")
+        if not all(isinstance(v, str) and v for v in (cid, source, session, ctype)):
+            # Without id, source and session no ack can be correlated or placed: count and log it.
+            self.health.count("control", "rejected")
+            self.health.fail("control", "malformed-command", "a command without id/source/session/type was dropped")
+            return
+        key = (source, cid)
+        if key in self.decisions:
+            recorded = self.decisions[key]
+            if recorded is not None:  # AEP-0004 §7: re-send the recorded ack, byte-identical
+                for pipeline, events in recorded:
+                    pipeline.deliver(events, redelivery=True)
+            return  # still deciding: a duplicate gets no second ack
+        self.decisions[key] = None
+        while len(self.decisions) > self.max_decisions:
+            self.decisions.popitem(last=False)
+        agent = self.agents.get(target_agent)
+        if agent is None or agent.accepts is None or ctype not in agent.accepts:
+            await self._ack(key, command, target_agent, None, "unsupported",
+                            f"{ctype} is not accepted by {target_agent}")
+            return
+        if ctype == RESPOND:
+            await self._respond(key, command, target_agent)
+            return
+        # Declared but not implemented here would be a bug in a receiver's declaration.
+        await self._ack(key, command, target_agent, None, "unsupported", f"{ctype} has no handler")
+
+    async def _respond(self, key: tuple[str, str], command: Event, agent: str) -> None:
+        subject = command.get("subject")
+        hold = self.holds.get(subject) if isinstance(subject, str) else None
+        if hold is None or hold.settled or hold.session != command["session"] or hold.agent != agent:
+            await self._ack(key, command, agent, None, "refused",
+                            f"no pending attention request {subject!r} in this session")
+            return
+        data = command.get("data")
+        answer = data.get("answer") if isinstance(data, dict) else None
+        if not isinstance(answer, dict):
+            await self._ack(key, command, agent, hold, "invalid", "data.answer must be an object")
+            return
+        problem = hold.validate(answer)
+        if problem is not None:  # AEP-0006: invalid answers leave the request pending
+            await self._ack(key, command, agent, hold, "invalid", problem)
+            return
+        await self._ack(key, command, agent, hold, None, None)
+        hold.settle(Outcome("answered", answer, command))
+
+    async def _ack(self, key: tuple[str, str], command: Event, agent: str, hold: Hold | None,
+                   reason: str | None, detail: str | None) -> None:
+        draft: Event = {"type": "control.accepted" if reason is None else "control.rejected",
+                        "agent": agent, "session": command["session"], "cause": command["id"],
+                        "data": {} if reason is None else {"reason": reason}}
+        if detail and reason is not None:
+            draft["data"]["detail"] = detail
+        if command.get("run"):
+            draft["run"] = command["run"]
+        recorded: list[tuple[Any, list[Event]]] = []
+        if hold is not None:
+            for pipeline, _ in hold.lanes:
+                recorded.append((pipeline, await pipeline.consume([dict(draft, data=dict(draft["data"]))])))
+        else:
+            consumer = self.agents.get(agent).consumer if agent in self.agents else None
+            if consumer is None:
+                consumer = next(iter(a.consumer for a in self.agents.values()), None)
+            if consumer is not None:
+                recorded.extend(await consumer.consume_each([draft]))
+        self.decisions[key] = recorded
+        self.health.count("control", "accepted" if reason is None else "rejected")
+        if reason is not None:
+            log.info("control: rejected %s %s (%s): %s", command.get("type"), command["id"], reason, detail)
 
     async def shutdown(self) -> None:
-        return None
+        """Free every hold (the receivers answer their vendors neutrally)."""
+        for hold in list({id(h): h for h in self.holds.values()}.values()):
+            hold.settle(Outcome("shutdown"))

@@ -97,14 +97,14 @@ class Service:
                  len(self.receivers), len(self.pipelines), len(self.exporters))
 
     async def shutdown(self, grace: float = 5.0) -> None:
-        """Receivers first (no new input, in-flight requests finish), then flush exporters."""
+        """Free held hooks, stop receivers (no new input, in-flight requests finish), flush exporters."""
+        if self.host.control is not None:
+            await self.host.control.shutdown()  # a held hook must not delay shutdown for its timeout
         for cid, rec in reversed(list(self.receivers.items())):
             try:
                 await rec.shutdown()
             except Exception as exc:
                 log.error("receiver %s failed to shut down cleanly: %s", cid, exc)
-        if self.host.control is not None:
-            await self.host.control.shutdown()
         for proc in self.processors.values():
             stop = getattr(proc, "shutdown", None)
             if stop is not None:

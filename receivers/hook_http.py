@@ -79,11 +79,21 @@ class Deliver:
 
     def __init__(self, component: str, consumer: Consumer, health: Health, timeout: float) -> None:
         self.component, self.consumer, self.health, self.timeout = component, consumer, health, timeout
-        self.pending: set[asyncio.Task[list[Event]]] = set()
+        self.pending: set[asyncio.Task[Any]] = set()
 
     async def __call__(self, batch: list[Any]) -> list[Event] | None:
         """The stamped events, or ``None`` when the pipeline failed or was too slow to wait for."""
-        task = asyncio.ensure_future(self.consumer.consume(batch))
+        lanes = await self.lanes(batch)
+        return None if lanes is None else [e for _, events in lanes for e in events]
+
+    async def lanes(self, batch: list[Any]) -> list[tuple[Any, list[Event]]] | None:
+        """Like calling it, but per pipeline: what held loops need to answer in each lane."""
+        each = getattr(self.consumer, "consume_each", None)
+        if each is not None:
+            coro = each(batch)
+        else:
+            coro = _single_lane(self.consumer, batch)
+        task = asyncio.ensure_future(coro)
         self.pending.add(task)
         task.add_done_callback(self._done)
         try:
@@ -99,7 +109,7 @@ class Deliver:
         self.health.count(self.component, "accepted", len(batch))
         return events
 
-    def _done(self, task: asyncio.Task[list[Event]]) -> None:
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self.pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
@@ -108,6 +118,10 @@ class Deliver:
     async def drain(self, timeout: float) -> None:
         if self.pending:
             await asyncio.wait(list(self.pending), timeout=timeout)
+
+
+async def _single_lane(consumer: Consumer, batch: list[Any]) -> list[tuple[Any, list[Event]]]:
+    return [(consumer, await consumer.consume(batch))]
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

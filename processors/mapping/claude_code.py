@@ -180,13 +180,15 @@ def _permission_request(payload: hf.Payload, _state: Any) -> Event:
     return hf.permission_request(payload)
 
 
-def _elicitation_key(payload: hf.Payload) -> str:
+def elicitation_key(payload: hf.Payload) -> str:
+    """The key pairing an Elicitation with its ElicitationResult (and with an operator's answer)."""
     return get_str(payload, "elicitation_id") or get_str(payload, "mcp_server_name") or "elicitation"
 
 
 def _elicitation(payload: hf.Payload, state: ClaudeCodeState | None) -> Event:
-    key = _elicitation_key(payload)
+    key = elicitation_key(payload)
     d = _form_draft(elicitation_form(payload, True), elicitation_form(payload, False), key)
+    d["_attention_key"] = key  # the result (or an operator's answer) settles it by this key
     if state is not None:
         state.hold(hf.session_of(payload), key,
                    {"fields": d["_fields"], "server": get_str(payload, "mcp_server_name")})
@@ -194,18 +196,19 @@ def _elicitation(payload: hf.Payload, state: ClaudeCodeState | None) -> Event:
 
 
 def _elicitation_result(payload: hf.Payload, state: ClaudeCodeState | None) -> list[Event] | None:
-    key = _elicitation_key(payload)
+    key = elicitation_key(payload)
     entry = state.take(hf.session_of(payload), key, get_str(payload, "mcp_server_name")) if state else None
     if entry is None:
         return None  # an orphan result (never seen, or already settled over control) emits nothing
     action = get_str(payload, "action")
     if action != "accept":
         # decline/cancel carry no answer to record: the user dismissed the form in Claude Code.
-        return [draft("attention.resolved", {"resolution": "dismissed"}, key)]
+        return [draft("attention.resolved", {"resolution": "dismissed"}, key, _attention_key=key)]
     content = payload.get("content") if isinstance(payload.get("content"), dict) else {}
-    answered = draft("attention.answered", {"answer": {"values": copy.deepcopy(content)}, "via": "oob"}, key)
+    answered = draft("attention.answered", {"answer": {"values": copy.deepcopy(content)}, "via": "oob"}, key,
+                     _attention_key=key)
     answered["_fields"] = entry["fields"]
-    return [answered, draft("attention.resolved", {"resolution": "answered"}, key)]
+    return [answered, draft("attention.resolved", {"resolution": "answered"}, key, _attention_key=key)]
 
 
 def _task(type_: str, payload: hf.Payload, _state: Any) -> Event:

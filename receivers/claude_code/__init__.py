@@ -12,12 +12,20 @@ from typing import Any
 
 from aiohttp import web
 
+from pipeline.canonical import digest
 from pipeline.component import Factory, Kind
+from pipeline.control import RESPOND, Hold
+from pipeline.host import Host
 from pipeline.model import Signal
+from processors.mapping import claude_code as cc
+from processors.mapping.common import PERMISSION_OPTIONS
+from receivers.forms import form_validator, form_values
+from receivers.held import HeldLoop, permission_choice, permission_validator
 from receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
 
 AGENT = "claude-code"
-NEUTRAL_REPLY: dict[str, Any] = {}
+NEUTRAL_REPLY: dict[str, Any] = cc.NEUTRAL_REPLY
+DENY_MESSAGE = "Denied via AEP attention loop"
 
 # Every hook Annex A.1 maps, registered by `aep-collector hooks claude-code`.
 HOOKS = (
@@ -46,12 +54,24 @@ class ClaudeCodeConfig(HookReceiverConfig):
 
 
 class ClaudeCodeSurface:
-    """Claude Code's side of the shared hook server."""
+    """Claude Code's side of the shared hook server, with its three held loops.
+
+    PermissionRequest (a permission card, or AskUserQuestion as one form per call) and
+    Elicitation are held open while a control route is live; an operator's
+    ``control.attention.respond`` decides them. Without a route nothing is held: the hook gets
+    ``{}`` at once and the request says ``respond_via: ["oob"]``.
+    """
 
     agent = AGENT
 
-    def __init__(self, config: ClaudeCodeConfig) -> None:
+    def __init__(self, config: ClaudeCodeConfig, component: str = "receiver/claude_code") -> None:
         self.config = config
+        self.loop = HeldLoop(AGENT, component, config.attention_timeout)
+        self.calls: dict[tuple[str, str], Hold] = {}
+
+    async def on_start(self, host: Host, server: HookServer) -> None:
+        assert server.deliver is not None
+        self.loop.bind(host, server.deliver, [RESPOND], server.consumer)
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         name = payload.get("hook_event_name")
@@ -63,8 +83,98 @@ class ClaudeCodeSurface:
         return NEUTRAL_REPLY
 
     async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+        p, name = signal.payload, signal.name
+        session = _session(p)
+        if name == "PermissionRequest":
+            if p.get("tool_name") == cc.ASK_USER_QUESTION:
+                return await self._ask_user_question(signal)
+            return await self._permission(signal)
+        if name == "Elicitation":
+            return await self._elicitation(signal)
+        if name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
+            # The tool ran (or was refused) in Claude Code itself: the held card is moot.
+            hold = self.calls.pop((session, _call_key(p)), None)
+            if hold is not None:
+                await self.loop.dismiss(hold)
+        elif name == "SessionEnd":
+            # AEP-0002 §7.1: close every pending request before session.ended.
+            for hold in self.loop.pending(session):
+                await self.loop.dismiss(hold)
         await deliver([signal])
+        if name == "ElicitationResult":
+            key = cc.elicitation_key(p)
+            for hold in self.loop.pending(session):
+                if hold.key == key:
+                    self.loop.settle_oob(hold)  # answered in Claude Code's own dialog
         return NEUTRAL_REPLY
+
+    async def _permission(self, signal: Signal) -> Any:
+        validate = permission_validator(PERMISSION_OPTIONS)
+        hold = await self.loop.request(signal, validate)
+        if hold is None:
+            return NEUTRAL_REPLY
+        key = (_session(signal.payload), _call_key(signal.payload))
+        self.calls[key] = hold
+        try:
+            outcome = await self.loop.wait(hold)
+        finally:
+            if self.calls.get(key) is hold:
+                del self.calls[key]
+        if outcome.how != "answered" or outcome.answer is None:
+            return NEUTRAL_REPLY  # timeout/dismissal: no decision, Claude Code asks the user itself
+        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
+        recorded: dict[str, Any] = {"option": applied.option}
+        if applied.text:
+            recorded["text"] = applied.text  # redacted-gated guidance for the model
+        await self.loop.answered(hold, outcome, recorded)
+        if applied.option == "allow":
+            return cc.permission_reply("allow")
+        return cc.permission_reply("deny", applied.text or DENY_MESSAGE)
+
+    async def _ask_user_question(self, signal: Signal) -> Any:
+        tool_input = signal.payload.get("tool_input")
+        fields = cc.ask_user_question_form(tool_input, False)["fields"]
+        hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1))
+        if hold is None:
+            return NEUTRAL_REPLY
+        key = (_session(signal.payload), _call_key(signal.payload))
+        self.calls[key] = hold
+        try:
+            outcome = await self.loop.wait(hold)
+        finally:
+            if self.calls.get(key) is hold:
+                del self.calls[key]
+        if outcome.how != "answered" or outcome.answer is None:
+            return NEUTRAL_REPLY  # the whole form times out together: Claude Code re-asks
+        values = form_values(outcome.answer, fields)
+        await self.loop.answered(hold, outcome, {"values": values}, fields)
+        return cc.ask_user_question_reply(tool_input, values)
+
+    async def _elicitation(self, signal: Signal) -> Any:
+        fields = cc.elicitation_form(signal.payload, False)["fields"]
+        key = cc.elicitation_key(signal.payload)
+        hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1), key)
+        if hold is None:
+            return NEUTRAL_REPLY
+        outcome = await self.loop.wait(hold)
+        if outcome.how != "answered" or outcome.answer is None:
+            return NEUTRAL_REPLY  # Claude Code's own dialog takes over
+        values = form_values(outcome.answer, fields)
+        await self.loop.answered(hold, outcome, {"values": values}, fields)
+        return cc.elicitation_reply(values)
+
+
+def _session(payload: dict[str, Any]) -> str:
+    value = payload.get("session_id")
+    return value if isinstance(value, str) and value else "unknown"
+
+
+def _call_key(payload: dict[str, Any]) -> str:
+    """Pairs a held PermissionRequest with the PostToolUse of the same call."""
+    call = payload.get("tool_use_id")
+    if isinstance(call, str) and call:
+        return call
+    return f"{payload.get('tool_name')}:{digest(payload.get('tool_input'))}"
 
 
 def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: float = 55.0) -> dict[str, Any]:
@@ -88,8 +198,8 @@ FACTORY = Factory(
     kind=Kind.RECEIVER,
     type="claude_code",
     config_class=ClaudeCodeConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(settings, cfg, next_consumer,
-                                                           ClaudeCodeSurface(cfg)),
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, ClaudeCodeSurface(cfg, f"receiver/{settings.id}")),
     description="Claude Code native http hooks (POST /hook) on 127.0.0.1:8377",
 )
 

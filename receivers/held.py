@@ -1,0 +1,176 @@
+"""The held attention loop every control-capable receiver shares.
+
+A receiver that can let an operator decide (a permission, a form) delivers the vendor's request,
+and when a control route is live keeps the vendor's reply open on a ``Hold`` until a
+``control.attention.respond`` settles it, the hold times out, or the agent moves on (dismissal).
+This module emits the lifecycle legs (``attention.answered``/``resolved``/``timeout``) into each
+pipeline the request went through, with the request's id as subject. What the answer means for
+the vendor's reply is the receiver's business; AEP-0008's text rule for permissions is here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.control import RESPOND, ControlRouter, Hold, Outcome
+from pipeline.host import Host
+from pipeline.model import Event, Signal
+
+log = logging.getLogger("aep.receiver.held")
+
+Validator = Callable[[dict[str, Any]], "str | None"]
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a permission answer means: the option applied and any guidance text that rides along."""
+
+    option: str
+    text: str | None = None
+
+
+def permission_choice(answer: dict[str, Any], options: list[dict[str, str]],
+                      refusing: str = "deny") -> Applied:
+    """AEP-0008 for ``kind: permission``: option ids as given; text equal to an option id (trimmed,
+    any case) or to exactly one label is that option; any other text applies the refusing option
+    and keeps the text as guidance; empty applies the refusing option. Never a grant from text."""
+    ids = [o["id"] for o in options]
+    option = answer.get("option")
+    if isinstance(option, str) and option in ids:
+        return Applied(option)
+    text = answer.get("text")
+    if isinstance(text, str):
+        word = text.strip()
+        if not word:
+            return Applied(refusing)
+        for oid in ids:
+            if word.lower() == oid.lower():
+                return Applied(oid)
+        by_label = [o["id"] for o in options if str(o.get("label", "")).strip().lower() == word.lower()]
+        if len(by_label) == 1:
+            return Applied(by_label[0])
+        return Applied(refusing, word)
+    return Applied(refusing)
+
+
+def permission_validator(options: list[dict[str, str]]) -> Validator:
+    """Refuse shapes a permission card cannot take (a foreign option id, form values)."""
+    ids = {o["id"] for o in options}
+
+    def validate(answer: dict[str, Any]) -> str | None:
+        option = answer.get("option")
+        if option is not None and option not in ids:
+            return f"option must be one of {sorted(ids)}"
+        if "values" in answer and option is None and answer.get("text") is None:
+            return "a permission request takes an option or text, not form values"
+        text = answer.get("text")
+        if text is not None and not isinstance(text, str):
+            return "text must be a string"
+        return None
+
+    return validate
+
+
+class HeldLoop:
+    """Per-receiver helper: open holds, wait, emit the legs. One instance per receiver."""
+
+    def __init__(self, agent: str, component: str, timeout: float) -> None:
+        self.agent, self.component, self.timeout = agent, component, timeout
+        self.router: ControlRouter | None = None
+        self.deliver: Any = None
+
+    def bind(self, host: Host, deliver: Any, accepts: list[str] | None, consumer: Any) -> None:
+        """At receiver start: register what this receiver honours and how events leave it."""
+        self.router = host.control
+        self.deliver = deliver
+        if self.router is not None:
+            self.router.register(self.agent, accepts, consumer)
+
+    def live(self) -> bool:
+        """A control route is up and respond is declared: worth keeping the agent waiting."""
+        r = self.router
+        return r is not None and r.route_live(self.agent) and RESPOND in (r.accepts(self.agent) or [])
+
+    async def request(self, signal: Signal, validate: Validator, key: str | None = None) -> Hold | None:
+        """Deliver ``signal``; if it became an attention request and a route is live, hold it."""
+        live = self.live()
+        # AEP-0008 respond_via is authoritative: without a route only the agent's own UI can answer.
+        signal.attrs["respond_via"] = ["control"] if live else ["oob"]
+        lanes = await self.deliver.lanes([signal])
+        if not live or lanes is None or self.router is None:
+            return None
+        requests = [(p, e) for p, events in lanes for e in events if e.get("type") == "attention.requested"]
+        if not requests:
+            return None
+        session = requests[0][1].get("session", "unknown")
+        return self.router.open(self.agent, session, requests, validate, key)
+
+    async def wait(self, hold: Hold) -> Outcome:
+        """Wait for the answer, a dismissal or the timeout (which emits ``attention.timeout``)."""
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(hold.future), self.timeout)
+        except TimeoutError:
+            outcome = Outcome("timeout")
+            if hold.settle(outcome):
+                after = int((time.monotonic() - hold.opened) * 1000)
+                await self.emit(hold, "attention.timeout", {"after_ms": after}, cause_request=True)
+            else:
+                outcome = hold.future.result()
+        finally:
+            if self.router is not None:
+                self.router.close(hold)
+        if outcome.how == "shutdown":
+            await self.emit(hold, "attention.resolved", {"resolution": "dismissed"}, cause_request=True)
+        return outcome
+
+    async def answered(self, hold: Hold, outcome: Outcome, answer: dict[str, Any],
+                       fields: list[dict[str, Any]] | None = None) -> None:
+        """Emit ``attention.answered`` (what was applied) then ``attention.resolved``."""
+        assert outcome.command is not None
+        latency = int((time.monotonic() - hold.opened) * 1000)
+        for pipeline, request in hold.lanes:
+            draft = self._leg(hold, request, "attention.answered", {"answer": answer, "via": "control"})
+            draft["cause"] = outcome.command["id"]
+            if fields is not None:
+                draft["_fields"] = fields
+            stamped = await pipeline.consume([draft])
+            answered_id = next((e["id"] for e in stamped if e.get("type") == "attention.answered"), None)
+            resolved = self._leg(hold, request, "attention.resolved",
+                                 {"resolution": "answered", "latency_ms": latency})
+            resolved["cause"] = answered_id or outcome.command["id"]
+            await pipeline.consume([resolved])
+
+    async def dismiss(self, hold: Hold) -> bool:
+        """The agent moved on without us (e.g. the tool ran): one ``resolved{dismissed}``, hook freed."""
+        if not hold.settle(Outcome("dismissed")):
+            return False
+        await self.emit(hold, "attention.resolved", {"resolution": "dismissed"}, cause_request=True)
+        return True
+
+    def settle_oob(self, hold: Hold) -> bool:
+        """The answer came through the agent's own UI; the mapping already emitted its legs."""
+        return hold.settle(Outcome("oob"))
+
+    async def emit(self, hold: Hold, type_: str, data: dict[str, Any], cause_request: bool = False) -> None:
+        for pipeline, request in hold.lanes:
+            draft = self._leg(hold, request, type_, data)
+            if cause_request:
+                draft["cause"] = request["id"]
+            await pipeline.consume([draft])
+
+    def _leg(self, hold: Hold, request: Event, type_: str, data: dict[str, Any]) -> Event:
+        draft: Event = {"type": type_, "agent": self.agent, "session": request.get("session"),
+                        "subject": request["id"], "data": dict(data)}
+        if request.get("run"):
+            draft["run"] = request["run"]
+        if hold.key is not None:
+            draft["_attention_key"] = hold.key  # closes the correlation book's entry too
+        return draft
+
+    def pending(self, session: str | None = None) -> list[Hold]:
+        return [] if self.router is None else self.router.pending(self.agent, session)
