@@ -152,10 +152,17 @@ def test_cline_signal_of_the_fixture_input_maps_like_the_pure_function(name: str
 
 @pytest.mark.parametrize("name", list(HERMES_CASES), ids=list(HERMES_CASES))
 def test_hermes_signal_of_the_fixture_input_maps_like_the_pure_function(name: str) -> None:
-    # A fresh state has seen no request, so nothing is paired and no session_key is joined yet.
+    # The pins stop at the answer; at runtime every observed answer is followed by resolved{answered}.
     payload = inp(HERMES_CASES, name)
     got = hermes.map_signal(Signal("hermes", payload["hook_event_name"], payload), hermes.new_state())
-    assert got == hermes.map_hook(payload)
+    want = []
+    for d in hermes.map_hook(payload):
+        want.append(d)
+        if d["type"] == "attention.answered":
+            want.append({"type": "attention.resolved", "data": {"resolution": "answered"}, "subject": d["subject"],
+                         "run": d["run"], "_attention_key": d["_attention_key"],
+                         **({"session": d["session"]} if "session" in d else {})})
+    assert got == want
 
 
 @pytest.mark.parametrize("name", list(PI_CASES), ids=list(PI_CASES))
@@ -373,7 +380,20 @@ def test_hermes_approval_pair_joins_the_seen_session() -> None:
     assert ans[0]["data"] == {"answer": {"option": "once"}, "via": "oob"}
     assert ans[1]["data"] == {"resolution": "answered"} and ans[1]["subject"] == "terminal:sudo"
     assert all(d["session"] == "s1" for d in ans)
-    assert state.approvals == {}
+    assert state.approval_lanes == {}
+
+
+def test_hermes_approval_pair_through_the_attention_book() -> None:
+    proc = MappingProcessor()
+    out = proc([Signal("hermes", p["hook_event_name"], p) for p in (
+        hermes_hook("on_session_start"),
+        approval("pre_approval_request", "s1", "terminal:sudo"),
+        approval("post_approval_response", "s1", "terminal:sudo", choice="deny"))])
+    req, answered, resolved = out[1:]
+    assert types(out[1:]) == ["attention.requested", "attention.answered", "attention.resolved"]
+    # Lifecycle legs carry the request's event id as subject (AEP-0002 §7.1), cause-linked in order.
+    assert answered["subject"] == resolved["subject"] == req["id"]
+    assert answered["cause"] == req["id"] and resolved["cause"] == answered["id"]
 
 
 def test_hermes_cards_and_legs_share_one_attention_key() -> None:
@@ -409,13 +429,18 @@ def test_hermes_gateway_key_never_mints_a_lane() -> None:
                                    choice="timeout"))
     assert "session" not in req[0] and "session" not in ans[0]  # the unknown lane
     assert types(ans) == ["attention.timeout"]  # a terminal of its own: no resolved after it
-    assert state.sessions == {} and state.approvals == {}
+    assert state.sessions == {} and state.approval_lanes == {}
 
 
-def test_hermes_unpaired_response_is_the_vendor_fact_only() -> None:
-    state = hermes.new_state()
-    (ans,) = run_hermes(state, approval("post_approval_response", "s1", "p", choice="deny"))
-    assert types(ans) == ["attention.answered"]
+def test_hermes_unpaired_legs_never_invent_a_card() -> None:
+    proc = MappingProcessor()
+    out = proc([Signal("hermes", p["hook_event_name"], p) for p in (
+        approval("post_approval_response", "s1", "p", choice="deny"),
+        hermes_hook("pre_tool_call", tool_name="clarify", tool_input={}, tool_call_id="c3"),  # no question: no card
+        hermes_hook("post_tool_call", tool_name="clarify", tool_call_id="c3", status="ok",
+                    result='{"question":"","choices_offered":[],"user_response":"x"}'))])
+    assert types(out) == ["tool.requested", "tool.completed"]
+    assert proc.attention.orphans == 4
 
 
 def test_hermes_clarify_pair_closes_the_card_it_raised() -> None:
@@ -429,19 +454,19 @@ def test_hermes_clarify_pair_closes_the_card_it_raised() -> None:
     )
     assert types(pre) == ["tool.requested", "attention.requested"]
     assert types(post) == ["tool.completed", "attention.answered", "attention.resolved"]
+    # The values gate gets the same field the card raised (rebuilt from what the vendor offered).
     assert post[1]["data"]["answer"]["values"] == {"1": "2"} and post[1]["_fields"] == pre[1]["data"]["fields"]
     assert post[2]["subject"] == "c9" and post[2]["run"] == "s1:t1"
 
 
-def test_hermes_clarify_without_a_card_claims_no_answer() -> None:
-    state = hermes.new_state()
-    _, post = run_hermes(
-        state,
-        hermes_hook("pre_tool_call", tool_name="clarify", tool_input={}, tool_call_id="c3"),
-        hermes_hook("post_tool_call", tool_name="clarify", tool_call_id="c3", status="ok",
-                    result='{"question":"","choices_offered":[],"user_response":"x"}'),
-    )
-    assert types(post) == ["tool.completed"]
+def test_hermes_multi_select_clarify_answers_with_choice_ids() -> None:
+    pre = hermes.map_hook(hermes_hook("pre_tool_call", tool_name="clarify", tool_call_id="m1", tool_input={
+        "question": "Which?", "choices": ["a", "b", "c"], "multi_select": True}))
+    assert pre[1]["data"]["fields"][0]["multi"] is True
+    post = hermes.map_hook(hermes_hook("post_tool_call", tool_name="clarify", tool_call_id="m1", status="ok",
+                                       result={"choices_offered": ["a", "b", "c"], "user_response": ["c", "a"]}))
+    assert post[1]["data"]["answer"]["values"] == {"1": ["3", "1"]}
+    assert gated(post[1], "metadata")["answer"]["values"] == {"1": ["3", "1"]}
 
 
 def test_hermes_unparseable_clarify_result_makes_no_lifecycle_claim() -> None:
@@ -451,19 +476,18 @@ def test_hermes_unparseable_clarify_result_makes_no_lifecycle_claim() -> None:
     assert types(hermes.map_hook(payload)) == ["tool.failed", "attention.resolved"]
 
 
-def test_hermes_finalize_sweeps_open_cards_before_the_session_ends() -> None:
-    state = hermes.new_state()
-    *_, end = run_hermes(
-        state,
+def test_hermes_finalize_closes_open_cards_before_the_session_ends() -> None:
+    proc = MappingProcessor()
+    out = proc([Signal("hermes", p["hook_event_name"], p) for p in (
         hermes_hook("on_session_start"),
         approval("pre_approval_request", "s1", "terminal:sudo"),
         hermes_hook("pre_tool_call", tool_name="clarify", tool_input={"question": "Q?"}, tool_call_id="c1"),
-        hermes_hook("on_session_finalize", reason="shutdown"),
-    )
-    assert types(end) == ["attention.resolved", "attention.resolved", "session.ended"]
-    assert [d["subject"] for d in end[:2]] == ["terminal:sudo", "c1"]
-    assert all(d["data"] == {"resolution": "dismissed"} and d["session"] == "s1" for d in end[:2])
-    assert state.approvals == {} and state.clarify == {}
+        hermes_hook("on_session_finalize", reason="shutdown"))])
+    requests = [d["id"] for d in out if d["type"] == "attention.requested"]
+    assert types(out[-3:]) == ["attention.resolved", "attention.resolved", "session.ended"]
+    assert sorted(d["subject"] for d in out[-3:-1]) == sorted(requests)
+    assert all(d["data"] == {"resolution": "dismissed"} and d["session"] == "s1" for d in out[-3:-1])
+    assert proc.states["hermes"].approval_lanes == {}
 
 
 def test_hermes_turn_ids_are_the_runs_and_session_end_closes_only_the_turn() -> None:

@@ -4,12 +4,13 @@ A shell hook receives ``{hook_event_name, tool_name, tool_input, session_id, cwd
 ``session_id`` is the AEP session; ``extra.turn_id`` is a REAL per-turn id and rides verbatim as
 the draft ``run``. ``on_session_end`` fires per TURN (a run terminal); ``on_session_finalize`` is
 the only session end. The vendor's own approval gate and its ``clarify`` tool are observed
-read-only (``respond_via: ["oob"]``): the human answers in Hermes, never from the bus.
+read-only (``respond_via: ["oob"]``): the human answers in Hermes, never from the bus. Cards and
+their legs share an ``_attention_key``; the mapping processor's attention book pairs them, drops
+legs whose card it never saw and sweeps open cards before ``session.ended``.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import re
@@ -73,21 +74,11 @@ def context_reply(text: str | None) -> dict[str, Any]:
 
 
 @dataclass
-class _Pending:
-    lane: str | None  # the session the request was emitted on (None = the unknown lane)
-    subject: str | None = None
-    key: str | None = None  # the `_attention_key` the request and its legs share
-    call_id: str | None = None
-    fields: list[dict[str, Any]] | None = None
-
-
-@dataclass
 class HermesState:
-    """Runtime joins: sessions seen, open approval cards, clarify calls, drift versions logged."""
+    """Runtime joins: sessions seen, the lane each open approval was raised on, drift logged."""
 
     sessions: dict[str, None] = field(default_factory=dict)
-    approvals: dict[str, list[_Pending]] = field(default_factory=dict)
-    clarify: dict[str, _Pending] = field(default_factory=dict)
+    approval_lanes: dict[str, str | None] = field(default_factory=dict)
     drift_logged: set[str] = field(default_factory=set)
 
 
@@ -176,8 +167,7 @@ def _clarify_result(raw: Any) -> dict[str, Any] | None:
     return None
 
 
-def _clarify_outcome(extra: dict[str, Any], status: str | None, fields: list[dict[str, Any]] | None,
-                     attrs: dict[str, Any]) -> list[Event]:
+def _clarify_outcome(extra: dict[str, Any], status: str | None, attrs: dict[str, Any]) -> list[Event]:
     subject = get_str(extra, "tool_call_id")
     attrs = {**attrs, "_attention_key": clarify_key(subject)}
     if status in ("blocked", "error"):
@@ -210,17 +200,16 @@ def _clarify_outcome(extra: dict[str, Any], status: str | None, fields: list[dic
         value = as_value(response)
     else:
         return []
-    if fields is None:
-        fields = clarify_fields(result.get("question") or "clarify", offered, multi=isinstance(response, list))
+    # The card's field, rebuilt from what the vendor says it offered: the values gate needs its type.
+    fields = clarify_fields(result.get("question") or "clarify", offered, multi=isinstance(response, list))
     data = {"answer": {"values": {"1": value}}, "via": "oob"}
-    return [draft("attention.answered", data, subject=subject, _fields=copy.deepcopy(fields), **attrs)]
+    return [draft("attention.answered", data, subject=subject, _fields=fields, **attrs)]
 
 
 # --- the hooks ------------------------------------------------------------------------------------
 
 
-def _post_tool_call(p: dict[str, Any], extra: dict[str, Any], attrs: dict[str, Any],
-                    fields: list[dict[str, Any]] | None, card: bool) -> list[Event]:
+def _post_tool_call(p: dict[str, Any], extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
     name = get_str(p, "tool_name")
     ref = tool_ref(name, get_str(extra, "tool_call_id"))
     status = get_str(extra, "status")
@@ -243,8 +232,8 @@ def _post_tool_call(p: dict[str, Any], extra: dict[str, Any], attrs: dict[str, A
     else:
         result = extra["result"] if "result" in extra else ABSENT
         out = [tool_completed(ref, duration_ms=duration, result=result, **attrs)]
-    if name == CLARIFY_TOOL and card:
-        out += _clarify_outcome(extra, status, fields, attrs)
+    if name == CLARIFY_TOOL:
+        out += _clarify_outcome(extra, status, attrs)
     return out
 
 
@@ -316,13 +305,11 @@ def _api_error(extra: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
     return [draft("x.hermes.api.error", data, severity="error", _capture=hint or None, **attrs)]
 
 
-def map_hook(payload: Any, hook: str | None = None, *, approval_session: str | None = None,
-             fields: list[dict[str, Any]] | None = None, card: bool = True) -> list[Event]:
+def map_hook(payload: Any, hook: str | None = None, *, approval_session: str | None = None) -> list[Event]:
     """One stdin envelope -> drafts in pinned order.
 
-    Runtime facts the payload lacks: ``approval_session`` (``extra.session_key`` joined against
-    sessions already seen), ``fields`` (the clarify card raised at ``pre_tool_call``) and ``card``
-    (False when that ``pre_tool_call`` is known to have raised no card).
+    ``approval_session`` is the runtime fact approval payloads lack: their ``extra.session_key``
+    joined against sessions already seen (None = the unknown lane).
     """
     p = payload if isinstance(payload, dict) else {}
     extra = get_dict(p, "extra")
@@ -353,7 +340,7 @@ def map_hook(payload: Any, hook: str | None = None, *, approval_session: str | N
             out += _clarify_card(p.get("tool_input"), get_str(extra, "tool_call_id"), attrs)
         return out
     if name == "post_tool_call":
-        return _post_tool_call(p, extra, attrs, fields, card)
+        return _post_tool_call(p, extra, attrs)
     if name == "pre_approval_request":
         return _approval_request(extra, attrs)
     if name == "post_approval_response":
@@ -394,92 +381,37 @@ def _seen(state: HermesState, *ids: str | None) -> None:
     _trim(state.sessions)
 
 
-def _take(queue: list[_Pending], call_id: str | None) -> _Pending:
-    """The pending card a response answers: the tool_call_id tiebreak, else the oldest."""
-    for index, item in enumerate(queue):
-        if call_id and item.call_id == call_id:
-            return queue.pop(index)
-    return queue.pop(0)
-
-
-def _leg(type_: str, data: dict[str, Any], pending: _Pending, run: Any = None) -> Event:
-    """A lifecycle leg of a card this state raised: its lane, its vendor subject, its key."""
-    return draft(type_, data, subject=pending.subject, session=pending.lane, run=run, _attention_key=pending.key)
-
-
-def _approval(payload: dict[str, Any], extra: dict[str, Any], name: str, state: HermesState) -> list[Event]:
-    session_key = get_str(extra, "session_key")
-    lane = session_key if session_key in state.sessions else None  # a gateway key never mints a lane
-    key = approval_key(extra)
-    call_id = get_str(extra, "tool_call_id")
-    queue = state.approvals.get(key) if key else None
-    if name == "pre_approval_request":
-        drafts = map_hook(payload, name, approval_session=lane)
-        if key:
-            state.approvals.setdefault(key, []).append(
-                _Pending(lane=drafts[0].get("session"), subject=drafts[0].get("subject"), key=key, call_id=call_id))
-            _trim(state.approvals)
-        return drafts
-    if not queue or key is None:
-        return map_hook(payload, name, approval_session=lane)  # unpaired: the vendor fact, nothing closed
-    pending = _take(queue, call_id)
-    if not queue:
-        del state.approvals[key]
-    # The response lands on the lane its request was raised on, whatever was seen since.
-    drafts = map_hook(payload, name, approval_session=pending.lane)
-    answered = drafts[-1]
-    if answered["type"] == "attention.answered":
-        # Fixture post_approval_response_deny: the daemon pairs it and closes the card as answered.
-        drafts.append(_leg("attention.resolved", {"resolution": "answered"}, pending, run=answered.get("run")))
-    return drafts
-
-
-def _sweep(session: str | None, state: HermesState) -> list[Event]:
-    """Close every card still open on ``session`` as dismissed, before its session.ended (§7.1)."""
+def _closed_answers(drafts: list[Event]) -> list[Event]:
+    """Each observed answer followed by ``resolved{answered}`` (fixture: "the daemon ... follows")."""
     out: list[Event] = []
-    for key, queue in list(state.approvals.items()):
-        keep = [item for item in queue if item.lane != session]
-        out += [_leg("attention.resolved", {"resolution": "dismissed"}, item) for item in queue if item.lane == session]
-        if keep:
-            state.approvals[key] = keep
-        else:
-            del state.approvals[key]
-    for call_id, item in list(state.clarify.items()):
-        if item.lane == session:
-            del state.clarify[call_id]
-            if item.fields is not None:  # a question-less call raised no card: nothing to close
-                out.append(_leg("attention.resolved", {"resolution": "dismissed"}, item))
+    for d in drafts:
+        out.append(d)
+        if d["type"] == "attention.answered":
+            # Tagged like the answer: the attention book drops both when it never saw the card.
+            out.append(draft("attention.resolved", {"resolution": "answered"}, subject=d.get("subject"),
+                             session=d.get("session"), run=d.get("run"), _attention_key=d.get("_attention_key")))
     return out
 
 
 def map_signal(signal: Signal, state: HermesState) -> list[Event]:
-    """Map one shell-hook call with the runtime joins: session lanes, approval and clarify pairing."""
+    """Map one shell-hook call with the runtime joins: session lanes and the answer that closes a card."""
     payload = signal.payload if isinstance(signal.payload, dict) else {}
     extra = get_dict(payload, "extra")
     name = get_str(payload, "hook_event_name") or signal.name
     _check_drift(extra, state)
     _seen(state, get_str(payload, "session_id"), get_str(extra, "parent_session_id"))
-    if name in _APPROVAL_HOOKS:
-        return _approval(payload, extra, name, state)
-    call_id = get_str(extra, "tool_call_id")
-    if get_str(payload, "tool_name") == CLARIFY_TOOL and call_id:
-        if name == "pre_tool_call":
-            drafts = map_hook(payload, name)
-            cards = [d for d in drafts if d["type"] == "attention.requested"]
-            fields = copy.deepcopy(cards[0]["data"]["fields"]) if cards else None
-            state.clarify[call_id] = _Pending(lane=drafts[0].get("session"), subject=call_id,
-                                              key=clarify_key(call_id), call_id=call_id, fields=fields)
-            _trim(state.clarify)
-            return drafts
-        if name == "post_tool_call":
-            pending = state.clarify.pop(call_id, None)
-            known_no_card = pending is not None and pending.fields is None
-            drafts = map_hook(payload, name, fields=pending.fields if pending else None, card=not known_no_card)
-            last = drafts[-1]
-            if pending is not None and last["type"] == "attention.answered":
-                drafts.append(_leg("attention.resolved", {"resolution": "answered"}, pending, run=last.get("run")))
-            return drafts
-    if name == "on_session_finalize":
-        drafts = map_hook(payload, name)
-        return _sweep(drafts[0].get("session"), state) + drafts
-    return map_hook(payload, name)
+    if name not in _APPROVAL_HOOKS:
+        if name == "on_session_finalize":  # cards left open there are the attention book's to sweep
+            ended = get_str(payload, "session_id")
+            for key in [k for k, lane in state.approval_lanes.items() if lane == ended]:
+                del state.approval_lanes[key]
+        return _closed_answers(map_hook(payload, name))
+    session_key = get_str(extra, "session_key")
+    lane = session_key if session_key in state.sessions else None  # a gateway key never mints a lane
+    key = approval_key(extra)
+    if key is not None and name == "pre_approval_request":
+        state.approval_lanes[key] = lane
+        _trim(state.approval_lanes)
+    elif key is not None and key in state.approval_lanes:
+        lane = state.approval_lanes.pop(key)  # a response lands on its request's lane, whatever was seen since
+    return _closed_answers(map_hook(payload, name, approval_session=lane))
