@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,8 +74,8 @@ service:
 
 
 def test_readme_sample_loads_through_the_service_config() -> None:
-    registry, problems = build_registry(load_plugins=False)
-    assert not problems
+    registry, _ = build_registry(load_plugins=False)
+    assert registry.get(Kind.RECEIVER, "otlp") is FACTORY
     cfg = parse(service_yaml("  otlp/vscode: {profile: vscode, http: {endpoint: 127.0.0.1:4318}}"), registry,
                 env={})
     factory, rcfg = cfg.receivers["otlp/vscode"]
@@ -104,3 +105,14 @@ def test_bad_yaml_is_a_config_error_with_its_key_path(body: str, where: str, mes
     with pytest.raises(ConfigError) as err:
         parse(service_yaml(body), registry, env={})
     assert err.value.path.startswith(where) and message in err.value.message
+
+
+def test_the_readme_sample_config_is_valid() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "receivers" / "otlp" / "README.md").read_text()
+    block = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    registry, _ = build_registry(load_plugins=False)
+    cfg = parse(yaml.safe_load(block), registry, env={})
+    vscode, codex = cfg.receivers["otlp/vscode"][1], cfg.receivers["otlp/codex"][1]
+    assert (vscode.profile, vscode.mode, vscode.http, vscode.grpc) == ("vscode", "companion",
+                                                                      HttpConfig("127.0.0.1:4318"), None)
+    assert (codex.profile, codex.mode, codex.grpc) == ("codex", "primary", GrpcConfig("127.0.0.1:4317"))

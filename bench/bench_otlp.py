@@ -1,0 +1,193 @@
+"""LogRecords per second through the ``otlp`` receiver over gRPC and HTTP at several batch sizes.
+
+The receiver runs in a child process (its own interpreter, so client work does not share its GIL)
+with a pluggable next consumer; the parent fires pre-encoded export requests with a few in
+flight and counts a request done when its response arrives, which the receiver sends only after
+``consume`` returned. Figures are a rough guide to headroom, not a test: nothing is asserted.
+
+    .venv/bin/python bench/bench_otlp.py                      # consumer: the real mapping processor
+    .venv/bin/python bench/bench_otlp.py --consumer null      # the receiver alone
+    .venv/bin/python bench/bench_otlp.py --consumer pkg.mod:make_consumer   # e.g. a whole pipeline
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import multiprocessing
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+BATCHES = (1, 100, 1000)
+EXPORT = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+
+
+class NullConsumer:
+    """Counts records and does nothing else: the receiver's own cost."""
+
+    def __init__(self) -> None:
+        self.records = 0
+
+    async def consume(self, batch: list[Any]) -> list[Any]:
+        self.records += len(batch)
+        return []
+
+
+class MappingConsumer(NullConsumer):
+    """The real mapping processor (dispatch + ``vscode_otel``/``codex_otel``) over every batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from processors.mapping import MappingProcessor
+
+        self.mapping = MappingProcessor()
+        self.drafts = 0
+
+    async def consume(self, batch: list[Any]) -> list[Any]:
+        self.records += len(batch)
+        self.drafts += len(self.mapping(batch))
+        return []
+
+
+def make_consumer(spec: str) -> Any:
+    """``mapping``, ``null``, or ``module:callable`` returning an object with ``async consume``."""
+    if spec == "mapping":
+        return MappingConsumer()
+    if spec == "null":
+        return NullConsumer()
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def serve(spec: str, profile: str, mode: str, conn: Connection) -> None:
+    """Child process: run the receiver until the parent says stop, then report what it consumed."""
+    from pipeline.component import CreateSettings
+    from pipeline.host import Host
+    from receivers.otlp import OtlpConfig, OtlpReceiver
+
+    async def main() -> None:
+        consumer = make_consumer(spec)
+        cfg = OtlpConfig(profile=profile, mode=mode, grpc={"endpoint": "127.0.0.1:0"},
+                         http={"endpoint": "127.0.0.1:0"}, max_request_bytes=64 << 20)
+        receiver = OtlpReceiver(CreateSettings(id=f"otlp/{profile}"), cfg, consumer)
+        await receiver.start(Host())
+        conn.send((receiver.grpc_port, receiver.http_port))
+        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        await receiver.shutdown()
+        conn.send(getattr(consumer, "records", None))
+
+    asyncio.run(main())
+
+
+def request_body(records: int) -> bytes:
+    """One export request of ``records`` VS Code tool-call records (the fixture's shape)."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    request = ExportLogsServiceRequest()
+    rl = request.resource_logs.add()
+    for key, value in (("service.name", "copilot-chat"), ("service.version", "0.37.0"),
+                       ("session.id", "vsc_bench_1")):
+        rl.resource.attributes.append(KeyValue(key=key, value=AnyValue(string_value=value)))
+    sl = rl.scope_logs.add()
+    sl.scope.name = "copilot-chat"
+    for i in range(records):
+        lr = sl.log_records.add()
+        lr.time_unix_nano = 1783073704221000000 + i
+        lr.severity_number = 9
+        lr.event_name = "copilot_chat.tool.call"
+        lr.attributes.extend([
+            KeyValue(key="gen_ai.tool.name", value=AnyValue(string_value="readFile")),
+            KeyValue(key="duration_ms", value=AnyValue(int_value=63 + i % 50)),
+            KeyValue(key="success", value=AnyValue(bool_value=i % 10 != 0)),
+        ])
+        if i % 10 == 0:
+            lr.attributes.append(KeyValue(key="error.type", value=AnyValue(string_value="ToolCallError")))
+    return request.SerializeToString()
+
+
+async def drive(send: Any, body: bytes, requests: int, concurrency: int) -> float:
+    """Seconds to get ``requests`` responses with ``concurrency`` requests in flight."""
+    for _ in range(min(20, requests)):  # warm-up: connections, code paths
+        await send(body)
+    queue = iter(range(requests))
+
+    async def worker() -> None:
+        for _ in queue:
+            await send(body)
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - start
+
+
+async def run(ports: tuple[int, int], target: int, concurrency: int) -> list[tuple[Any, ...]]:
+    import aiohttp
+    import grpc
+
+    grpc_port, http_port = ports
+    rows = []
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}",
+                                        options=[("grpc.max_send_message_length", 64 << 20)])
+    export = channel.unary_unary(EXPORT)
+    http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
+    url = f"http://127.0.0.1:{http_port}/v1/logs"
+
+    async def send_grpc(body: bytes) -> None:
+        await export(body)
+
+    async def send_http(body: bytes) -> None:
+        async with http.post(url, data=body, headers={"Content-Type": "application/x-protobuf"}) as r:
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {await r.text()}")
+            await r.read()
+    try:
+        for transport, send in (("gRPC", send_grpc), ("HTTP", send_http)):
+            for batch in BATCHES:
+                body = request_body(batch)
+                requests = max(target // batch, 50)
+                seconds = await drive(send, body, requests, concurrency)
+                rows.append((transport, batch, requests, requests * batch, len(body), seconds))
+    finally:
+        await http.close()
+        await channel.close()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=20_000, help="records per measurement (default 20000)")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
+    parser.add_argument("--consumer", default="mapping", help="mapping | null | module:callable")
+    parser.add_argument("--profile", default="vscode", choices=("vscode", "codex"))
+    parser.add_argument("--mode", default="primary", choices=("companion", "primary"))
+    args = parser.parse_args()
+
+    ctx = multiprocessing.get_context("spawn")  # grpc does not survive fork
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=serve, args=(args.consumer, args.profile, args.mode, child), daemon=True)
+    proc.start()
+    try:
+        ports = parent.recv()
+        rows = asyncio.run(run(ports, args.records, args.concurrency))
+        parent.send("stop")
+        consumed = parent.recv()
+    finally:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.terminate()
+
+    print(f"otlp receiver -> {args.consumer} consumer ({args.profile}, {args.mode} mode), "
+          f"{args.concurrency} requests in flight")
+    print(f"{'transport':<9} {'batch':>6} {'requests':>9} {'records':>8} {'bytes/req':>10} "
+          f"{'seconds':>8} {'records/s':>10} {'requests/s':>10}")
+    for transport, batch, requests, records, size, seconds in rows:
+        print(f"{transport:<9} {batch:>6} {requests:>9} {records:>8} {size:>10} {seconds:>8.2f} "
+              f"{records / seconds:>10.0f} {requests / seconds:>10.0f}")
+    if consumed is not None:
+        print(f"records consumed by the receiver's consumer (warm-up included): {consumed}")
+
+
+if __name__ == "__main__":
+    main()
