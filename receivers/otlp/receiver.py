@@ -41,8 +41,6 @@ IGNORED_SERVICES = ("opentelemetry.proto.collector.trace.v1.TraceService",
                     "opentelemetry.proto.collector.metrics.v1.MetricsService")
 IGNORED_PATHS = ("/v1/traces", "/v1/metrics")
 
-# Where each profile's session id lives, for the partial_success message (mappings own the rule).
-SESSION_KEYS = {"vscode": "resource attribute session.id", "codex": "record attribute conversation.id"}
 
 
 class PipelineUnavailable(Exception):
@@ -65,6 +63,8 @@ class OtlpReceiver:
         self.grpc_port: int | None = None
         self.http_port: int | None = None
         self._warned: set[str] = set()
+        where, key = self.profile.PROFILE.session_from  # the mapping owns the identity rule
+        self._session_key = f"{'resource' if where == 'resource' else 'record'} attribute {key}"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ class OtlpReceiver:
             self.health.count(self.id, "rejected", rejected)
             response.partial_success.rejected_log_records = rejected
             response.partial_success.error_message = (
-                f"{rejected} of {len(records)} log records carry no {SESSION_KEYS[self.config.profile]} "
+                f"{rejected} of {len(records)} log records carry no {self._session_key} "
                 f"(the {self.config.profile} profile's session key) and were rejected")
         return response
 
