@@ -66,3 +66,20 @@ def test_state_is_bounded():
     for i in range(10):
         p([d("run.started", session=f"s{i}")])
     assert len(p.state.open) == 3
+
+
+def test_a_nested_lane_keeps_the_parent_run_open():
+    p = RunsProcessor()
+    parent = p([d("run.started")])[0]["run"]
+    child = p([d("run.started", _lane="sub-1")])[0]["run"]
+    assert child != parent
+    assert p([d("tool.requested", _lane="sub-1")])[0]["run"] == child
+    assert p([d("run.finished", _lane="sub-1")])[0]["run"] == child
+    assert p([d("run.finished")])[0]["run"] == parent
+
+
+def test_session_ended_closes_every_lane():
+    p = RunsProcessor()
+    p([d("run.started"), d("run.started", _lane="x")])
+    p([d("session.ended")])
+    assert p.state.open == {}

@@ -4,7 +4,9 @@ Driven by type, so vendor mappings stay pure: ``run.started`` opens a run (minti
 vendor names none), ``run.finished|failed|cancelled`` close it, and every other session event
 between them carries the open run's id. A ``run.started`` with ``_drain: "cancelled"`` first closes
 a still-open run as ``run.cancelled`` (the Codex/Kimi interrupt-drain rule). ``_runs: "none"``
-opts a draft out (OTLP channels never synthesize runs). State is explicit: ``RunState``.
+opts a draft out (OTLP channels never synthesize runs). ``_lane`` keeps a nested agent loop that
+shares its parent's session (a Cline subagent in the parent's task) from replacing the parent's
+open run: runs are tracked per ``(agent, session, lane)``. State is explicit: ``RunState``.
 """
 
 from __future__ import annotations
@@ -41,22 +43,22 @@ class RunState:
     """Open run per ``(agent, session)``, bounded LRU."""
 
     def __init__(self, max_sessions: int = 10_000) -> None:
-        self.open: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.open: OrderedDict[tuple[str, ...], str] = OrderedDict()
         self.max_sessions = max_sessions
 
-    def get(self, key: tuple[str, str]) -> str | None:
+    def get(self, key: tuple[str, ...]) -> str | None:
         run = self.open.get(key)
         if run is not None:
             self.open.move_to_end(key)
         return run
 
-    def set(self, key: tuple[str, str], run: str) -> None:
+    def set(self, key: tuple[str, ...], run: str) -> None:
         self.open[key] = run
         self.open.move_to_end(key)
         while len(self.open) > self.max_sessions:
             self.open.popitem(last=False)
 
-    def close(self, key: tuple[str, str]) -> None:
+    def close(self, key: tuple[str, ...]) -> None:
         self.open.pop(key, None)
 
 
@@ -77,7 +79,7 @@ class RunsProcessor:
             if etype.startswith("agent.") or "agent" not in item:
                 out.append(item)
                 continue
-            key = (item["agent"], item.get("session") or "unknown")
+            key = (item["agent"], item.get("session") or "unknown", str(item.get("_lane") or ""))
             current = self.state.get(key)
             if etype == "run.started":
                 if current is not None and item.get("_drain") == "cancelled" and current != item.get("run"):
@@ -94,7 +96,8 @@ class RunsProcessor:
                 if run == current:
                     self.state.close(key)
             elif etype == "session.ended":
-                self.state.close(key)  # the end of a session is not part of any run
+                for k in [k for k in self.state.open if k[:2] == key[:2]]:
+                    self.state.close(k)  # the end of a session is not part of any run
             elif "run" not in item and current is not None:
                 item["run"] = current
             out.append(item)
