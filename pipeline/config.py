@@ -144,14 +144,14 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
+        real = [a for a in args if a is not type(None)]
+        if len(real) == 1:  # Optional[X]: X's own error is the precise one (e.g. a nested unknown key)
+            return coerce(real[0], value, file, path)
+        for arg in real:
             try:
                 return coerce(arg, value, file, path)
-            except ConfigError as exc:
-                errors.append(exc)
+            except ConfigError:
+                continue
         raise ConfigError(file, path, f"expected {_type_name(tp)}, got {_describe(value)}")
     if origin is typing.Literal:
         if value in typing.get_args(tp) and not isinstance(value, bool):

@@ -1,0 +1,1 @@
+"""A sample aep-collector plug-in (used by the plug-in tests, and as a template)."""

@@ -1,0 +1,72 @@
+"""Plug-ins: a real package, installed with pip, registers components through entry points."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, base_config, collector, read_jsonl
+
+PLUGIN = Path(__file__).parent / "plugin_exporter"
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--target", str(target), str(PLUGIN)], check=True, capture_output=True, text=True)
+    return target
+
+
+def env_with(site: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
+
+
+def test_components_lists_the_plugin_with_its_origin(plugin_site):
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "components"], capture_output=True, text=True,
+                         cwd=ROOT, env=env_with(plugin_site), check=True).stdout
+    assert "ndjson_file" in out and "plug-in ndjson_file" in out and "aep-plugin-sample" in out
+    assert "shout" in out
+    js = json.loads(subprocess.run([sys.executable, "-m", "pipeline.cli", "components", "--json"],
+                                   capture_output=True, text=True, cwd=ROOT, env=env_with(plugin_site),
+                                   check=True).stdout)
+    assert js["exporters"]["ndjson_file"]["default_config"] == {"path": "/tmp/aep-plugin-sample.txt"}
+
+
+def test_a_pipeline_runs_through_the_plugin_exporter_and_processor(plugin_site, tmp_path):
+    out_file = tmp_path / "plugin-out.txt"
+    cfg = base_config(tmp_path)
+    cfg["processors"]["shout"] = {"mark": "hello"}
+    cfg["exporters"]["ndjson_file"] = {"path": str(out_file)}
+    pipe = cfg["service"]["pipelines"]["agents"]
+    pipe["processors"].append("shout")
+    pipe["exporters"].append("ndjson_file")
+    with collector(cfg, tmp_path, env={"PYTHONPATH": env_with(plugin_site)["PYTHONPATH"]}) as c:
+        port = c.ports["receiver/claude_code"]
+        for name in ("SessionStart", "UserPromptSubmit", "Stop"):
+            body = json.dumps({"session_id": "p1", "hook_event_name": name}).encode()
+            urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/hook", data=body), timeout=10)
+        assert c.stop() == 0
+    lines = out_file.read_text().splitlines()
+    assert lines == ["session.started p1 0 hello", "run.started p1 1 hello", "run.finished p1 2 hello"]
+    events = read_jsonl(tmp_path / "logs" / "claude-code" / "p1.jsonl")
+    assert [e["pluginmark"] for e in events] == ["hello"] * 3  # the extension reached the durable record too
+
+
+def test_a_broken_plugin_is_reported_not_fatal(tmp_path):
+    site = tmp_path / "broken"
+    dist = site / "aep_broken-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-broken\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[aep_collector.components]\nbroken = aep_broken_missing:FACTORY\n")
+    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "components"], capture_output=True, text=True,
+                         cwd=ROOT, env=env_with(site))
+    assert res.returncode == 0
+    assert "warning: plug-in broken" in res.stderr and "ModuleNotFoundError" in res.stderr
+    assert "claude_code" in res.stdout
