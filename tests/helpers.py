@@ -78,6 +78,9 @@ class Collector:
             m = re.search(r"(receiver/\S+) listening on \S+?:(\d+)", line)
             if m:
                 self.ports[m.group(1)] = int(m.group(2))
+            m = re.search(r"(receiver/\S+?): OTLP/(gRPC|HTTP) on (?:http://)?[^\s/]+:(\d+)", line)
+            if m:
+                self.ports[f"{m.group(1)}:{m.group(2).lower()}"] = int(m.group(3))
             if "aep-collector started" in line:
                 return self
         raise RuntimeError("collector did not start in time:\n" + "".join(self.log))

@@ -1,0 +1,63 @@
+"""End to end: the real OpenTelemetry SDK exporters into the collector binary, JSONL out."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry._logs import SeverityNumber
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+from opentelemetry.sdk.resources import Resource
+
+from pipeline.validate import StreamValidator, envelope_errors
+from tests.conftest import corpus
+from tests.helpers import collector, read_jsonl
+
+
+def config(tmp_path, mode):
+    return {
+        "receivers": {"otlp/vscode": {"profile": "vscode", "mode": mode,
+                                      "grpc": {"endpoint": "127.0.0.1:0"}, "http": {"endpoint": "127.0.0.1:0"}}},
+        "processors": {"mapping": None, "runs": None, "capture": None},
+        "exporters": {"jsonl": {"directory": str(tmp_path / "logs"), "fsync": "never"}},
+        "service": {"state_dir": str(tmp_path / "state"), "pipelines": {"otel": {
+            "receivers": ["otlp/vscode"], "processors": ["mapping", "runs", "capture"], "exporters": ["jsonl"]}}},
+    }
+
+
+def emit(exporter, session, records):
+    provider = LoggerProvider(resource=Resource.create({"service.name": "copilot-chat", "session.id": session}))
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = provider.get_logger("copilot-chat")
+    for attrs in records:
+        logger.emit(event_name=attrs["event.name"], severity_number=SeverityNumber.INFO,
+                    attributes={k: v for k, v in attrs.items() if k != "event.name"})
+    provider.force_flush()
+    provider.shutdown()
+
+
+@pytest.mark.parametrize("mode", ["companion", "primary"])
+def test_vscode_copilot_chat_records_through_grpc_http_and_gzip(tmp_path, mode):
+    doc = corpus("mappings/vscode-otel.json")
+    entries = [*doc["records"].values(), doc["unknown"]]
+    records = [e["input"]["attributes"] for e in entries]
+    expected = [e[mode]["type"] for e in entries if e.get(mode)]
+    with collector(config(tmp_path, mode), tmp_path) as c:
+        grpc_port = c.ports["receiver/otlp/vscode:grpc"]
+        http_port = c.ports["receiver/otlp/vscode:http"]
+        emit(GrpcLogExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True), "vs-grpc", records)
+        emit(HttpLogExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/logs"), "vs-http", records)
+        emit(HttpLogExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/logs", compression=Compression.Gzip),
+             "vs-gzip", records)
+        assert c.stop() == 0
+    for session in ("vs-grpc", "vs-http", "vs-gzip"):
+        events = read_jsonl(tmp_path / "logs" / "vscode" / f"{session}.jsonl")
+        assert [e["type"] for e in events] == expected
+        stream = StreamValidator()
+        for e in events:
+            assert envelope_errors(e) == [] and stream.feed(e) == []
+            assert "run" not in e  # the OTel channel never synthesizes runs
+        if mode == "companion":
+            assert all(e["type"].startswith("x.vscode.otel.") for e in events)
