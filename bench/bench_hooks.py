@@ -1,0 +1,129 @@
+"""Hook round-trip latency for Claude Code's ``POST /hook`` at a steady open-loop rate.
+
+The collector (JSONL exporter on; ``--relay`` adds the relay exporter against the test double) and
+a bare aiohttp echo server (the floor) each run as their own process; this process is the load
+generator. Requests are scheduled at fixed intervals and latency is measured from the scheduled
+time, so queueing counts (open loop). Prints p50/p99/max and the ratios to the floor.
+
+Usage: python bench/bench_hooks.py [--rates 100,1000] [--duration 10] [--relay]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **(env or {})})
+    assert proc.stdout is not None
+    port = None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        m = re.search(pattern, line)
+        if m and port is None:
+            port = int(m.group(1))
+        if port is not None and ("started" in line or "echo listening" in line):
+            return proc, port
+    proc.kill()
+    raise RuntimeError(f"{cmd} did not start")
+
+
+def body(i: int) -> bytes:
+    kinds = ("PreToolUse", "PostToolUse")
+    return json.dumps({"session_id": f"bench-{i % 50}", "hook_event_name": kinds[i % 2], "tool_name": "Bash",
+                       "tool_input": {"command": f"ls {i}"}, "tool_use_id": f"toolu_{i // 2}",
+                       "tool_response": {"stdout": "x"}, "cwd": "/tmp"}).encode()
+
+
+async def load(port: int, rate: int, duration: float) -> list[float]:
+    url = f"http://127.0.0.1:{port}/hook"
+    n = int(rate * duration)
+    interval = 1.0 / rate
+    latencies: list[float] = []
+    conn = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(connector=conn) as session:
+        async def one(i: int, scheduled: float) -> None:
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            async with session.post(url, data=body(i), headers={"Content-Type": "application/json"}) as r:
+                await r.read()
+            latencies.append(time.perf_counter() - scheduled)
+
+        t0 = time.perf_counter() + 0.2
+        await asyncio.gather(*(one(i, t0 + i * interval) for i in range(n)))
+    return latencies
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(p / 100 * len(s)))] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="100,1000")
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--relay", action="store_true", help="also export to a relay test double")
+    args = ap.parse_args()
+    rates = [int(r) for r in args.rates.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = {"receivers": {"claude_code": {"endpoint": "127.0.0.1:0"}},
+               "processors": {"mapping": None, "runs": None, "capture": None},
+               "exporters": {"jsonl": {"directory": f"{tmp}/logs"}},
+               "service": {"state_dir": f"{tmp}/state", "telemetry": {"logs": {"level": "info"}},
+                           "pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping", "runs", "capture"],
+                                               "exporters": ["jsonl"]}}}}
+        relay = None
+        if args.relay:
+            relay = start([sys.executable, "-m", "tests.relay_double"], r"listening on \S+:(\d+)")
+            cfg["exporters"]["relay"] = {"endpoint": f"ws://127.0.0.1:{relay[1]}/socket"}
+            cfg["service"]["pipelines"]["p"]["exporters"].append("relay")
+        path = Path(tmp) / "bench.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        collector, cport = start([sys.executable, "-m", "pipeline.cli", "--config", str(path)],
+                                 r"receiver/claude_code listening on \S+:(\d+)")
+        echo, eport = start([sys.executable, "bench/echo_server.py"], r"echo listening on \S+:(\d+)")
+        try:
+            print(f"{'target':<10} {'rate/s':>7} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+            rows = {}
+            for rate in rates:
+                for name, port in (("echo", eport), ("collector", cport)):
+                    lat = asyncio.run(load(port, rate, args.duration))
+                    rows[(name, rate)] = lat
+                    print(f"{name:<10} {rate:>7} {len(lat):>6} {pct(lat, 50):>8.2f} {pct(lat, 99):>8.2f} "
+                          f"{max(lat) * 1000:>8.2f}")
+            print()
+            for rate in rates:
+                c, e = rows[("collector", rate)], rows[("echo", rate)]
+                r50 = statistics.median(c) / statistics.median(e)
+                r99 = pct(c, 99) / pct(e, 99)
+                print(f"at {rate}/s: p50 ratio {r50:.2f}x (target <= 1.3x), p99 ratio {r99:.2f}x (target <= 2x)")
+        finally:
+            for proc in (collector, echo, *( [relay[0]] if relay else [])):
+                proc.terminate()
+                proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
