@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
 import socket
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -139,6 +141,26 @@ class EpochStore:
         return value
 
 
+class Bloom:
+    """A fixed-size Bloom filter of session keys (1 MiB): no false negatives, bounded forever."""
+
+    def __init__(self, bits: int = 1 << 23, hashes: int = 4) -> None:
+        self.bits, self.k = bits, hashes
+        self.array = bytearray(bits // 8)
+
+    def _positions(self, key: tuple[str, str]) -> list[int]:
+        h = hashlib.blake2b("\x00".join(key).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        a, b = int.from_bytes(h[:8], "big"), int.from_bytes(h[8:], "big") | 1
+        return [(a + i * b) % self.bits for i in range(self.k)]
+
+    def add(self, key: tuple[str, str]) -> None:
+        for p in self._positions(key):
+            self.array[p >> 3] |= 1 << (p & 7)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return all(self.array[p >> 3] & (1 << (p & 7)) for p in self._positions(key))
+
+
 class Stamper:
     """Stamps drafts into envelopes. One per service, shared by every pipeline.
 
@@ -146,21 +168,44 @@ class Stamper:
     into the same session.
     """
 
-    def __init__(self, state_dir: Path, host: str | None = None) -> None:
+    def __init__(self, state_dir: Path, host: str | None = None, max_sessions: int = 100_000) -> None:
         self.host = safe_host(host or socket.gethostname())
         self.epochs = EpochStore(state_dir)
         self.ids = Ulid()
-        self._seq: dict[tuple[str, str], int] = {}
+        self.max_sessions = max_sessions
+        self._seq: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._high: dict[str, int] = {}
+        self._released = Bloom()
 
     def next_seq(self, agent: str, session: str) -> int:
+        """Per-session monotonic seq, with bounded state.
+
+        A session whose counter was released (ended, or least recently used beyond
+        ``max_sessions``) resumes at the agent's high-water mark, which is above every seq the
+        agent has assigned in this epoch: gaps are legal (AEP-0001 §7), going backwards is not.
+        """
         key = (agent, session)
-        value = self._seq.get(key, 0)
+        value = self._seq.pop(key, None)
+        if value is None:
+            # New sessions start at 0; one we released may come back, so it resumes above every
+            # seq assigned so far (a Bloom filter: a false positive only costs a gap).
+            value = self._high.get(agent, 0) if key in self._released else 0
         self._seq[key] = value + 1
+        if value + 1 > self._high.get(agent, 0):
+            self._high[agent] = value + 1
+        if len(self._seq) > self.max_sessions:
+            old, _ = self._seq.popitem(last=False)
+            self._released.add(old)
         return value
 
-    def forget(self, agent: str, session: str) -> None:
-        """Drop a session's counter. Only safe with an epoch bump: see ``Stamper.evict``."""
-        self._seq.pop((agent, session), None)
+    def release(self, agent: str, session: str) -> None:
+        """Free a session's counter (after ``session.ended``); a late event resumes above it."""
+        if self._seq.pop((agent, session), None) is not None:
+            self._released.add((agent, session))
+
+    @property
+    def sessions(self) -> int:
+        return len(self._seq)
 
     def stamp(self, draft: Event, now: float | None = None) -> Event:
         """Return the envelope for ``draft`` (internal ``_`` hints dropped)."""
@@ -196,6 +241,8 @@ class Stamper:
             if not COMMAND_TYPE.fullmatch(etype):
                 values["seq"] = self.next_seq(agent, session)
                 values["epoch"] = self.epochs.epoch(agent)
+                if etype == "session.ended":
+                    self.release(agent, session)
         for key in _ORDER:
             value = values.get(key)
             if value is not None and value != "":

@@ -122,3 +122,30 @@ def test_rfc3339_ms():
 
 def test_source_uri_encodes_agent_and_session():
     assert source_uri("h", "a/b", "s s") == "aep://h/agent/a%2Fb/session/s%20s"
+
+
+def test_seq_state_is_bounded_and_never_goes_backwards(tmp_path):
+    s = Stamper(tmp_path, "h", max_sessions=2)
+    seen: dict[str, list[int]] = {}
+    for sid in ["a", "a", "b", "c", "a", "b", "d", "a"]:
+        seen.setdefault(sid, []).append(s.stamp({"type": "run.started", "agent": "x", "session": sid})["seq"])
+    assert s.sessions == 2
+    for seqs in seen.values():
+        assert seqs == sorted(set(seqs))  # strictly increasing per session, gaps allowed
+
+
+def test_session_ended_releases_the_counter_and_late_events_resume_above(tmp_path):
+    s = Stamper(tmp_path, "h")
+    first = [s.stamp({"type": t, "agent": "x", "session": "z"})["seq"]
+             for t in ("run.started", "session.ended")]
+    assert s.sessions == 0
+    late = s.stamp({"type": "tool.completed", "agent": "x", "session": "z", "data": {}})["seq"]
+    assert late > max(first)
+
+
+def test_new_sessions_start_at_zero_even_after_evictions(tmp_path):
+    s = Stamper(tmp_path, "h", max_sessions=1)
+    for sid in ("a", "b", "c"):
+        s.stamp({"type": "run.started", "agent": "x", "session": sid})
+    assert s.stamp({"type": "run.started", "agent": "x", "session": "fresh"})["seq"] == 0
+    assert s.stamp({"type": "run.started", "agent": "x", "session": "a"})["seq"] > 0  # evicted, resumes above
