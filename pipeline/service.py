@@ -32,6 +32,7 @@ class Service:
         self.queues: list[QueuedExporter] = []
         self._stop = asyncio.Event()
         self._built = False
+        self.metrics: Any = None
 
     def build(self) -> None:
         """Create every component (no I/O yet): one exporter instance shared by the pipelines that
@@ -76,20 +77,22 @@ class Service:
     async def start(self) -> None:
         if not self._built:
             self.build()
-        started: list[Any] = []
         try:
-            for _cid, exp in self.exporters.items():
+            for exp in self.exporters.values():
                 await exp.start(self.host)
-                started.append(exp)
             for q in self.queues:
                 q.start()
             for proc in self.processors.values():
                 start = getattr(proc, "start", None)
                 if start is not None:
                     await start(self.host)
-            for _cid, rec in self.receivers.items():
+            for rec in self.receivers.values():
                 await rec.start(self.host)
-                started.append(rec)
+            if self.config.telemetry.metrics_endpoint:
+                from .metrics import MetricsServer
+
+                self.metrics = MetricsServer(self, self.config.telemetry.metrics_endpoint)
+                await self.metrics.start()
         except BaseException:
             await self.shutdown()
             raise
@@ -98,6 +101,9 @@ class Service:
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """Free held hooks, stop receivers (no new input, in-flight requests finish), flush exporters."""
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         if self.host.control is not None:
             await self.host.control.shutdown()  # a held hook must not delay shutdown for its timeout
         for cid, rec in reversed(list(self.receivers.items())):
