@@ -73,3 +73,10 @@ def test_redaction_is_idempotent(text: str) -> None:
 def test_a_planted_key_never_survives(before: str, after: str) -> None:
     secret = "AKIAIOSFODNN7EXAMPLE"
     assert secret not in R.text(f"{before} {secret} {after}")
+
+
+def test_a_large_identifier_like_blob_is_redacted_in_one_pass() -> None:
+    # Regression: unanchored key/email prefixes made this input quadratic (minutes per call).
+    blob = "QUJD" * 25_000 + " token=abc123def " + "a." * 25_000
+    out = R.text(blob)
+    assert "abc123def" not in out and out.startswith("QUJD") and SECRET in out

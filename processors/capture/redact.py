@@ -41,11 +41,13 @@ _KEY_WORDS = (
 )
 # `KEY = value`, `"key": "value"` and `KEY=\nvalue`. The key may be a longer identifier ending in
 # a credential word (GITHUB_TOKEN, client_secret), but `tokens:` / `token_count=` do not match.
+# Every pattern with a repeated prefix starts only where that prefix starts (the lookbehinds):
+# without them a long identifier-like run (a base64 blob) costs quadratic time.
 # Quotes may be backslash-escaped (JSON text inside a JSON string); an auth scheme word before the
 # value is part of the value (`authorization: Basic abc=` must not leave `abc=` behind).
 _ASSIGNMENT = re.compile(
-    r"(?P<key>[A-Za-z0-9_.-]*(?:" + _KEY_WORDS + r"))(?P<q1>\\?[\"']?)(?P<sep>\s*[=:]\s*)"
-    r"(?:(?P<q2>\\?[\"'])(?P<quoted>[^\n]*?)(?P=q2)"
+    r"(?<![A-Za-z0-9_.-])(?P<key>[A-Za-z0-9_.-]*(?:" + _KEY_WORDS + r"))(?P<q1>\\?[\"']?)(?P<sep>\s*[=:]\s*)"
+    r"(?:(?P<q2>\\?[\"'])(?P<quoted>[^\n]{0,2048}?)(?P=q2)"
     r"|(?P<bare>(?:(?:bearer|basic|digest|token)[ \t]+)?\S+))",
     re.IGNORECASE,
 )
@@ -61,7 +63,7 @@ CREDENTIAL_KEY = re.compile(
 _HOMES = re.compile(r"(?<![\w.])(?:/home/|/Users/|[A-Za-z]:\\Users\\)[^/\\\s'\"`:;,)\]}]+")
 
 # (d) PII.
-_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 _PHONE = re.compile(r"(?<![\d\w])\+?\d[\d\s().-]{6,}\d(?![\d\w])")
 _DOTTED_NUMBERS = re.compile(r"^\d+(?:\.\d+)+$")  # versions (22.11.0) and IPv4, not phones
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
