@@ -1,0 +1,119 @@
+"""The ``relay`` exporter: events to an AEP relay over WebSocket, one connection per agent (AEP-0003 §3.5).
+
+Each agent identity gets its own connection and hello, so the relay's roster and session claims
+are honest: a connection claims only the sessions its agent emitted, and a command for a session
+reaches the one connection that owns it. Inbound commands go to ``host.control.submit``; the
+router's acks come back through ``export`` like any event. ``export`` never waits on the network.
+
+A connection opens when its agent's first event arrives: a connection that has emitted nothing
+claims no session, so it could not be routed to and would only add an empty identity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from pipeline.component import CreateSettings, Factory, Kind
+from pipeline.host import Host
+from pipeline.model import Event
+
+from .config import RelayConfig
+from .link import AgentLink
+
+__all__ = ["FACTORY", "RelayConfig", "RelayExporter"]
+
+log = logging.getLogger("aep.exporter.relay")
+
+SHUTDOWN_FLUSH = 2.0
+"""Seconds shutdown waits for a live connection to flush its outbox before closing it."""
+
+
+class RelayExporter:
+    """Keeps one ``AgentLink`` per agent and the exporter-wide ``relay`` health flag."""
+
+    def __init__(self, settings: CreateSettings, config: RelayConfig) -> None:
+        config.validate()
+        self.id = f"exporter/{settings.id}"
+        self.config = config
+        self.instance = config.instance or f"{socket.gethostname()}/{os.getpid()}"
+        self.host = Host()
+        self.links: dict[str, AgentLink] = {}
+        self._problems: dict[str, set[str]] = {}
+        self._overflowing: set[str] = set()
+        self._started = False
+        self._stopped = False
+
+    async def start(self, host: Host) -> None:
+        self.host = host
+        host.health.set_flag(self.id, "relay", False)
+        self._started = True
+        for link in self.links.values():
+            link.start()
+
+    async def export(self, events: list[Event]) -> None:
+        """Queue each event on its own agent's connection; returns at once."""
+        by_agent: dict[str, list[Event]] = {}
+        for event in events:
+            agent = event.get("agent")
+            if not isinstance(agent, str) or not agent:
+                self.host.health.count(self.id, "dropped")
+                self.host.health.fail(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
+                continue
+            by_agent.setdefault(agent, []).append(event)
+        if self._stopped:
+            n = sum(map(len, by_agent.values()))
+            if n:
+                self.host.health.count(self.id, "dropped", n)
+                log.warning("%s: %d events exported after shutdown were not sent", self.id, n)
+            return
+        for agent, batch in by_agent.items():
+            link = self.links.get(agent)
+            if link is None:
+                link = self.links[agent] = AgentLink(agent, self)
+                if self._started:
+                    link.start()
+            link.enqueue(batch)
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        await asyncio.gather(*(link.stop(SHUTDOWN_FLUSH) for link in self.links.values()))
+        self.live_changed()
+
+    # -- what the links report through ------------------------------------------------------
+
+    def report(self, agent: str, cause: str, detail: str) -> None:
+        self._problems.setdefault(cause, set()).add(agent)
+        self.host.health.fail(self.id, cause, f"{agent}: {detail}")
+
+    def clear(self, agent: str) -> None:
+        """``agent``'s connection completed a hello: its connection problems are over."""
+        for cause, agents in list(self._problems.items()):
+            agents.discard(agent)
+            if not agents:
+                del self._problems[cause]
+                self.host.health.recover(self.id, cause)
+
+    def overflowing(self, agent: str, on: bool, detail: str = "") -> None:
+        if on:
+            self._overflowing.add(agent)
+            self.host.health.fail(self.id, "outbox-overflow", detail)
+        elif agent in self._overflowing:
+            self._overflowing.discard(agent)
+            if not self._overflowing:  # the drop counter stays in /healthz ``dropped``
+                self.host.health.recover(self.id, "outbox-overflow")
+
+    def live_changed(self) -> None:
+        self.host.health.set_flag(self.id, "relay", any(link.live for link in self.links.values()))
+
+
+FACTORY = Factory(
+    kind=Kind.EXPORTER,
+    type="relay",
+    config_class=RelayConfig,
+    create=lambda settings, cfg: RelayExporter(settings, cfg),
+    description="Sends events to an AEP relay over WebSocket, one connection per agent; "
+                "hands inbound commands to the control router",
+)

@@ -1,0 +1,69 @@
+"""Config of the ``relay`` exporter; its defaults are the default config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from .outbox import Overflow
+
+
+@dataclass
+class RelayConfig:
+    """Config of the ``relay`` exporter (AEP-0003 §3.5 WebSocket binding, emitter role)."""
+
+    endpoint: str = "ws://127.0.0.1:8787/socket"
+    """The relay's WebSocket URL, ``ws://`` or ``wss://``; an empty path means ``/socket``."""
+    token: str | None = None
+    """Bearer token sent as ``Authorization: Bearer <token>``; empty means none."""
+    outbox_size: int = 10000
+    """Events held per agent connection while it is down or before its hello completes."""
+    overflow: Overflow = "drop_oldest"
+    backoff_initial: float = 0.5
+    backoff_max: float = 10.0
+    connect_timeout: float = 5.0
+    hello_timeout: float = 5.0
+    """Wait for the relay's hello; also bounds the wait for the answer to a delivery-confirming ping."""
+    ping_interval: float = 25.0
+    ack_window_ms: int = 10000
+    """Declared in the hello's control block (AEP-0004 §3): how long a sender waits for our ack."""
+    instance: str | None = None
+    """``identity.instance`` of every hello; default ``<hostname>/<pid>``."""
+
+    def __post_init__(self) -> None:
+        # ``${env:AEP_TOKEN:-}`` yields "" when the variable is unset: that means no token.
+        if self.token is not None and not self.token.strip():
+            self.token = None
+        if self.instance is not None and not self.instance.strip():
+            self.instance = None
+
+    def validate(self) -> None:
+        parts = urlsplit(self.endpoint)
+        if parts.scheme not in ("ws", "wss"):
+            raise ValueError(f"endpoint must be a ws:// or wss:// URL such as ws://127.0.0.1:8787/socket, "
+                             f"got {self.endpoint!r}")
+        if not parts.hostname:
+            raise ValueError(f"endpoint {self.endpoint!r} names no host")
+        try:
+            parts.port  # noqa: B018 -- urlsplit checks the port only when asked
+        except ValueError:
+            raise ValueError(f"endpoint {self.endpoint!r} has an invalid port") from None
+        if self.overflow not in ("drop_oldest", "drop_newest"):
+            raise ValueError(f"overflow must be 'drop_oldest' or 'drop_newest', got {self.overflow!r}")
+        if self.outbox_size < 1:
+            raise ValueError("outbox_size must be at least 1")
+        if self.backoff_initial <= 0 or self.backoff_max < self.backoff_initial:
+            raise ValueError("backoff_initial must be positive and backoff_max at least backoff_initial")
+        for name in ("connect_timeout", "hello_timeout", "ping_interval"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.ack_window_ms < 1:
+            raise ValueError("ack_window_ms must be at least 1")
+
+    @property
+    def url(self) -> str:
+        """The URL connected to: ``endpoint`` with ``/socket`` when it names no path."""
+        parts = urlsplit(self.endpoint)
+        if parts.path in ("", "/"):
+            parts = parts._replace(path="/socket")
+        return urlunsplit(parts)

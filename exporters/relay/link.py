@@ -1,0 +1,471 @@
+"""One agent's WebSocket connection to the relay: hello, outbox flush, inbound commands, reconnect.
+
+Delivery: an event leaves the outbox when it is written, and stays *in flight* until the relay
+answers a ``ping`` sent after it. The relay handles a connection's frames in order (AEP-0003 §2),
+so that ``pong`` proves everything before the ping was ingested. A lost connection puts what is
+still in flight back at the head of the outbox; the relay dedupes the resend on ``(source, id)``
+(AEP-0001 §7.4). A relay that never answers ``ping`` falls back to "written is delivered".
+
+Session claims: the relay routes a command to the connection that emitted the session's events
+(AEP-0003 §3.5.3), so a fresh connection re-sends the latest event of every session it had claimed
+and has nothing newer queued for: an idle session (a held permission request) stays routable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from pipeline.host import Host
+from pipeline.model import Event
+
+from .frames import backoff_delay, category, hello, hello_problem, is_command, is_event, parse
+from .outbox import Outbox, Pending, pending
+
+if TYPE_CHECKING:
+    from .config import RelayConfig
+
+log = logging.getLogger("aep.exporter.relay")
+
+RECLAIM_SESSIONS = 1024
+"""Sessions per agent whose latest event is remembered for re-claiming after a reconnect."""
+CONFIRM_EVERY = 256
+"""During a long flush, a confirming ping goes out at least this often (one outstanding at a time)."""
+MAX_FRAME = 16 * 1024 * 1024
+
+
+def compact(frame: dict[str, Any]) -> str:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+class LinkOwner(Protocol):
+    """What a link needs from its exporter: config, host, and the exporter-wide health reporting."""
+
+    id: str
+    config: RelayConfig
+    host: Host
+    instance: str
+
+    def report(self, agent: str, cause: str, detail: str) -> None: ...
+
+    def clear(self, agent: str) -> None: ...
+
+    def overflowing(self, agent: str, on: bool, detail: str = "") -> None: ...
+
+    def live_changed(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Ping:
+    t: int
+    mark: int
+    """Every in-flight entry numbered up to ``mark`` was written before this ping."""
+    deadline: float
+
+
+class AgentLink:
+    """The relay connection of one agent identity; ``enqueue`` never waits on the network."""
+
+    def __init__(self, agent: str, owner: LinkOwner) -> None:
+        self.agent = agent
+        self.owner = owner
+        cfg = owner.config
+        self.outbox = Outbox(cfg.outbox_size, cfg.overflow)
+        self.inflight: deque[tuple[int, Pending]] = deque()
+        self.categories: set[str] = set()
+        self.latest: OrderedDict[str, Pending] = OrderedDict()
+        self.state = "idle"
+        """idle, connecting, hello, live, backoff or closed."""
+        self.live = False
+        self.attempts = 0
+        self.connections = 0
+        self.declared: list[str] | None = None
+        self._ws: ClientConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._commands: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._rehello = False
+        self._written = 0
+        self._ping: _Ping | None = None
+        self._confirms = True
+        self._last_t = 0
+        self._episode_dropped = 0
+        self._logged: set[str] = set()
+        self._down_since_live = True
+
+    # -- the exporter's side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name=f"relay:{self.agent}")
+        self._worker = loop.create_task(self._submit_loop(), name=f"relay-commands:{self.agent}")
+
+    def enqueue(self, events: list[Event]) -> None:
+        for event in events:
+            item = pending(event)
+            name = category(item.type)
+            if name is not None:
+                self.categories.add(name)
+            if item.session is not None:
+                if item.type == "session.ended":
+                    self.latest.pop(item.session, None)
+                else:
+                    self.latest[item.session] = item
+                    self.latest.move_to_end(item.session)
+                    if len(self.latest) > RECLAIM_SESSIONS:
+                        self.latest.popitem(last=False)
+            self._dropped(self.outbox.push(item))
+        if self.live and self._accepts() != self.declared:
+            # Opt-in gates join ``accepts`` on the next hello (reference-stack §0.4): re-hello now.
+            self._rehello = True
+        self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Events not yet confirmed delivered: queued plus in flight."""
+        return len(self.outbox) + len(self.inflight)
+
+    async def stop(self, grace: float) -> None:
+        """Flush for up to ``grace`` seconds if connected, send ``closing``, close; never hang."""
+        self._closing = True
+        self._wake.set()
+        task = self._task
+        if task is not None:
+            if not self.live:
+                task.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), grace)
+            except (TimeoutError, asyncio.CancelledError, Exception):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._worker
+        self.state = "closed"
+        unsent, unconfirmed = len(self.outbox), len(self.inflight)
+        if unsent:
+            self.owner.host.health.count(self.owner.id, "dropped", unsent)
+        if unsent or unconfirmed:
+            log.warning("%s: shut down with %d events for %s never sent to the relay and %d sent but "
+                        "unconfirmed (the JSONL log keeps them)", self.owner.id, unsent, self.agent, unconfirmed)
+
+    # -- connection loop -------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        attempt = 0
+        while not self._closing:
+            self.attempts += 1
+            self.state = "connecting"
+            try:
+                ws = await connect(self.owner.config.url, **self._connect_options())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # every refusal is reported, then retried with backoff
+                self._connect_failed(exc)
+                await self._backoff(attempt)
+                attempt += 1
+                continue
+            self._ws = ws
+            completed = False
+            try:
+                completed = await self._session(ws)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a bug or an odd relay ends this connection, not the link
+                log.error("%s: relay connection for %s failed: %s: %s",
+                          self.owner.id, self.agent, type(exc).__name__, exc)
+            finally:
+                await self._teardown(ws)
+            if completed:
+                attempt = 0
+            if self._rehello and not self._closing:
+                self._rehello = False
+                continue
+            if self._closing:
+                break
+            await self._backoff(attempt)
+            attempt += 1
+        self.state = "closed"
+
+    def _connect_options(self) -> dict[str, Any]:
+        cfg = self.owner.config
+        headers = {"Authorization": f"Bearer {cfg.token}"} if cfg.token else None
+        return {
+            "additional_headers": headers,
+            "open_timeout": cfg.connect_timeout,
+            # Protocol-level keepalive; AEP-0003 §3.5.5 recommends a timeout of three intervals.
+            "ping_interval": cfg.ping_interval,
+            "ping_timeout": cfg.ping_interval * 3,
+            "close_timeout": min(cfg.connect_timeout, 2.0),
+            "compression": None,
+            "proxy": None,  # a relay is on loopback or a named host: never through an HTTP proxy
+            "max_size": MAX_FRAME,
+            "user_agent_header": "aep-collector",
+        }
+
+    async def _backoff(self, attempt: int) -> None:
+        cfg = self.owner.config
+        self.state = "backoff"
+        await asyncio.sleep(backoff_delay(attempt, cfg.backoff_initial, cfg.backoff_max))
+
+    def _connect_failed(self, exc: Exception) -> None:
+        if isinstance(exc, InvalidStatus):
+            status = exc.response.status_code
+            if status in (401, 403):
+                self.owner.report(self.agent, "unauthorized",
+                                  f"the relay refused the WebSocket upgrade with HTTP {status}; check the token")
+                return
+            self.owner.report(self.agent, "upgrade-refused",
+                              f"the relay answered the WebSocket upgrade with HTTP {status}")
+            return
+        if self._down_since_live:
+            self._down_since_live = False
+            log.warning("%s: relay %s unreachable for %s (%s: %s); events wait in the outbox",
+                        self.owner.id, self.owner.config.url, self.agent, type(exc).__name__, exc)
+
+    async def _session(self, ws: ClientConnection) -> bool:
+        """Hello, then read and write until the connection ends; True if the hello completed."""
+        cfg = self.owner.config
+        self.state = "hello"
+        self.declared = self._accepts()
+        frame = hello(self.agent, self.owner.instance, sorted(self.categories), self.declared, cfg.ack_window_ms)
+        try:
+            await ws.send(compact(frame))
+            first = await asyncio.wait_for(ws.recv(), cfg.hello_timeout)
+        except TimeoutError:
+            self.owner.report(self.agent, "hello-timeout", f"no hello from the relay within {cfg.hello_timeout} s")
+            return False
+        except ConnectionClosed as exc:
+            self.owner.report(self.agent, "hello-closed",
+                              f"the relay closed the connection during the hello (code {_code(exc)})")
+            return False
+        problem = hello_problem(parse(first))
+        if problem is not None:
+            self.owner.report(self.agent, *problem)
+            return False
+        self.owner.clear(self.agent)
+        self.live, self.state = True, "live"
+        self.connections += 1
+        self._confirms, self._ping = True, None
+        log.info("%s: relay connection for %s up (%s)", self.owner.id, self.agent, self.owner.config.url)
+        self._down_since_live = True
+        self.owner.live_changed()
+        self._route(True)
+        reader = asyncio.create_task(self._read(ws))
+        writer = asyncio.create_task(self._write(ws, self._claims()))
+        done, rest = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+        for task in done:
+            exc = task.exception()
+            if exc is not None and not isinstance(exc, ConnectionClosed):
+                log.error("%s: relay connection for %s failed: %s: %s",
+                          self.owner.id, self.agent, type(exc).__name__, exc)
+        return True
+
+    async def _teardown(self, ws: ClientConnection) -> None:
+        was_live = self.live
+        self.live, self._ws = False, None
+        if was_live:
+            log.info("%s: relay connection for %s down (code %s)", self.owner.id, self.agent, ws.close_code)
+            self.owner.live_changed()
+            self._route(False)
+        back = [item for _, item in self.inflight]
+        self.inflight.clear()
+        self._ping = None
+        self._dropped(self.outbox.push_front(back))
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(ws.close(), self.owner.config.connect_timeout)
+
+    def _claims(self) -> list[Pending]:
+        queued = self.outbox.sessions()
+        return [item for session, item in self.latest.items() if session not in queued]
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def _write(self, ws: ClientConnection, claims: list[Pending]) -> None:
+        for item in claims:  # not tracked: a lost claim is recomputed on the next connection
+            await ws.send(item.text)
+        loop = asyncio.get_running_loop()
+        since_ping = 0
+        cap = self.owner.config.outbox_size
+        while True:
+            if self._rehello and not self._closing:
+                await ws.send(compact({"type": "closing", "reason": "capabilities-changed", "delivered": []}))
+                return
+            if self.outbox:
+                item = self.outbox.pop()
+                self._written += 1
+                self.inflight.append((self._written, item))
+                await ws.send(item.text)
+                since_ping += 1
+                if not self._confirms:
+                    self.inflight.clear()
+                elif len(self.inflight) > cap:
+                    self.inflight.popleft()  # bounded: past the cap, written is all we know
+                if self._confirms and self._ping is None and (not self.outbox or since_ping >= CONFIRM_EVERY):
+                    await self._send_ping(ws)
+                    since_ping = 0
+                continue
+            if self._episode_dropped:
+                log.warning("%s: relay outbox for %s drained; %d events were dropped while it was full",
+                            self.owner.id, self.agent, self._episode_dropped)
+                self._episode_dropped = 0
+                self.owner.overflowing(self.agent, False)
+            if self._confirms and self.inflight and self._ping is None:
+                await self._send_ping(ws)
+                since_ping = 0
+                continue
+            if self._closing and not self.inflight:
+                await ws.send(compact({"type": "closing", "reason": "shutdown", "delivered": []}))
+                await ws.close(1000, "collector shutting down")
+                return
+            self._wake.clear()
+            timeout = None if self._ping is None else max(0.0, self._ping.deadline - loop.time())
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                if self._ping is not None and loop.time() >= self._ping.deadline:
+                    self._confirms, self._ping = False, None
+                    self.inflight.clear()
+                    self._once("no-pong", "the relay does not answer ping frames; events sent to it now "
+                                          "count as delivered once written")
+
+    async def _send_ping(self, ws: ClientConnection) -> None:
+        loop = asyncio.get_running_loop()
+        # AEP-0003 §3.5.5: ``t`` is echoed; the reference uses milliseconds, kept strictly rising here.
+        t = max(self._last_t + 1, int(loop.time() * 1000))
+        self._last_t = t
+        self._ping = _Ping(t, self._written, loop.time() + self.owner.config.hello_timeout)
+        await ws.send(compact({"type": "ping", "t": t}))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def _read(self, ws: ClientConnection) -> None:
+        async for raw in ws:
+            frame = parse(raw)
+            if frame is None:
+                kind = "binary" if isinstance(raw, bytes) else "non-JSON"
+                self.owner.host.health.count(self.owner.id, "bad-frames")
+                self._once(f"garbage-{kind}", f"ignored a {kind} frame from the relay (counted as bad-frames)")
+                continue
+            kind = frame.get("type")
+            if is_event(frame):
+                if is_command(str(kind)):
+                    self._commands.put_nowait(frame)
+                else:
+                    self._once(f"event-{kind}", f"ignored a {kind} event the relay sent to an emitter connection")
+            elif kind == "ping":
+                reply: dict[str, Any] = {"type": "pong"}
+                if "t" in frame:
+                    reply["t"] = frame["t"]
+                await ws.send(compact(reply))
+            elif kind == "pong":
+                self._confirmed(frame.get("t"))
+            elif kind == "error":
+                self._error(frame)
+            elif kind == "closing":
+                log.info("%s: the relay is closing %s's connection: %s", self.owner.id, self.agent,
+                         frame.get("reason", "no reason given"))
+            # AEP-0003 §2: unknown frame types (and a second hello) MUST be ignored.
+
+    def _confirmed(self, t: Any) -> None:
+        ping = self._ping
+        if ping is None or t != ping.t or isinstance(t, bool):
+            return
+        while self.inflight and self.inflight[0][0] <= ping.mark:
+            self.inflight.popleft()
+        self._ping = None
+        self._wake.set()
+
+    def _error(self, frame: dict[str, Any]) -> None:
+        code = str(frame.get("code", "error"))
+        detail = frame.get("detail")
+        cause = frame.get("cause")
+        if cause is not None:
+            # AEP-0004 §4.3: a relay-behalf refusal of command ``cause``; it never enters history.
+            self.owner.host.health.count(self.owner.id, "relay-refusals")
+            log.warning("%s: the relay refused command %s on %s's connection: %s%s", self.owner.id, cause,
+                        self.agent, code, f" ({detail})" if detail else "")
+            return
+        self._once(f"error-{code}", f"the relay sent error {code!r}{f': {detail}' if detail else ''}")
+
+    async def _submit_loop(self) -> None:
+        """Hands inbound commands to the control router in arrival order, off the reading path."""
+        while True:
+            command = await self._commands.get()
+            control = self.owner.host.control
+            submit = getattr(control, "submit", None)
+            if submit is None:
+                self.owner.report(self.agent, "no-control-router",
+                                  f"a {command.get('type')} command arrived but the collector has no control router")
+                continue
+            try:
+                await submit(command, self.agent)
+            except Exception as exc:  # the router's fault is reported; the link keeps going
+                self.owner.host.health.fail(self.owner.id, "submit-failed", f"{type(exc).__name__}: {exc}")
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _accepts(self) -> list[str] | None:
+        control = self.owner.host.control
+        if control is None:
+            return None
+        try:
+            value = control.accepts(self.agent)
+        except Exception as exc:  # a broken router must not stop events flowing
+            self._once("accepts-failed", f"host.control.accepts failed: {type(exc).__name__}: {exc}")
+            return None
+        return None if value is None else [str(v) for v in value]
+
+    def _route(self, live: bool) -> None:
+        set_route = getattr(self.owner.host.control, "set_route", None)
+        if set_route is None:
+            return
+        try:
+            set_route(self.agent, live)
+        except Exception as exc:
+            self._once("set-route-failed", f"host.control.set_route failed: {type(exc).__name__}: {exc}")
+
+    def _dropped(self, items: list[Pending]) -> None:
+        if not items:
+            return
+        cfg = self.owner.config
+        self.owner.host.health.count(self.owner.id, "dropped", len(items))
+        for item in items:
+            if item.session is not None and self.latest.get(item.session) is item:
+                del self.latest[item.session]  # never resurrect a dropped event as a claim
+        first = self._episode_dropped == 0
+        self._episode_dropped += len(items)
+        notable = sum(not i.low for i in items)
+        self.owner.overflowing(self.agent, True, f"{self.agent}: outbox full at {cfg.outbox_size} events "
+                                                 f"({cfg.overflow}); {self._episode_dropped} dropped since it filled")
+        if first:
+            log.warning("%s: relay outbox for %s is full (%d events); dropping per %s, debug/info first",
+                        self.owner.id, self.agent, cfg.outbox_size, cfg.overflow)
+        if notable:  # AEP-0003 §8.4: notice and above are never dropped silently
+            log.warning("%s: dropped %d notice-or-above events for %s: the outbox held nothing lower",
+                        self.owner.id, notable, self.agent)
+
+    def _once(self, key: str, message: str) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning("%s: %s: %s", self.owner.id, self.agent, message)
+
+
+def _code(exc: ConnectionClosed) -> int | None:
+    frame = exc.rcvd or exc.sent
+    return frame.code if frame is not None else None
