@@ -127,6 +127,6 @@ def test_a_draft_that_cannot_be_gated_loses_its_data() -> None:
             raise RuntimeError("cannot copy")
 
     proc = CaptureProcessor()
-    draft = {"type": "run.started", "agent": "a", "data": {"prompt": Unpicklable()}, "_capture": {}, "_hold": "h"}
+    draft = {"type": "run.started", "agent": "a", "data": {"trigger": Unpicklable()}, "_capture": {}, "_hold": "h"}
     assert proc([draft]) == [{"type": "run.started", "agent": "a", "_hold": "h", "capture": "none"}]
     assert proc.failures == 1

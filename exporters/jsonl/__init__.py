@@ -17,7 +17,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pipeline.component import CreateSettings, Factory, Kind
 from pipeline.host import Health, Host
@@ -60,6 +60,7 @@ class JsonlExporter:
         self._fds: OrderedDict[Path, int] = OrderedDict()
         self._dirty: set[int] = set()
         self._task: asyncio.Task[None] | None = None
+        self._paths: dict[tuple[Any, Any], Path] = {}
 
     async def start(self, host: Host) -> None:
         self.health = host.health
@@ -71,10 +72,16 @@ class JsonlExporter:
             self._task = asyncio.get_running_loop().create_task(self._fsync_loop())
 
     def path_for(self, event: Event) -> Path:
-        agent = encode_name(str(event.get("agent", "unknown")))
-        session = event.get("session")
-        name = AGENT_FILE if session is None else encode_name(str(session))
-        return self.root / agent / f"{name}.jsonl"
+        key = (event.get("agent", "unknown"), event.get("session"))
+        path = self._paths.get(key)
+        if path is None:
+            agent = encode_name(str(key[0]))
+            name = AGENT_FILE if key[1] is None else encode_name(str(key[1]))
+            path = self.root / agent / f"{name}.jsonl"
+            if len(self._paths) >= 4096:  # a cache, not state: bounded, rebuilt on demand
+                self._paths.clear()
+            self._paths[key] = path
+        return path
 
     async def export(self, events: list[Event]) -> None:
         self.export_now(events)

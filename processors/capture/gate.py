@@ -164,9 +164,16 @@ def _level_at(ann: Annotations, path: str, inherited: int) -> int:
     return max(inherited, rank(ann.get(path, "metadata")))
 
 
+_ATOMS = (str, int, float, bool, type(None))
+
+
 def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
-           on_redacted: Callable[[Any], Any] | None) -> Any:
-    """``value`` without the parts gated above ``limit``; redacted-gated subtrees pass ``on_redacted``."""
+           on_redacted: Callable[[Any], Any] | None, scrub: bool = False) -> Any:
+    """``value`` without the parts gated above ``limit``; redacted-gated subtrees pass ``on_redacted``.
+
+    Always returns fresh containers (callers then edit the result in place), sharing only
+    immutable leaves; with ``scrub``, credential-named keys lose their values on the way.
+    """
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -177,7 +184,10 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
                 level = _level_at(ann, sub, inherited)
             if level > limit:
                 continue
-            kept = _prune(item, sub, ann, limit, level, on_redacted)
+            if scrub and item is not None and is_credential_key(key):
+                out[key] = SECRET  # below full a credential-named key never carries its value
+                continue
+            kept = _prune(item, sub, ann, limit, level, on_redacted, scrub)
             if on_redacted is not None and level == REDACTED and inherited < REDACTED:
                 kept = on_redacted(kept)
             out[key] = kept
@@ -187,23 +197,11 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
         level = _level_at(ann, sub, inherited)
         if level > limit:
             return []
-        items = [_prune(item, sub, ann, limit, level, on_redacted) for item in value]
+        items = [_prune(item, sub, ann, limit, level, on_redacted, scrub) for item in value]
         if on_redacted is not None and level == REDACTED and inherited < REDACTED:
             items = [on_redacted(item) for item in items]
         return items
-    return copy.deepcopy(value)
-
-
-def _scrub_credentials(value: Any) -> Any:
-    """Below ``full``, a credential-named key never carries its value, whatever its annotation."""
-    if isinstance(value, dict):
-        return {
-            k: SECRET if v is not None and is_credential_key(k) else _scrub_credentials(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [_scrub_credentials(v) for v in value]
-    return value
+    return value if isinstance(value, _ATOMS) else copy.deepcopy(value)
 
 
 def _twins(value: Any, path: str, ann: Annotations, make: Callable[[Any], Any]) -> Any:
@@ -317,7 +315,7 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     §9.4 pipeline; below it the ``[metadata*]`` fields become structural. ``capture`` is set to the
     level honoured and the gate's own hints are removed.
     """
-    out = copy.deepcopy(draft)
+    out = dict(draft)  # shallow: ``data`` is rebuilt by _prune, so the input is never mutated
     hint = out.pop("_capture", None)
     structural = out.pop("_structural", None)
     fields = out.pop("_fields", None)
@@ -335,9 +333,7 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     data: dict[str, Any] = out["data"]
     if red is not None:
         data = _twins(data, "", ann, red.value)
-    data = _prune(data, "", ann, level, NONE, red.value if red is not None else None)
-    if level < FULL:
-        data = _scrub_credentials(data)
+    data = _prune(data, "", ann, level, NONE, red.value if red is not None else None, scrub=level < FULL)
     if event_type == "attention.requested":
         if level >= REDACTED and red is not None:
             _redact_request(data, red)
