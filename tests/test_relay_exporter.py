@@ -548,3 +548,53 @@ def test_frames_are_the_one_serializer() -> None:
     event = {"aep": "0.1", "id": "X", "type": "progress.status", "severity": "notice", "data": {"note": "é"}}
     item = pending(event)
     assert (item.text, item.low, item.session) == (dumps(event), False, None)
+
+
+async def test_open_connects_an_agent_before_its_first_event(
+        relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
+    router = FakeRouter({CC: [RESPOND]})
+    exporter, host = await exporters(relay.ws_url, router)
+    exporter.open(CC)
+    await wait_until(lambda: host.health.snapshot()["relay"], "the eagerly opened connection")
+    assert router.routes == [(CC, True)]
+    (hello_frame,) = relay.hellos(CC)
+    assert hello_frame["capabilities"]["emits"] == [] and hello_frame["capabilities"]["control"]["accepts"] == [RESPOND]
+    assert relay.connections(CC)[0].claims == []  # nothing emitted, nothing claimed
+    exporter.open(CC)  # idempotent
+    await exporter.export([make(stamper, "s1")])
+    await wait_until(lambda: relay.connections(CC)[0].claims == ["s1"], "the claim on the same connection")
+    assert exporter.links[CC].connections == 1
+
+
+async def test_with_the_real_service_and_router(relay: RelayDouble, tmp_path: Path) -> None:
+    """The interface as the service wires it: the real router's accepts, routes and nack come through."""
+    import aiohttp
+    from aep_sdk.control import NackError
+
+    from tests.helpers import running
+
+    session_id = "real-router-session"
+    cfg = base_config(tmp_path, extra_exporters={"relay": {
+        "endpoint": relay.ws_url, "token": TOKEN, "backoff_initial": 0.02, "backoff_max": 0.1}})
+    async with running(cfg) as service:
+        port = service.receivers["claude_code"].port
+        hook = {"session_id": session_id, "hook_event_name": "SessionStart", "source": "startup", "cwd": "/w"}
+        async with aiohttp.ClientSession() as http, http.post(f"http://127.0.0.1:{port}/hook", json=hook) as resp:
+            assert resp.status == 200
+        await wait_until(lambda: relay.store_for(session_id), "the session.started at the relay")
+        router = service.host.control
+        assert router is not None
+        await wait_until(lambda: router.route_live(CC), "the route the exporter reported")
+        assert relay.hellos(CC)[0]["capabilities"]["control"]["accepts"] == router.accepts(CC)
+        client = ControlClient(relay.url, agent="operator", host="ops", token=TOKEN)
+        await client.connect(connect_timeout_ms=10_000)
+        try:
+            with pytest.raises(NackError) as err:
+                await client.send(RESPOND, session_id, subject="no-such-request",
+                                  data={"answer": {"option": "allow"}}, retries=0)
+        finally:
+            await client.close()
+        assert err.value.reason == "refused"  # the router's own decision, carried back by this exporter
+        (nack,) = [e for e in relay.store_for(session_id) if e["type"] == "control.rejected"]
+        assert nack["cause"] == json.loads(relay.forwarded[0][1])["id"]
+    assert not router.route_live(CC)

@@ -5,8 +5,10 @@ are honest: a connection claims only the sessions its agent emitted, and a comma
 reaches the one connection that owns it. Inbound commands go to ``host.control.submit``; the
 router's acks come back through ``export`` like any event. ``export`` never waits on the network.
 
-A connection opens when its agent's first event arrives: a connection that has emitted nothing
-claims no session, so it could not be routed to and would only add an empty identity.
+A connection opens when its agent's first event arrives, or earlier through ``open(agent)``
+(e.g. when a receiver registers a control-capable agent, so ``route_live`` is already true when
+its first attention request comes). A connection that has emitted nothing claims no session: the
+relay routes nothing to it until its agent emits.
 """
 
 from __future__ import annotations
@@ -70,12 +72,20 @@ class RelayExporter:
                 log.warning("%s: %d events exported after shutdown were not sent", self.id, n)
             return
         for agent, batch in by_agent.items():
-            link = self.links.get(agent)
-            if link is None:
-                link = self.links[agent] = AgentLink(agent, self)
-                if self._started:
-                    link.start()
-            link.enqueue(batch)
+            self._link(agent).enqueue(batch)
+
+    def open(self, agent: str) -> None:
+        """Open ``agent``'s connection now, before its first event; a no-op if it exists."""
+        if not self._stopped:
+            self._link(agent)
+
+    def _link(self, agent: str) -> AgentLink:
+        link = self.links.get(agent)
+        if link is None:
+            link = self.links[agent] = AgentLink(agent, self)
+            if self._started:
+                link.start()
+        return link
 
     async def shutdown(self) -> None:
         self._stopped = True
