@@ -538,10 +538,11 @@ async def test_shutdown_flushes_sends_closing_and_never_hangs(
     assert relay.frames_from(CC)[-1] == {"type": "closing", "reason": "shutdown", "delivered": []}
     assert host.health.snapshot()["relay"] is False
     await wait_until(lambda: not relay.connections(CC), "the socket to close")
-    absent, _ = await exporters(f"ws://127.0.0.1:{free_port()}/socket")
+    absent, absent_host = await exporters(f"ws://127.0.0.1:{free_port()}/socket")
     await absent.export([make(stamper, "s9")])
     await asyncio.wait_for(absent.shutdown(), 10)  # nothing to flush to: returns at once
     assert absent.links[CC].state == "closed"
+    assert absent_host.health.snapshot()["dropped"] == {"exporter/relay": 1}  # never sent: counted
 
 
 def test_frames_are_the_one_serializer() -> None:

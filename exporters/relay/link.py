@@ -102,6 +102,7 @@ class AgentLink:
         self._episode_dropped = 0
         self._logged: set[str] = set()
         self._down_since_live = True
+        self._requeued = 0
 
     # -- the exporter's side ---------------------------------------------------------------
 
@@ -154,7 +155,9 @@ class AgentLink:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
         self.state = "closed"
-        unsent, unconfirmed = len(self.outbox), len(self.inflight)
+        # The last teardown put what was in flight back at the head: those may have arrived.
+        unconfirmed = min(self._requeued, len(self.outbox)) + len(self.inflight)
+        unsent = len(self.outbox) - min(self._requeued, len(self.outbox))
         if unsent:
             self.owner.host.health.count(self.owner.id, "dropped", unsent)
         if unsent or unconfirmed:
@@ -284,6 +287,7 @@ class AgentLink:
             self.owner.live_changed()
             self._route(False)
         back = [item for _, item in self.inflight]
+        self._requeued = len(back)
         self.inflight.clear()
         self._ping = None
         self._dropped(self.outbox.push_front(back))
@@ -308,6 +312,7 @@ class AgentLink:
                 return
             if self.outbox:
                 item = self.outbox.pop()
+                self._requeued = max(0, self._requeued - 1)  # requeued entries sit at the head
                 self._written += 1
                 self.inflight.append((self._written, item))
                 await ws.send(item.text)
