@@ -85,6 +85,7 @@ class ControlRouter:
         self.max_decisions = max_decisions
         self.pipelines: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
+        self._watchers: list[Callable[[str], None]] = []
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -99,6 +100,20 @@ class ControlRouter:
         elif current is not None and accepts is None:
             accepts = current.accepts
         self.agents[agent] = _Agent(accepts if accepts is None else sorted(set(accepts)), consumer)
+        if accepts is not None:
+            for watcher in self._watchers:
+                watcher(agent)
+
+    def watch(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(agent)`` for every agent with a control leg, now and when one registers.
+
+        A duplex exporter uses it to connect early, so a route is live before the agent's first
+        attention request (which would otherwise not be held).
+        """
+        self._watchers.append(callback)
+        for agent, a in list(self.agents.items()):
+            if a.accepts is not None:
+                callback(agent)
 
     def accepts(self, agent: str) -> list[str] | None:
         """The hello's ``control.accepts`` for ``agent``; ``None`` means omit the control block."""

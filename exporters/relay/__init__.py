@@ -54,6 +54,9 @@ class RelayExporter:
         self._started = True
         for link in self.links.values():
             link.start()
+        watch = getattr(host.control, "watch", None)
+        if watch is not None:
+            watch(self.open)  # control-capable agents connect before their first event
 
     async def export(self, events: list[Event]) -> None:
         """Queue each event on its own agent's connection; returns at once."""
