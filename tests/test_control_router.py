@@ -309,3 +309,34 @@ async def test_without_a_live_route_nothing_is_held(env):
     req = next(e for e in env.jsonl() if e["type"] == "attention.requested")
     assert req["data"]["respond_via"] == ["oob"]
     assert env.router.holds == {}
+
+
+ONE_Q = {"session_id": SID, "hook_event_name": "PermissionRequest", "tool_name": "AskUserQuestion",
+         "tool_use_id": "toolu_one", "tool_input": {"questions": [
+             {"question": "Ship it?", "header": "Ship", "multiSelect": False,
+              "options": [{"label": "Yes"}, {"label": "Not yet"}]}]}}
+
+
+@pytest.mark.parametrize(("answer", "label"), [({"option": "2"}, "Not yet"), ({"text": "yes"}, "Yes"),
+                                               ({"text": "after lunch"}, "after lunch")])
+async def test_single_question_accepts_legacy_option_and_text(env, answer, label):
+    _, _, reply = await hold_and_answer(env, ONE_Q, lambda rid: respond(rid, **answer))
+    assert reply["hookSpecificOutput"]["decision"]["updatedInput"]["answers"] == {"Ship it?": label}
+
+
+async def test_multi_question_form_refuses_legacy_answers(env):
+    task = asyncio.create_task(env.post(ASK))
+    (rid,) = await env.held()
+    await env.router.submit(respond(rid, option="1"), "claude-code")
+    assert not task.done()
+    (nack,) = [e for e in env.jsonl() if e["type"] == "control.rejected"]
+    assert nack["data"]["reason"] == "invalid"
+    await env.router.submit(respond(rid, values={"1": "1", "2": ["2"]}), "claude-code")
+    assert (await asyncio.wait_for(task, 10))[1]["hookSpecificOutput"]["decision"]["behavior"] == "allow"
+
+
+@pytest.mark.parametrize("env", [0.3], indirect=True)
+async def test_a_form_times_out_whole(env):
+    assert await asyncio.wait_for(env.post(ASK), 10) == (200, {})
+    assert [e["type"] for e in env.jsonl()].count("attention.timeout") == 1
+    assert "attention.answered" not in env.types()

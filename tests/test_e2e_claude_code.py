@@ -124,3 +124,42 @@ def test_bad_requests_get_clear_errors_and_the_daemon_keeps_serving(tmp_path):
         assert status == 200 and body == {}
         assert get(port, "/healthz")["ok"] is True
         assert c.stop() == 0
+
+
+def test_unwritable_log_directory_still_answers_hooks_and_shows_in_healthz(tmp_path):
+    cfg = base_config(tmp_path)
+    (tmp_path / "logs").write_text("a file where the log directory should be")
+    with collector(cfg, tmp_path) as c:
+        port = c.ports["receiver/claude_code"]
+        for _ in range(3):
+            assert post(port, {**common("UserPromptSubmit"), "prompt": "hi"}) == (200, {})
+        health = get(port, "/healthz")
+        assert health["ok"] is False and "exporter/jsonl" in health["problems"]
+        assert health["dropped"]["exporter/jsonl"] == 3
+        assert c.stop() == 0
+    lines = "".join(c.log).splitlines()
+    errors = [line.split("exporter/jsonl: ", 1)[1].split(":", 1)[0] for line in lines
+              if "ERROR aep.health: exporter/jsonl" in line]
+    assert errors and len(errors) == len(set(errors)), errors  # once per cause, not once per event
+
+
+def test_validate_events_command(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    good = tmp_path / "good.jsonl"
+    cfg = base_config(tmp_path)
+    with collector(cfg, tmp_path) as c:
+        post(c.ports["receiver/claude_code"], {**common("SessionStart"), "source": "startup"})
+        c.stop()
+    good.write_bytes((tmp_path / "logs" / "claude-code" / f"{SID}.jsonl").read_bytes())
+    ok = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate-events", str(good)], cwd=ROOT,
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"aep":"0.1","type":"run.started"}\n')
+    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate-events", str(bad)], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and "required" in res.stdout

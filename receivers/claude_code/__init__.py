@@ -133,7 +133,7 @@ class ClaudeCodeSurface:
 
     async def _ask_user_question(self, signal: Signal) -> Any:
         tool_input = signal.payload.get("tool_input")
-        fields = cc.ask_user_question_form(tool_input, False)["fields"]
+        fields = cc.ask_user_question_form(tool_input, True)["fields"]  # labels: for text answers
         hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1))
         if hold is None:
             return NEUTRAL_REPLY
@@ -151,7 +151,7 @@ class ClaudeCodeSurface:
         return cc.ask_user_question_reply(tool_input, values)
 
     async def _elicitation(self, signal: Signal) -> Any:
-        fields = cc.elicitation_form(signal.payload, False)["fields"]
+        fields = cc.elicitation_form(signal.payload, True)["fields"]
         key = cc.elicitation_key(signal.payload)
         hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1), key)
         if hold is None:
