@@ -50,7 +50,7 @@ def base_config(tmp_path: Path, receivers: dict[str, Any] | None = None, ceiling
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
 
 
 class Collector:

@@ -142,3 +142,12 @@ async def test_open_files_are_bounded(tmp_path):
     exp.export_now([ev("s0", 9)])
     await exp.shutdown()
     assert [e["seq"] for e in lines(tmp_path / "logs" / "claude-code" / "s0.jsonl")] == [0, 9]
+
+
+async def test_unicode_line_separators_never_split_an_event(tmp_path):
+    exp, _ = await make(tmp_path)
+    exp.export_now([ev("s1", 0, subject="a\u2028b\u2029c\x85d\x0be")])
+    await exp.shutdown()
+    text = (tmp_path / "logs" / "claude-code" / "s1.jsonl").read_text()
+    assert len(text.splitlines()) == 1  # even str.splitlines() sees one line
+    assert json.loads(text)["subject"] == "a\u2028b\u2029c\x85d\x0be"

@@ -83,3 +83,12 @@ def test_session_ended_closes_every_lane():
     p([d("run.started"), d("run.started", _lane="x")])
     p([d("session.ended")])
     assert p.state.open == {}
+
+
+def test_a_second_session_end_is_degraded_not_duplicated():
+    p = RunsProcessor()
+    first = p([d("session.ended")])[0]
+    again = p([d("session.ended", data={"reason": "normal"})])[0]
+    assert first["type"] == "session.ended"
+    assert again["type"] == "x.claude-code.session.ended_again" and again["data"] == {"reason": "normal"}
+    assert p([{**d("session.ended"), "session": "other"}])[0]["type"] == "session.ended"

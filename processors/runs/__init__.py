@@ -7,11 +7,16 @@ a still-open run as ``run.cancelled`` (the Codex/Kimi interrupt-drain rule). ``_
 opts a draft out (OTLP channels never synthesize runs). ``_lane`` keeps a nested agent loop that
 shares its parent's session (a Cline subagent in the parent's task) from replacing the parent's
 open run: runs are tracked per ``(agent, session, lane)``. State is explicit: ``RunState``.
+
+The same lifecycle rule holds for sessions: at most one ``session.ended`` per session (AEP-0002
+§2.5). A vendor that fires its end hook twice (a retry, a resumed session ending again) gets the
+second one as ``x.{agent}.session.ended_again`` — degraded, never dropped, never invalid.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,11 +45,22 @@ class RunsConfig:
 
 
 class RunState:
-    """Open run per ``(agent, session)``, bounded LRU."""
+    """Open run per ``(agent, session, lane)`` and the sessions already ended, both bounded LRU."""
 
     def __init__(self, max_sessions: int = 10_000) -> None:
         self.open: OrderedDict[tuple[str, ...], str] = OrderedDict()
+        self.ended: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.max_sessions = max_sessions
+
+    def end(self, key: tuple[str, str]) -> bool:
+        """Record a session end; False if this session had already ended."""
+        if key in self.ended:
+            self.ended.move_to_end(key)
+            return False
+        self.ended[key] = None
+        while len(self.ended) > self.max_sessions:
+            self.ended.popitem(last=False)
+        return True
 
     def get(self, key: tuple[str, ...]) -> str | None:
         run = self.open.get(key)
@@ -98,10 +114,17 @@ class RunsProcessor:
             elif etype == "session.ended":
                 for k in [k for k in self.state.open if k[:2] == key[:2]]:
                     self.state.close(k)  # the end of a session is not part of any run
+                if not self.state.end((key[0], key[1])):
+                    item["type"] = f"x.{_vendor_token(item['agent'])}.session.ended_again"
             elif "run" not in item and current is not None:
                 item["run"] = current
             out.append(item)
         return out
+
+
+def _vendor_token(agent: str) -> str:
+    token = re.sub(r"[^a-z0-9_-]+", "-", agent.lower()).strip("-")
+    return token or "unknown"
 
 
 FACTORY = Factory(
