@@ -55,7 +55,7 @@ HOOKS: dict[str, hf.Handler] = {
 def map_hook(name: str, payload: Any) -> list[Event]:
     """One Codex hook firing -> drafts, each in the run its ``turn_id`` names."""
     run = get_str(payload, "turn_id") if isinstance(payload, dict) else None
-    return hf.map_table(AGENT, HOOKS, name, payload, run=run)
+    return hf.key_permissions(hf.map_table(AGENT, HOOKS, name, payload, run=run), payload)
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:

@@ -187,6 +187,25 @@ def permission_request(payload: Payload, _state: Any = None) -> Event:
     return draft("attention.requested", data, tool)
 
 
+def permission_key(payload: Payload) -> str:
+    """The correlation key of a PermissionRequest: its payload names no call id, so tool + input digest.
+
+    The held loop and the attention book pair the request, the operator's legs and the sweep
+    before ``session.ended`` on it (AEP-0002 §7.1).
+    """
+    return f"permission:{get_str(payload, 'tool_name') or 'unknown'}:{digest(payload.get('tool_input'))}"
+
+
+def key_permissions(drafts: list[Event], payload: Any) -> list[Event]:
+    """Tag the permission cards among ``drafts`` with ``permission_key``: an unanswered card is then
+    swept before ``session.ended`` by the attention book, and a held loop's legs close it."""
+    body: Payload = payload if isinstance(payload, dict) else {}
+    for d in drafts:
+        if d["type"] == "attention.requested" and d["data"].get("kind") == "permission":
+            d["_attention_key"] = permission_key(body)
+    return drafts
+
+
 def permission_reply(behavior: str, message: str | None = None) -> Payload:
     """The PermissionRequest hook reply ``hookSpecificOutput.decision`` shared by CC, Codex and Qwen."""
     if behavior not in ("allow", "deny"):

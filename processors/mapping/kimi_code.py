@@ -17,7 +17,8 @@ from pipeline.model import Event, Signal
 from .common import digest, draft, get_dict, get_str, hook_fallback, permission_prompt, snake_case, tool_ref
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "GATE_OPTIONS", "WS_MODES", "KimiState", "new_state", "map_hook",
-           "map_ws_frame", "map_signal", "gate_request", "gate_decision", "pretool_reply"]
+           "map_ws_frame", "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
+           "pretool_reply"]
 
 AGENT = "kimi-code"
 
@@ -201,6 +202,19 @@ def map_hook(name: str, payload: Any) -> Event:
 # --- opt-in held PreToolUse gate (AEP_KIMI_CONTROL=1) ----------------------------------------------
 
 
+def gate_key(payload: Any) -> str:
+    """The attention key of a held PreToolUse: the tool call id, else tool + input digest."""
+    p = payload if isinstance(payload, dict) else {}
+    call = get_str(p, "tool_call_id")
+    return f"gate:{call}" if call else f"gate:{get_str(p, 'tool_name') or 'tool'}:{digest(p.get('tool_input'))}"
+
+
+def permission_key(payload: Any) -> str:
+    """The key pairing an observed PermissionRequest with its PermissionResult (AEP-0002 §7.1)."""
+    p = payload if isinstance(payload, dict) else {}
+    return f"permission:{get_str(p, 'tool_call_id') or get_str(p, 'tool_name') or 'tool'}"
+
+
 def gate_request(payload: Any) -> Event:
     """The answerable permission request a held PreToolUse raises (options, respond_via control)."""
     p = payload if isinstance(payload, dict) else {}
@@ -209,7 +223,7 @@ def gate_request(payload: Any) -> Event:
     d = draft("attention.requested",
               {"kind": "permission", "prompt": permission_prompt(tool_name or "tool", detail),
                "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]},
-              tool_name)
+              tool_name, _attention_key=gate_key(p))
     d["session"] = get_str(p, "session_id")
     return d
 
@@ -404,6 +418,9 @@ def map_signal(signal: Signal, state: KimiState) -> list[Event]:
         call_id = get_str(payload, "tool_call_id")
         if call_id:
             state.remember_request(call_id, signal.received_ns)
+        # The attention book pairs the observed card with its PermissionResult legs on this key,
+        # and sweeps it before session.ended if no result ever comes.
+        main["_attention_key"] = permission_key(payload)
 
     drafts.append(main)
 
@@ -412,10 +429,12 @@ def map_signal(signal: Signal, state: KimiState) -> list[Event]:
     elif name == "PermissionResult" and type_ in ("attention.answered", "attention.resolved"):
         requested_ns = state.pending.pop(get_str(payload, "tool_call_id") or "", None)
         latency = None if requested_ns is None else max(0, (signal.received_ns - requested_ns) // 1_000_000)
+        main["_attention_key"] = permission_key(payload)
         if type_ == "attention.answered":
             # Runtime companions (fixture $comment, smoke-pinned): the answer closes the request, and a
             # vendor-side rejection is enforced by the runtime, not by an AEP policy.
-            resolved = {"type": "attention.resolved", "data": {"resolution": "answered"}, "session": session}
+            resolved = {"type": "attention.resolved", "data": {"resolution": "answered"}, "session": session,
+                        "_attention_key": main["_attention_key"]}
             drafts.append(resolved)
             if get_str(payload, "decision") == "rejected":
                 tool, tool_name = _tool(payload)

@@ -68,7 +68,7 @@ HOOKS: dict[str, hf.Handler] = {
 
 def map_hook(name: str, payload: Any) -> list[Event]:
     """One Qwen Code hook firing -> drafts."""
-    return hf.map_table(AGENT, HOOKS, name, payload)
+    return hf.key_permissions(hf.map_table(AGENT, HOOKS, name, payload), payload)
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pipeline.model import Event, Signal
 from processors.mapping import hookfamily as hf
+from processors.mapping.common import digest, draft, get_str, permission_prompt
 
 AGENT = "vscode"
 
@@ -50,8 +51,43 @@ def map_hook(name: str, payload: Any) -> list[Event]:
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
-    """Map a received VS Code agent hook call."""
-    return map_hook(hf.hook_name(signal), hf.payload_of(signal))
+    """Map a received VS Code agent hook call; a PreToolUse the receiver holds also raises the gate card."""
+    name, payload = hf.hook_name(signal), hf.payload_of(signal)
+    drafts = map_hook(name, payload)
+    if name == "PreToolUse" and signal.hold is not None:
+        card = gate_request(payload)
+        card["session"] = hf.session_of(payload)
+        drafts.append(card)
+    return drafts
+
+
+# --- opt-in held PreToolUse gate (reference stack §1.5, AEP_VSCODE_CONTROL) --------------------------
+
+# The vendor's own three-way PreToolUse decision: ask escalates into VS Code's approval flow.
+GATE_OPTIONS: list[dict[str, str]] = [
+    {"id": "allow", "label": "Allow"},
+    {"id": "deny", "label": "Deny"},
+    {"id": "ask", "label": "Ask in VS Code"},
+]
+
+
+def gate_key(payload: Any) -> str:
+    """The attention key of a held PreToolUse: the tool call id, else tool + input digest."""
+    p = payload if isinstance(payload, dict) else {}
+    call = get_str(p, "tool_use_id")
+    return f"gate:{call}" if call else f"gate:{get_str(p, 'tool_name') or 'unknown'}:{digest(p.get('tool_input'))}"
+
+
+def gate_request(payload: Any) -> Event:
+    """The answerable permission card a held PreToolUse raises (options allow/deny/ask, respond_via control)."""
+    p = payload if isinstance(payload, dict) else {}
+    tool = get_str(p, "tool_name") or "unknown"
+    detail, description = hf.permission_detail(p.get("tool_input"))
+    d = draft("attention.requested",
+              {"kind": "permission", "prompt": permission_prompt(tool, detail, description),
+               "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]},
+              tool, _attention_key=gate_key(p))
+    return d
 
 
 def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
