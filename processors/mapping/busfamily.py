@@ -29,6 +29,10 @@ Reply contract (daemon -> plugin), the plugin applies it and nothing else:
 * every other moment is observe-only: the reply is ``NEUTRAL_REPLY`` and the plugin ignores it.
 * Kilo Code >=7.4.6 has no held hook: answers go over the server's REST routes
   (``permission_route``/``permission_route_body``, ``question_route``/``question_route_body``).
+
+Asks and their settles share an ``_attention_key`` (``attention_key(kind, vendor id)``); the mapping
+processor's attention book pairs them, drops a vendor echo of a card the control loop already
+closed, and sweeps open cards before ``session.ended``. A held loop passes the same key.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ SSE_MODES = ("companion", "primary")
 
 # Reference stack §1.7: the machinery/UI plane rides x.{vendor}.* at debug.
 _DEBUG_PREFIXES = ("message.", "file.", "lsp.", "tui.", "installation.", "server.")
-_KEPT = 1024  # bound of every runtime table (user message ids, pending tools, settled ids)
+_KEPT = 1024  # bound of every runtime table (user message ids, pending tools)
 _DEBUG_TYPES = frozenset({"command.executed", "session.diff", "session.updated", "shell.env"})
 
 
@@ -93,8 +97,6 @@ class BusState:
     sessions: dict[str, SessionTrack] = field(default_factory=dict)
     pending_tools: dict[str, tuple[str | None, int]] = field(default_factory=dict)
     """callID -> (tool name, received_ns of ``tool.execute.before``); bounded, oldest evicted."""
-    settled: dict[str, None] = field(default_factory=dict)
-    """Vendor permission/question ids the control loop already resolved (their bus echo is dropped)."""
 
     def track(self, session: str | None) -> SessionTrack:
         key = session or ""
@@ -109,9 +111,9 @@ def new_state() -> BusState:
     return BusState()
 
 
-def note_settled(state: BusState, vendor_id: str) -> None:
-    """Called by the control plane once its own loop resolved ``vendor_id``: drop the bus echo."""
-    _bounded_put(state.settled, vendor_id, None)
+def attention_key(kind: str, vendor_id: str | None) -> str | None:
+    """The correlation key a card and its legs share: ``permission:{id}`` or ``question:{id}``."""
+    return f"{kind}:{vendor_id}" if vendor_id else None
 
 
 def _bounded_put(table: dict[str, Any], key: str, value: Any) -> None:
@@ -328,11 +330,7 @@ class BusFamily:
             if not track.run_open:
                 return []  # opencode.json session_idle: only an open run is closed
             track.run_open = False
-        elif kind == "attention.resolved":
-            vendor_id = mapped.get("subject")
-            if vendor_id in state.settled:
-                del state.settled[vendor_id]
-                return []  # our own control loop already resolved it (permission_replied $comment)
+        # attention.resolved echoes of a card our own loop settled are the attention book's to drop.
         return [mapped]
 
     def _paired_before(self, moment: dict[str, Any], session: str | None, now_ns: int,
@@ -401,7 +399,8 @@ class BusFamily:
             data["options"] = copy.deepcopy(options)
             data["respond_via"] = ["control"]
         # AEP-0002 §4.1: attention.requested severity >= notice RECOMMENDED.
-        return draft("attention.requested", data, subject=name, session=session, severity="notice")
+        return draft("attention.requested", data, subject=name, session=session, severity="notice",
+                     _attention_key=attention_key("permission", get_str(perm, "id")))
 
     def _question(self, props: dict[str, Any], session: str | None) -> Event:
         fields: list[dict[str, Any]] = []
@@ -436,7 +435,8 @@ class BusFamily:
         prompt = f"{self.agent} asks {n} question" + ("" if n == 1 else "s")
         data = {"kind": "form", "prompt": prompt, "fields": fields, "respond_via": ["control"]}
         return draft("attention.requested", data, subject=get_str(props, "id"), session=session,
-                     severity="notice", _structural={"prompt": prompt}, _fields=copy.deepcopy(fields))
+                     severity="notice", _structural={"prompt": prompt}, _fields=copy.deepcopy(fields),
+                     _attention_key=attention_key("question", get_str(props, "id")))
 
     def _bus(self, event: dict[str, Any], session: str | None) -> Event | None:
         t = event.get("type")
@@ -495,7 +495,8 @@ class BusFamily:
             return None
         if t == "permission.replied":
             pid = get_str(props, "permissionID") or get_str(props, "requestID")
-            return draft("attention.resolved", {"resolution": "answered"}, subject=pid, session=session)
+            return draft("attention.resolved", {"resolution": "answered"}, subject=pid, session=session,
+                         _attention_key=attention_key("permission", pid))
         if t == "command.executed":
             data, hints = {}, {}
             if get_str(props, "name"):
@@ -512,13 +513,12 @@ class BusFamily:
                 return self._ask(props, REPLY_ROUTE_OPTIONS, session)
             if t == "question.asked":
                 return self._question(props, session)
-            if t == "question.replied":
-                return draft("attention.resolved", {"resolution": "answered"},
-                             subject=get_str(props, "requestID"), session=session)
-            if t == "question.rejected":
-                # Not pinned: the vendor dismissed the question; close the card rather than orphan it.
-                return draft("attention.resolved", {"resolution": "dismissed"},
-                             subject=get_str(props, "requestID"), session=session)
+            if t in ("question.replied", "question.rejected"):
+                rid = get_str(props, "requestID")
+                # question.rejected is not pinned: the vendor dismissed it; close the card, never orphan it.
+                how = "answered" if t == "question.replied" else "dismissed"
+                return draft("attention.resolved", {"resolution": how}, subject=rid, session=session,
+                             _attention_key=attention_key("question", rid))
         name = bus_fallback(v, t)
         bus = name[len(f"x.{v}."):]
         debug = bus in _DEBUG_TYPES or bus.startswith(_DEBUG_PREFIXES)

@@ -169,6 +169,11 @@ def map_hook(payload: Any, hook: str | None = None, *, tool_name: str | None = N
     name = get_str(p, "hookName") or hook or ""
     session = get_str(p, "taskId")
     attrs: dict[str, Any] = {"session": session, "step": step_of(p.get("iteration"))}
+    if get_str(p, "parent_agent_id"):
+        # A subagent loops inside its parent's task (same session): its run rides its own lane so the
+        # runs processor keeps the parent's run open (processors.runs `_lane`). The delegation pair
+        # is the parent's event and is built without it.
+        attrs["_lane"] = get_str(p, "agent_id") or "subagent"
     if name == "agent_start":
         return _agent_start(p, "user", attrs)
     if name == "agent_resume":

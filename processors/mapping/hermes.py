@@ -19,12 +19,12 @@ from typing import Any
 
 from pipeline.model import Event, Signal
 
-from .common import digest, draft, get_dict, get_str, tool_ref
+from .common import PERMISSION_OPTIONS, digest, draft, get_dict, get_str, permission_prompt, tool_ref
 from .shellfamily import ABSENT, dotted_fallback, number, tool_completed, tool_failed, tool_requested
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
            "new_state", "map_hook", "map_signal", "deny_reply", "context_reply", "clarify_choices",
-           "clarify_fields", "approval_key", "clarify_key"]
+           "clarify_fields", "approval_key", "clarify_key", "GATE_OPTIONS", "gate_key", "gate_request"]
 
 log = logging.getLogger("aep.mapping.hermes")
 
@@ -57,6 +57,7 @@ _UNDELIVERABLE = "[clarify prompt could not be delivered]"
 _DEFAULT_DENY = "Denied by the operator (AEP)."
 _APPROVAL_HOOKS = ("pre_approval_request", "post_approval_response")
 _LIMIT = 4096  # bound on every runtime table; the oldest entries go first
+GATE_OPTIONS: list[dict[str, str]] = PERMISSION_OPTIONS  # the opt-in operator gate is binary: allow | deny
 
 
 def deny_reply(reason: str | None = None) -> dict[str, Any]:
@@ -96,6 +97,26 @@ def approval_key(extra: dict[str, Any]) -> str | None:
 def clarify_key(call_id: str | None) -> str | None:
     """The vendor correlation of a clarify card: its ``tool_call_id``."""
     return f"clarify:{call_id}" if call_id else None
+
+
+def gate_key(call_id: str | None) -> str | None:
+    """The correlation key of an opt-in gate request (its control legs carry the same)."""
+    return f"gate:{call_id}" if call_id else None
+
+
+def gate_request(payload: Any, expires_at: str | None = None) -> Event:
+    """The answerable Allow/Deny request a gated ``pre_tool_call`` raises (reference stack §1.10)."""
+    p = payload if isinstance(payload, dict) else {}
+    extra = get_dict(p, "extra")
+    name = get_str(p, "tool_name")
+    detail = get_str(get_dict(p, "tool_input"), "command")
+    data: dict[str, Any] = {"kind": "permission", "prompt": permission_prompt(name or "tool", detail),
+                            "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]}
+    if expires_at:
+        data["expires_at"] = expires_at
+    call_id = get_str(extra, "tool_call_id")
+    return draft("attention.requested", data, subject=name or "tool", severity="notice",
+                 session=get_str(p, "session_id"), run=get_str(extra, "turn_id"), _attention_key=gate_key(call_id))
 
 
 def _trim(table: dict[Any, Any]) -> None:
@@ -405,7 +426,11 @@ def map_signal(signal: Signal, state: HermesState) -> list[Event]:
             ended = get_str(payload, "session_id")
             for key in [k for k, lane in state.approval_lanes.items() if lane == ended]:
                 del state.approval_lanes[key]
-        return _closed_answers(map_hook(payload, name))
+        drafts = _closed_answers(map_hook(payload, name))
+        if name == "pre_tool_call" and signal.hold is not None:
+            # The receiver's opt-in operator gate holds this call: its request follows the tool's.
+            drafts.append(gate_request(payload, signal.attrs.get("expires_at")))
+        return drafts
     session_key = get_str(extra, "session_key")
     lane = session_key if session_key in state.sessions else None  # a gateway key never mints a lane
     key = approval_key(extra)

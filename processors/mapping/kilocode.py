@@ -19,10 +19,10 @@ from .busfamily import (
     REPLY_ROUTE_OPTIONS,
     BusState,
     allow_reply,
+    attention_key,
     deny_reply,
     diff_todos,
     new_state,
-    note_settled,
     permission_reply,
     permission_route,
     permission_route_body,
@@ -31,7 +31,7 @@ from .busfamily import (
 )
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "REPLY_ROUTE_OPTIONS", "new_state", "map_signal",
-           "map_moment", "map_sse", "diff_todos", "note_settled", "allow_reply", "deny_reply",
+           "map_moment", "map_sse", "diff_todos", "attention_key", "allow_reply", "deny_reply",
            "permission_reply", "permission_route", "permission_route_body", "question_route",
            "question_route_body"]
 

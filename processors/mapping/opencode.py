@@ -16,17 +16,17 @@ from .busfamily import (
     NEUTRAL_REPLY,
     BusState,
     allow_reply,
+    attention_key,
     deny_reply,
     diff_todos,
     new_state,
-    note_settled,
     permission_reply,
     permission_route,
     permission_route_body,
 )
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "new_state", "map_signal", "map_moment", "map_sse",
-           "diff_todos", "note_settled", "allow_reply", "deny_reply", "permission_reply",
+           "diff_todos", "attention_key", "allow_reply", "deny_reply", "permission_reply",
            "permission_route", "permission_route_body"]
 
 AGENT = "opencode"

@@ -3,7 +3,10 @@
 The extension forwards every moment as ``{session: {id, file, cwd}, event: {type, ...}}``, the
 session read in-process from ``ctx.sessionManager``. One run per AGENT LOOP (``agent_start`` ->
 ``agent_end``, typed by the last assistant ``stopReason``); ``turnIndex`` is the envelope step.
-Observe-only by non-subscription; stream updates are suppressed unless the deltas opt-in is on.
+Observe-only by non-subscription; stream updates are suppressed unless the deltas opt-in is on
+(the receiver's ``deltas`` config rides on every signal as ``attrs["deltas"]``; ``AEP_PI_DELTAS`` is
+only the default of a state built without one). With the receiver's opt-in gate, the extension
+also forwards ``tool_call``; a held one (``Signal.hold`` set) becomes the gate's Allow/Deny request.
 """
 
 from __future__ import annotations
@@ -14,11 +17,20 @@ from typing import Any
 
 from pipeline.model import Event, Signal
 
-from .common import digest, draft, get_dict, get_str, snake_case, tool_ref
+from .common import (
+    PERMISSION_OPTIONS,
+    digest,
+    draft,
+    get_dict,
+    get_str,
+    permission_prompt,
+    snake_case,
+    tool_ref,
+)
 from .shellfamily import ABSENT, step_of, tool_completed, tool_failed, tool_requested, usage
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "DELTAS_ENV", "PiState", "new_state", "map_event", "map_signal",
-           "deny_reply", "message_text"]
+__all__ = ["AGENT", "NEUTRAL_REPLY", "DELTAS_ENV", "GATE_OPTIONS", "PiState", "new_state", "map_event",
+           "map_signal", "deny_reply", "message_text", "gate_key", "gate_request"]
 
 AGENT = "pi"
 
@@ -28,6 +40,7 @@ NEUTRAL_REPLY: dict[str, Any] | None = None
 
 DELTAS_ENV = "AEP_PI_DELTAS"  # the operator opt-in for stream updates (default off)
 _DEFAULT_DENY = "Denied by the operator (AEP)."
+GATE_OPTIONS: list[dict[str, str]] = PERMISSION_OPTIONS  # the opt-in gate is binary: allow | deny
 _COMPLETIONS = ("stop", "length", "toolUse")  # bounded terminations are completions (Annex A.12)
 _RENAMED = {
     "agent_settled": "x.pi.agent.settled",
@@ -43,6 +56,25 @@ def deny_reply(reason: str | None = None) -> dict[str, Any]:
     # extensions.md "tool_call (can block)": returning {block: true, reason} stops the call.
     text = reason.strip() if isinstance(reason, str) else ""
     return {"block": True, "reason": text or _DEFAULT_DENY}
+
+
+def gate_key(call_id: str | None) -> str | None:
+    """The correlation key a held ``tool_call`` request and its control legs share."""
+    return f"gate:{call_id}" if call_id else None
+
+
+def gate_request(payload: Any, expires_at: str | None = None) -> Event:
+    """The answerable Allow/Deny request a held ``tool_call`` raises (extensions.md "tool_call (can block)")."""
+    p = payload if isinstance(payload, dict) else {}
+    event = get_dict(p, "event")
+    name = get_str(event, "toolName")
+    detail = get_str(get_dict(event, "input"), "command")
+    data: dict[str, Any] = {"kind": "permission", "prompt": permission_prompt(name or "tool", detail),
+                            "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]}
+    if expires_at:
+        data["expires_at"] = expires_at
+    return draft("attention.requested", data, subject=name or "tool", severity="notice",
+                 session=get_str(get_dict(p, "session"), "id"), _attention_key=gate_key(get_str(event, "toolCallId")))
 
 
 @dataclass
@@ -232,6 +264,14 @@ def map_signal(signal: Signal, state: PiState) -> list[Event]:
     payload = signal.payload if isinstance(signal.payload, dict) else {}
     kind = get_str(get_dict(payload, "event"), "type") or signal.name
     session = get_str(get_dict(payload, "session"), "id")
+    if kind == "tool_call":
+        # Only the opt-in gate forwards it; tool_execution_start already said tool.requested.
+        if signal.hold is None:
+            return []
+        return [gate_request(payload, signal.attrs.get("expires_at"))]
+    deltas = signal.attrs.get("deltas")
+    if not isinstance(deltas, bool):
+        deltas = state.deltas
     if kind == "agent_start":
         if session in state.open_loops:
             return []  # Annex A.12 identity: a duplicate open keeps the live run
@@ -242,5 +282,5 @@ def map_signal(signal: Signal, state: PiState) -> list[Event]:
         state.open_loops.discard(session)
     elif kind == "session_shutdown":
         state.open_loops.discard(session)
-    out = map_event(payload, state.deltas, event_type=signal.name)
+    out = map_event(payload, deltas, event_type=signal.name)
     return [] if out is None else [out]
