@@ -1,0 +1,340 @@
+"""``aep-collector-hook VENDOR [EVENT] [--url URL] [--wait SECONDS]``: the fail-open command-hook shim.
+
+A vendor that runs a command per hook firing (Codex, Gemini CLI, VS Code agent, Kimi Code,
+Antigravity; Qwen Code in command deployments) runs this: it reads the hook payload from stdin,
+POSTs it to the vendor's collector receiver (``/hook``, with ``?hook=EVENT`` when an event is
+given: Antigravity's payloads do not name their own), and prints the receiver's reply. On ANY
+failure (receiver down, slow, non-2xx, a reply that is not a JSON object, empty or oversized
+stdin) it prints the vendor's neutral reply instead, and it always exits 0: a hook must never
+break the agent it observes (reference stack §0.1 "fail-open").
+
+It is started once per hook firing, so it imports nothing but the C socket module: no
+``socket.py`` (enum, selectors), no ``http.client`` (email, ssl), no ``json`` (re), nothing from
+this project. ``python -X importtime -m pipeline.shim`` shows what it costs; ``bench/bench_shim.py``
+measures it against a bare interpreter. Because of that it checks a reply's framing (status,
+``Content-Type``, ``Content-Length``, the braces of a JSON object) rather than parsing it: the
+receiver, which wrote it, already did.
+
+Receiver address: the vendor's reference port on 127.0.0.1, overridden by ``--url`` or by the
+environment variable ``AEP_<VENDOR>_URL`` (``AEP_CODEX_URL``, ``AEP_GEMINI_CLI_URL``,
+``AEP_QWEN_CODE_URL``, ``AEP_VSCODE_URL``, ``AEP_ANTIGRAVITY_URL``, ``AEP_KIMI_CODE_URL``), e.g.
+``http://127.0.0.1:9378`` (path ``/hook`` unless the URL names one). Only plain ``http`` to the
+local receiver is spoken.
+
+Waiting: a hook the receiver may hold for an operator (``held`` below) waits up to the vendor's
+default hold window plus a margin; every other hook waits ``SHORT_WAIT`` (the receiver replies
+neutrally itself after its ``reply_timeout``, 5 s by default). ``--wait`` overrides both; the
+registration blocks ``aep-collector hooks VENDOR`` prints pass it, computed from the config.
+"""
+
+import sys
+
+try:  # the C module socket.py wraps: everything needed here, at a fraction of socket.py's import cost
+    import _socket
+except ImportError:  # pragma: no cover - every CPython build has it
+    import socket as _socket  # type: ignore[no-redef]
+
+CONNECT_WAIT = 1.0
+"""Seconds to reach the receiver (a closed port is refused at once; this bounds a dead host)."""
+SHORT_WAIT = 6.0
+"""Seconds to wait for the reply to a hook that is never held."""
+MAX_STDIN = 16 << 20
+"""Payloads above this are not forwarded (the receiver would refuse them anyway)."""
+MAX_REPLY = 4 << 20
+
+
+class Vendor:
+    """What the shim knows of one vendor: port, fail-open replies, hooks that may be held."""
+
+    __slots__ = ("port", "neutral", "by_event", "held", "wait", "needs_event")
+
+    def __init__(self, port: int, neutral: "bytes | None" = b"{}", by_event: "dict[str, bytes] | None" = None,
+                 held: "tuple[str, ...]" = (), wait: float = SHORT_WAIT, needs_event: bool = False) -> None:
+        self.port = port
+        self.neutral = neutral
+        """Printed on failure; ``None`` prints nothing (for vendors whose contract is empty stdout)."""
+        self.by_event = by_event or {}
+        """Byte-pinned neutral replies per event (keys lower-case)."""
+        self.held = held
+        self.wait = wait
+        """Seconds a held hook waits: the receiver's default hold window plus a margin."""
+        self.needs_event = needs_event
+        """The payload does not name its hook, so EVENT is required."""
+
+
+# One line per vendor. The literals equal each mapping's NEUTRAL_REPLY / neutral_reply() as
+# ``json.dumps`` writes them (tests/test_shim.py holds them to it); waits are the receivers'
+# default attention_timeout + 5 s.
+VENDORS: "dict[str, Vendor]" = {
+    "codex": Vendor(8378, held=("PermissionRequest",), wait=60.0),
+    "gemini-cli": Vendor(8379),
+    "qwen-code": Vendor(8380, held=("PermissionRequest",), wait=60.0),
+    "vscode": Vendor(8381, held=("PreToolUse",), wait=30.0),
+    # Reference stack §1.11: byte-exact, `{"decision": ""}` on PreToolUse and Stop, `{}` elsewhere.
+    "antigravity": Vendor(8395, by_event={"pretooluse": b'{"decision": ""}', "stop": b'{"decision": ""}'},
+                          needs_event=True),
+    "kimi-code": Vendor(8398, held=("PreToolUse",), wait=55.0),
+}
+
+
+class Failed(Exception):
+    """Anything that makes the shim answer neutrally."""
+
+
+def env_name(vendor: str) -> str:
+    """``AEP_<VENDOR>_URL`` for ``vendor`` (``kimi-code`` -> ``AEP_KIMI_CODE_URL``)."""
+    return "AEP_" + vendor.upper().replace("-", "_") + "_URL"
+
+
+def parse_url(url: str) -> "tuple[str, int, str]":
+    """``http://host:port/path`` -> (host, port, path); the path defaults to ``/hook``."""
+    if not url.startswith("http://"):
+        raise Failed("only http:// receiver URLs are supported")
+    rest = url[len("http://"):]
+    slash = rest.find("/")
+    hostport, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    if hostport.startswith("["):  # [::1]:8378
+        end = hostport.find("]")
+        if end < 0:
+            raise Failed("unclosed [ in URL host")
+        host, tail = hostport[1:end], hostport[end + 1:]
+    else:
+        host, _, port_text = hostport.rpartition(":")
+        host, tail = (host, ":" + port_text) if host else (hostport, "")
+    if not tail.startswith(":") or not tail[1:].isdigit():
+        raise Failed("the receiver URL must name its port")
+    if not host:
+        raise Failed("the receiver URL has no host")
+    return host, int(tail[1:]), path if path not in ("", "/") else "/hook"
+
+
+def _quote(text: str) -> str:
+    """Percent-encode a query value (hook names are identifiers; anything else is escaped)."""
+    safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+    return "".join(c if c in safe else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in text)
+
+
+def exchange(host: str, port: int, target: str, body: bytes, wait: float) -> bytes:
+    """POST ``body`` and return the reply body of a 2xx JSON reply; raise ``Failed`` otherwise."""
+    import time  # already loaded by the interpreter: free
+
+    head = (f"POST {target} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
+    try:
+        infos = _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM)
+    except OSError as exc:
+        raise Failed(f"cannot resolve {host}: {exc}") from None
+    sock = None
+    for family, kind, proto, _name, addr in infos:
+        candidate = _socket.socket(family, kind, proto)
+        try:
+            candidate.settimeout(CONNECT_WAIT)
+            candidate.connect(addr)
+        except OSError:
+            candidate.close()
+            continue
+        sock = candidate
+        break
+    if sock is None:
+        raise Failed(f"receiver {host}:{port} is not reachable")
+    deadline = time.monotonic() + wait
+    try:
+        sock.settimeout(max(wait, 0.001))
+        sock.sendall(head + body)
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Failed("reply timed out")
+            sock.settimeout(left)
+            data = sock.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+            size += len(data)
+            if size > MAX_REPLY:
+                raise Failed("reply too large")
+            if _complete(b"".join(chunks)):
+                break
+    except OSError as exc:  # refused, reset, timed out
+        raise Failed(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        sock.close()
+    return _body(b"".join(chunks))
+
+
+def _split(raw: bytes) -> "tuple[int, dict[str, str], bytes]":
+    end = raw.find(b"\r\n\r\n")
+    if end < 0:
+        raise Failed("reply headers incomplete")
+    lines = raw[:end].decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
+        raise Failed("not an HTTP reply")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return int(parts[1]), headers, raw[end + 4:]
+
+
+def _complete(raw: bytes) -> bool:
+    """True once the headers and ``Content-Length`` bytes of body have arrived."""
+    try:
+        _, headers, body = _split(raw)
+    except Failed:
+        return False
+    length = headers.get("content-length")
+    return length is not None and length.isdigit() and len(body) >= int(length)
+
+
+def _body(raw: bytes) -> bytes:
+    status, headers, body = _split(raw)
+    if not 200 <= status < 300:
+        raise Failed(f"receiver answered HTTP {status}")
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        raise Failed("chunked replies are not expected from the receiver")
+    length = headers.get("content-length")
+    if length is not None:
+        if not length.isdigit() or len(body) < int(length):
+            raise Failed("reply body truncated")
+        body = body[:int(length)]
+    if not body.strip():
+        return b""  # the receiver's "reply nothing" (HookSurface.neutral may be None)
+    if "json" not in headers.get("content-type", "").lower():
+        raise Failed("reply is not JSON")
+    text = body.strip()
+    if not (text.startswith(b"{") and text.endswith(b"}")):
+        raise Failed("reply is not a JSON object")
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Failed("reply is not UTF-8") from None
+    return text
+
+
+def _compact(pinned: bytes) -> bytes:
+    """The receiver's serialization of a pinned literal (``HookServer`` writes compact JSON)."""
+    return pinned.replace(b'": ', b'":').replace(b", ", b",")
+
+
+def neutral(vendor: "Vendor | None", event: "str | None") -> bytes:
+    """The fail-open stdout for ``vendor`` at ``event``."""
+    if vendor is None:
+        return b"{}"
+    if event:
+        pinned = vendor.by_event.get(event.strip().lower())
+        if pinned is not None:
+            return pinned
+    return vendor.neutral or b""
+
+
+def _read_stdin() -> "bytes | None":
+    """The payload, or ``None`` when it is over ``MAX_STDIN`` (the rest is drained, not left to EPIPE)."""
+    stream = sys.stdin.buffer if sys.stdin is not None else None
+    if stream is None:
+        return b""
+    data = stream.read(MAX_STDIN + 1)
+    if len(data) <= MAX_STDIN:
+        return data
+    while stream.read(1 << 20):
+        pass
+    return None
+
+
+def _args(argv: "list[str]") -> "tuple[str, str | None, str | None, float | None]":
+    positional: list[str] = []
+    url = wait = None
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--url=") or arg.startswith("--wait="):
+            name, _, value = arg.partition("=")
+        elif arg in ("--url", "--wait") and i + 1 < len(argv):
+            name, value = arg, argv[i + 1]
+            i += 1
+        else:
+            positional.append(arg)
+            i += 1
+            continue
+        i += 1
+        if name == "--url":
+            url = value
+        else:
+            try:
+                wait = float(value)
+            except ValueError:
+                wait = None
+    if not positional:
+        raise Failed("usage: aep-collector-hook VENDOR [EVENT] [--url URL] [--wait SECONDS]")
+    return positional[0], positional[1] if len(positional) > 1 else None, url, wait
+
+
+def run(argv: "list[str]", environ: "dict[str, str] | None" = None) -> bytes:
+    """Everything but the printing: the bytes the vendor should see on stdout."""
+    vendor = event = None
+    try:
+        name, event, url, wait = _args(argv)
+        vendor = VENDORS.get(name.lower().replace("_", "-"))
+        if vendor is None:
+            raise Failed(f"unknown vendor {name!r} (known: {', '.join(sorted(VENDORS))})")
+        body = _read_stdin()
+        if body is None or not body.strip():
+            raise Failed("empty or oversized payload")
+        if not body.lstrip().startswith(b"{"):
+            raise Failed("the payload is not a JSON object")  # garbage: no round trip for it
+        if vendor.needs_event and not event:
+            raise Failed("this vendor's payloads do not name their hook: pass EVENT")
+        if url is None:
+            if environ is None:
+                import os  # only on this path: 1-2 ms that the measured path does not pay twice
+
+                environ = os.environ  # type: ignore[assignment]
+            url = environ.get(env_name(name.lower().replace("_", "-")))  # type: ignore[union-attr]
+        host, port, path = parse_url(url) if url else ("127.0.0.1", vendor.port, "/hook")
+        target = path + ("&" if "?" in path else "?") + "hook=" + _quote(event) if event else path
+        if wait is None:
+            named = event or ""
+            held = named in vendor.held or (not named and any(b'"%s"' % h.encode() in body for h in vendor.held))
+            wait = vendor.wait if held else SHORT_WAIT
+        reply = exchange(host, port, target, body, wait)
+        if event:
+            pinned = vendor.by_event.get(event.strip().lower())
+            if pinned is not None and reply == _compact(pinned):
+                return pinned  # the byte-exact form the vendor pins
+        return reply
+    except Exception as exc:  # fail open, whatever it was
+        if _debug(environ):
+            sys.stderr.write(f"aep-collector-hook: {exc}; replying neutral\n")
+        return neutral(vendor, event)
+
+
+def _debug(environ: "dict[str, str] | None") -> bool:
+    if environ is None:
+        import os
+
+        environ = os.environ  # type: ignore[assignment]
+    return bool(environ.get("AEP_HOOK_DEBUG"))  # type: ignore[union-attr]
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    """Console-script entry: print the reply (or the neutral one) and exit 0, always."""
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        out = run(args)
+    except BaseException:  # even an interrupt while reading stdin must not become a vendor-side failure
+        vendor = VENDORS.get(args[0].lower().replace("_", "-")) if args else None
+        out = neutral(vendor, args[1] if len(args) > 1 and not args[1].startswith("--") else None)
+    try:
+        if out:
+            sys.stdout.buffer.write(out)
+            sys.stdout.buffer.flush()
+    except Exception:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""The fail-open command shim: its replies, its failure paths, and what it imports.
+
+Every process test runs the real shim (``python -m pipeline.shim``) with real stdin, against a
+live receiver, a scripted HTTP server, or a closed port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from pipeline import shim
+from pipeline.registry import build_registry
+from processors.mapping import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
+from receivers.hook_vendors import surface
+from receivers.hook_vendors.antigravity import AntigravityConfig
+from receivers.hook_vendors.codex import CodexConfig
+from receivers.hook_vendors.gemini_cli import GeminiCliConfig
+from receivers.hook_vendors.kimi_code import KimiCodeConfig
+from receivers.hook_vendors.qwen_code import QwenCodeConfig
+from receivers.hook_vendors.vscode import VscodeConfig
+from tests.helpers import ROOT, base_config, read_jsonl, running
+
+MAPPINGS = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vscode": vscode,
+            "kimi-code": kimi_code, "antigravity": antigravity}
+CONFIGS = {"codex": CodexConfig, "gemini-cli": GeminiCliConfig, "qwen-code": QwenCodeConfig, "vscode": VscodeConfig,
+           "kimi-code": KimiCodeConfig, "antigravity": AntigravityConfig}
+PINNED = {"PreToolUse": b'{"decision": ""}', "Stop": b'{"decision": ""}', "PostToolUse": b"{}",
+          "PreInvocation": b"{}", "PostInvocation": b"{}"}
+
+
+def expected_neutral(vendor: str, event: str | None) -> bytes:
+    if vendor == "antigravity":
+        return json.dumps(antigravity.neutral_reply(event or "")).encode()
+    return json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def run_shim(args: list[str], stdin: bytes, env: dict[str, str] | None = None) -> tuple[int, bytes]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pipeline.shim", *args, cwd=ROOT, env={**os.environ, **(env or {})},
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, _ = await asyncio.wait_for(proc.communicate(stdin), 60)
+    return proc.returncode or 0, out
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vendor", sorted(MAPPINGS))
+def test_neutral_literals_equal_the_mapping_constants(vendor: str) -> None:
+    v = shim.VENDORS[vendor]
+    assert v.neutral == json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
+    for hook in (*antigravity.HOOKS, "SomeFutureHook", "pretooluse", "STOP"):
+        assert shim.neutral(v, hook) == expected_neutral(vendor, hook), hook
+
+
+def test_antigravity_pinned_bytes() -> None:
+    for hook, raw in PINNED.items():
+        assert shim.neutral(shim.VENDORS["antigravity"], hook) == raw
+
+
+@pytest.mark.parametrize("vendor", sorted(MAPPINGS))
+def test_ports_and_waits_follow_the_receivers(vendor: str) -> None:
+    v, cfg = shim.VENDORS[vendor], CONFIGS[vendor]()
+    assert cfg.endpoint == f"127.0.0.1:{v.port}"
+    if v.held:
+        assert v.wait == surface.hold_wait(cfg.attention_timeout)
+        assert cfg.attention_timeout < v.wait < surface.vendor_timeout(cfg.attention_timeout)
+    else:
+        assert not hasattr(cfg, "attention_timeout")  # observe-only: nothing is ever held
+
+
+def test_env_names() -> None:
+    assert [shim.env_name(v) for v in sorted(MAPPINGS)] == [
+        "AEP_ANTIGRAVITY_URL", "AEP_CODEX_URL", "AEP_GEMINI_CLI_URL", "AEP_KIMI_CODE_URL", "AEP_QWEN_CODE_URL",
+        "AEP_VSCODE_URL"]
+
+
+@pytest.mark.parametrize("url,parsed", [
+    ("http://127.0.0.1:8378", ("127.0.0.1", 8378, "/hook")),
+    ("http://127.0.0.1:8378/", ("127.0.0.1", 8378, "/hook")),
+    ("http://localhost:9/x/hook", ("localhost", 9, "/x/hook")),
+    ("http://[::1]:8395", ("::1", 8395, "/hook")),
+])
+def test_parse_url(url: str, parsed: tuple[str, int, str]) -> None:
+    assert shim.parse_url(url) == parsed
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:1", "http://127.0.0.1", "http://:80", "http://[::1:80",
+                                 "127.0.0.1:80", "http://h:port"])
+def test_parse_url_refuses(url: str) -> None:
+    with pytest.raises(shim.Failed):
+        shim.parse_url(url)
+
+
+def test_adding_a_vendor_is_one_line() -> None:
+    # Cline and Hermes (8392, 8393) will join as one entry each; the constructor needs only a port.
+    v = shim.Vendor(8392)
+    assert (v.neutral, v.by_event, v.held, v.needs_event) == (b"{}", {}, (), False)
+    assert shim.neutral(shim.Vendor(8393, neutral=None), "x") == b""
+
+
+# --- what it imports --------------------------------------------------------------------------------
+
+PROBE = ("import sys; before = set(sys.modules); import {target}; after = sorted(set(sys.modules) - before); "
+         "import json; print(json.dumps(after))")
+
+
+@pytest.mark.parametrize("flags", [[], ["-S", "-I"]], ids=["site", "isolated"])
+def test_importing_the_shim_loads_nothing_heavy(flags: list[str]) -> None:
+    if flags:  # run as the registration blocks do: the file, without site, importing itself by path
+        code = ("import sys, importlib.util as u; before = set(sys.modules); "
+                f"s = u.spec_from_file_location('shim', {str(Path(shim.__file__))!r}); m = u.module_from_spec(s); "
+                "s.loader.exec_module(m); after = sorted(set(sys.modules) - before); import json; "
+                "print(json.dumps(after))")
+    else:
+        code = PROBE.format(target="pipeline.shim")
+    out = subprocess.run([sys.executable, *flags, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert loaded <= {"pipeline", "pipeline.shim", "shim", "_socket"}, loaded
+
+
+# --- failure paths: every one prints the neutral reply and exits 0 ---------------------------------------
+
+
+def vendor_events() -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = [(v, None) for v in sorted(MAPPINGS) if v != "antigravity"]
+    out += [("antigravity", h) for h in (*antigravity.HOOKS, "SomeFutureHook")]
+    out += [("codex", "PermissionRequest"), ("vscode", "PreToolUse"), ("kimi-code", "PreToolUse")]
+    return out
+
+
+CASES = vendor_events()
+IDS = [f"{v}:{e}" for v, e in CASES]
+PAYLOAD = json.dumps({"hook_event_name": "SessionStart", "session_id": "s-shim", "conversationId": "c-shim"}).encode()
+
+
+@pytest.mark.parametrize("vendor,event", CASES, ids=IDS)
+async def test_daemon_down_prints_the_neutral_reply(vendor: str, event: str | None) -> None:
+    args = [vendor] + ([event] if event else []) + ["--url", f"http://127.0.0.1:{closed_port()}"]
+    assert await run_shim(args, PAYLOAD) == (0, expected_neutral(vendor, event))
+
+
+@pytest.mark.parametrize("vendor,event", CASES, ids=IDS)
+async def test_daemon_down_on_the_default_port_or_env_url(vendor: str, event: str | None) -> None:
+    # The env override is how a user points the shim elsewhere; here it points at nothing.
+    env = {shim.env_name(vendor): f"http://127.0.0.1:{closed_port()}"}
+    assert await run_shim([vendor] + ([event] if event else []), PAYLOAD, env) == (0, expected_neutral(vendor, event))
+
+
+@pytest.mark.parametrize("args", [[], ["no-such-vendor"], ["antigravity"]], ids=["no-args", "unknown", "no-event"])
+async def test_bad_arguments_still_exit_zero(args: list[str]) -> None:
+    rc, out = await run_shim(args + ["--url", f"http://127.0.0.1:{closed_port()}"], PAYLOAD)
+    assert rc == 0 and out == b"{}"
+
+
+class Scripted:
+    """A scripted HTTP server: the replies a receiver must never give, and an echo."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bytes]] = []
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> Scripted:
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/status/{code}", self.status)
+        app.router.add_post("/html", self.reply(b"<html>hi</html>", "text/html"))
+        app.router.add_post("/array", self.reply(b"[1, 2]", "application/json"))
+        app.router.add_post("/brace", self.reply(b"{not json", "application/json"))
+        app.router.add_post("/slow", self.slow)
+        app.router.add_post("/echo", self.reply(b'{"echo":true}', "application/json"))
+        app.router.add_post("/empty", self.reply(b"", "application/json"))
+        app.router.add_post("/compact", self.reply(b'{"decision":""}', "application/json"))
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    def reply(self, raw: bytes, ctype: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            self.seen.append((request.path_qs, await request.read()))
+            return web.Response(body=raw, content_type=ctype)
+
+        return handler
+
+    async def status(self, request: web.Request) -> web.Response:
+        return web.json_response({"error": "x"}, status=int(request.match_info["code"]))
+
+    async def slow(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(5)
+        return web.json_response({"late": True})
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+async def scripted() -> Any:
+    server = await Scripted().start()
+    yield server
+    assert server.runner is not None
+    await server.runner.cleanup()
+
+
+@pytest.mark.parametrize("path", ["/status/500", "/status/404", "/status/413", "/html", "/array", "/brace"])
+@pytest.mark.parametrize("vendor,event", [("codex", None), ("antigravity", "PreToolUse"), ("antigravity", "Stop"),
+                                          ("antigravity", "PostToolUse"), ("kimi-code", None)])
+async def test_bad_replies_are_replaced_by_the_neutral_reply(scripted: Scripted, path: str, vendor: str,
+                                                             event: str | None) -> None:
+    args = [vendor] + ([event] if event else []) + ["--url", scripted.url(path)]
+    assert await run_shim(args, PAYLOAD) == (0, expected_neutral(vendor, event))
+
+
+async def test_a_slow_daemon_times_out_into_the_neutral_reply(scripted: Scripted) -> None:
+    rc, out = await run_shim(["antigravity", "Stop", "--url", scripted.url("/slow"), "--wait", "0.3"], PAYLOAD)
+    assert (rc, out) == (0, b'{"decision": ""}')
+
+
+async def test_the_reply_is_printed_and_the_request_is_what_the_vendor_sent(scripted: Scripted) -> None:
+    assert await run_shim(["gemini-cli", "BeforeTool", "--url", scripted.url("/echo")], PAYLOAD) == (0, b'{"echo":true}')
+    assert scripted.seen == [("/echo?hook=BeforeTool", PAYLOAD)]
+
+
+async def test_the_env_url_is_honoured(scripted: Scripted) -> None:
+    rc, out = await run_shim(["vscode"], PAYLOAD, {"AEP_VSCODE_URL": scripted.url("/echo")})
+    assert (rc, out) == (0, b'{"echo":true}') and scripted.seen[0][0] == "/echo"
+
+
+async def test_an_empty_reply_prints_nothing(scripted: Scripted) -> None:
+    assert await run_shim(["codex", "--url", scripted.url("/empty")], PAYLOAD) == (0, b"")
+
+
+async def test_the_compact_pinned_reply_is_restored_byte_exact(scripted: Scripted) -> None:
+    assert await run_shim(["antigravity", "PreToolUse", "--url", scripted.url("/compact")], PAYLOAD) == (
+        0, b'{"decision": ""}')
+
+
+@pytest.mark.parametrize("stdin", [b"", b"   \n", b"garbage", b"[1, 2]", b"\xff\xfe\x00", b"null"],
+                         ids=["empty", "blank", "garbage", "array", "binary", "null"])
+@pytest.mark.parametrize("vendor,event", [("codex", None), ("antigravity", "PreToolUse"), ("antigravity", "Stop"),
+                                          ("qwen-code", None), ("vscode", None)])
+async def test_bad_stdin_is_neutral_without_a_round_trip(scripted: Scripted, stdin: bytes, vendor: str,
+                                                         event: str | None) -> None:
+    args = [vendor] + ([event] if event else []) + ["--url", scripted.url("/echo")]
+    assert await run_shim(args, stdin) == (0, expected_neutral(vendor, event))
+    assert scripted.seen == []
+
+
+async def test_huge_stdin_is_neutral_and_drained(scripted: Scripted) -> None:
+    huge = b'{"x": "' + b"a" * (shim.MAX_STDIN + 10) + b'"}'
+    assert await run_shim(["antigravity", "PreToolUse", "--url", scripted.url("/echo")], huge) == (
+        0, b'{"decision": ""}')
+    assert scripted.seen == []
+
+
+# --- against a live receiver ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def live(tmp_path: Path) -> Any:
+    registry, _ = build_registry(load_plugins=False)
+    cfg = base_config(tmp_path, receivers={"antigravity": {"endpoint": "127.0.0.1:0", "max_body_bytes": 4096},
+                                           "codex": {"endpoint": "127.0.0.1:0"}})
+    async with running(cfg, registry) as service:
+        yield service, tmp_path
+
+
+async def test_live_antigravity_replies_byte_exact(live: Any) -> None:
+    service, tmp_path = live
+    url = f"http://127.0.0.1:{service.receivers['antigravity'].port}"
+    body = json.dumps({"conversationId": "conv-live", "stepIdx": 3,
+                       "toolCall": {"name": "view_file", "args": {"AbsolutePath": "/w/a.py"}}}).encode()
+    for hook, raw in PINNED.items():
+        assert await run_shim(["antigravity", hook, "--url", url], body) == (0, raw), hook
+    types = [e["type"] for e in read_jsonl(tmp_path / "logs" / "antigravity" / "conv-live.jsonl")]
+    assert types[:3] == ["session.started", "tool.requested", "run.finished"]
+
+
+async def test_live_oversized_payload_is_refused_by_the_receiver_and_neutral(live: Any) -> None:
+    service, tmp_path = live
+    url = f"http://127.0.0.1:{service.receivers['antigravity'].port}"
+    body = json.dumps({"conversationId": "conv-big", "pad": "x" * 10_000}).encode()  # over max_body_bytes: 413
+    assert await run_shim(["antigravity", "Stop", "--url", url], body) == (0, b'{"decision": ""}')
+    assert not (tmp_path / "logs" / "antigravity" / "conv-big.jsonl").exists()
+
+
+async def test_live_payload_without_a_hook_name_is_refused_and_neutral(live: Any) -> None:
+    service, _ = live
+    url = f"http://127.0.0.1:{service.receivers['codex'].port}"
+    assert await run_shim(["codex", "--url", url], b'{"session_id": "s"}') == (0, b"{}")  # receiver 400
+
+
+def test_the_console_script_is_the_same_program() -> None:
+    script = Path(sys.executable).parent / "aep-collector-hook"
+    if not script.exists():
+        pytest.fail(f"console script missing: {script} (pip install -e . declares it)")
+    out = subprocess.run([str(script), "antigravity", "Stop", "--url", f"http://127.0.0.1:{closed_port()}"],
+                         input=PAYLOAD, capture_output=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, b'{"decision": ""}')
