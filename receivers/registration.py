@@ -18,9 +18,26 @@ def _claude_code(url: str | None, cfg: Any) -> str:
             + json.dumps(block, indent=2))
 
 
+def _hook_vendor(module: str) -> Any:
+    """A renderer for a hook-family vendor: ``receivers.hook_vendors.<module>.registration``, imported lazily."""
+
+    def render_block(url: str | None, cfg: Any) -> str:
+        import importlib
+
+        return importlib.import_module(f"receivers.hook_vendors.{module}").registration(url, cfg)
+
+    return render_block
+
+
 # vendor name (as typed by users) -> (receiver type, renderer). Other vendors register here.
 RENDERERS: dict[str, tuple[str, Any]] = {
     "claude-code": ("claude_code", _claude_code),
+    "codex": ("codex", _hook_vendor("codex")),
+    "gemini-cli": ("gemini_cli", _hook_vendor("gemini_cli")),
+    "qwen-code": ("qwen_code", _hook_vendor("qwen_code")),
+    "vscode": ("vscode", _hook_vendor("vscode")),
+    "antigravity": ("antigravity", _hook_vendor("antigravity")),
+    "kimi-code": ("kimi_code", _hook_vendor("kimi_code")),
 }
 
 

@@ -1,0 +1,65 @@
+"""The ``antigravity`` receiver: Antigravity ``hooks.json`` command hooks, via the shim, on ``127.0.0.1:8395``.
+
+No Antigravity payload names its own hook (reference stack §1.11), so the event name comes as
+``POST /hook?hook=<EventName>``; the registration passes it to the shim as its EVENT argument.
+A request without ``?hook=`` is refused with a 400 ``missing-hook`` (nothing can be mapped
+without it; the shim then prints the neutral reply). Names are matched case-insensitively, and
+unknown names are accepted: they map to ``x.antigravity.hook.<name>`` (the fixture's fallback).
+Observe-only, no control leg; replies are byte-pinned: ``{"decision": ""}`` on PreToolUse and
+Stop, ``{}`` elsewhere (the shim prints exactly those bytes).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.component import Factory, Kind
+from processors.mapping import antigravity
+from receivers.hook_http import HookReceiverConfig, HookServer
+from receivers.hook_vendors import blocks
+from receivers.hook_vendors.surface import HookVendorSurface, Spec
+
+VENDOR = "antigravity"
+HOOKS = antigravity.HOOKS
+TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse"})
+
+
+@dataclass
+class AntigravityConfig(HookReceiverConfig):
+    """Config of the ``antigravity`` receiver."""
+
+    endpoint: str = "127.0.0.1:8395"
+
+
+SPEC = Spec(mapping=antigravity, name_keys=(), neutral=antigravity.neutral_reply,
+            canonical=antigravity.canonical_hook)
+
+
+def registration(url: str | None, cfg: Any) -> str:
+    """A ``hooks.json`` named hook registering the five events, each passing its name to the shim.
+
+    Format (hooks.json as Antigravity loads it): top-level keys are hook names; ``PreToolUse`` /
+    ``PostToolUse`` take ``{matcher, hooks: [handler]}`` groups (``"*"`` = every tool), the other
+    events a flat list of handlers ``{type: "command", command, timeout}`` (whole seconds, default
+    30). An unknown key is dropped silently and a malformed file loads nothing.
+    """
+    target = blocks.receiver_url(VENDOR, url, cfg)
+    events: dict[str, Any] = {}
+    for name in HOOKS:
+        handler = {"type": "command", "command": blocks.shim_command(VENDOR, name, target),
+                   "timeout": blocks.SHORT_TIMEOUT}
+        events[name] = [{"matcher": "*", "hooks": [handler]}] if name in TOOL_HOOKS else [handler]
+    return ("// Merge into <workspace>/.agents/hooks.json (or ~/.gemini/config/hooks.json); CLI >= 1.0.16:\n"
+            + json.dumps({"aep-collector": events}, indent=2))
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="antigravity",
+    config_class=AntigravityConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
+    description="Antigravity hooks.json command hooks via aep-collector-hook (POST /hook?hook=) on 127.0.0.1:8395",
+)

@@ -1,0 +1,66 @@
+"""The ``codex`` receiver: Codex command hooks, through ``aep-collector-hook codex``, on ``127.0.0.1:8378``.
+
+Codex has no HTTP hook type (reference stack §1.2): each firing runs the shim, which POSTs the
+payload here and prints the reply. ``hook_event_name`` names the moment; ``{}`` is neutral.
+A ``PermissionRequest`` is held for an operator while a control route is live; the answer
+becomes Codex's ``hookSpecificOutput.decision``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.component import Factory, Kind
+from processors.mapping import codex
+from receivers.hook_http import HookServer
+from receivers.hook_vendors import blocks
+from receivers.hook_vendors.surface import HeldConfig, HookVendorSurface, Spec, vendor_timeout
+
+VENDOR = "codex"
+HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps
+HELD_HOOKS = frozenset({"PermissionRequest"})
+
+
+@dataclass
+class CodexConfig(HeldConfig):
+    """Config of the ``codex`` receiver."""
+
+    endpoint: str = "127.0.0.1:8378"
+    attention_timeout: float = 55.0
+    """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
+
+
+SPEC = Spec(mapping=codex, permission_reply=codex.permission_reply,
+            # Codex has no failure twin: PostToolUse is the only moment the tool is known to have run.
+            dismissed_by=frozenset({"PostToolUse"}))
+
+
+def registration(url: str | None, cfg: Any) -> str:
+    """Inline ``[hooks]`` tables for Codex's ``config.toml``, every mapped hook through the shim.
+
+    Format (developers.openai.com/codex/hooks, "Config shape"): ``[[hooks.<Event>]]`` groups with
+    ``[[hooks.<Event>.hooks]]`` handlers ``{type = "command", command, timeout}``; timeout is in
+    seconds (default 600); a group without ``matcher`` runs for every tool.
+    """
+    target = blocks.receiver_url(VENDOR, url, cfg)
+    hold = cfg.attention_timeout if cfg is not None else CodexConfig.attention_timeout
+    lines = ["# Append to ~/.codex/config.toml (or <repo>/.codex/config.toml), then review and trust",
+             "# the hooks with Codex's /hooks command. Receiver: aep-collector (receiver type codex)."]
+    for name in HOOKS:
+        held = name in HELD_HOOKS
+        command = blocks.shim_command(VENDOR, name, target, blocks.held_wait(VENDOR, cfg) if held else None)
+        lines += ["", f"[[hooks.{name}]]", f"[[hooks.{name}.hooks]]", 'type = "command"',
+                  f"command = {blocks.toml_str(command)}",
+                  f"timeout = {vendor_timeout(hold) if held else blocks.SHORT_TIMEOUT}"]
+    return "\n".join(lines)
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="codex",
+    config_class=CodexConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
+    description="Codex command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8378; held PermissionRequest",
+)

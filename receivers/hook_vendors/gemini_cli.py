@@ -1,0 +1,58 @@
+"""The ``gemini_cli`` receiver: Gemini CLI command hooks, through ``aep-collector-hook gemini-cli``, on 8379.
+
+Observe-only (reference stack §1.3): no hook here is answerable, so there is no control leg at
+all, and every reply is ``{}`` (the shim always exits 0: exit code 2 would block).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.component import Factory, Kind
+from processors.mapping import gemini_cli
+from receivers.hook_http import HookReceiverConfig, HookServer
+from receivers.hook_vendors import blocks
+from receivers.hook_vendors.surface import HookVendorSurface, Spec
+
+VENDOR = "gemini-cli"
+# AfterModel fires per streamed chunk: mapped when sent, but not registered by default (§1.3).
+HOOKS = tuple(h for h in gemini_cli.HOOKS if h != "AfterModel")
+
+
+@dataclass
+class GeminiCliConfig(HookReceiverConfig):
+    """Config of the ``gemini_cli`` receiver."""
+
+    endpoint: str = "127.0.0.1:8379"
+
+
+SPEC = Spec(mapping=gemini_cli)
+
+
+def registration(url: str | None, cfg: Any) -> str:
+    """The ``settings.json`` ``hooks`` block, every registered hook through the shim.
+
+    Format (geminicli.com/docs/hooks/reference, "Configuration schema"): ``hooks.<Event>`` is a
+    list of definitions ``{matcher?, hooks: [{type: "command", command, name, timeout}]}``;
+    timeout is in MILLISECONDS (default 60000); no matcher runs for every tool. Stable-channel
+    builds need ``hooksConfig.enabled``.
+    """
+    target = blocks.receiver_url(VENDOR, url, cfg)
+    hooks = {name: [{"hooks": [{"type": "command", "name": "aep-collector",
+                                "command": blocks.shim_command(VENDOR, name, target),
+                                "timeout": blocks.SHORT_TIMEOUT * 1000}]}] for name in HOOKS}
+    block = {"hooksConfig": {"enabled": True}, "hooks": hooks}
+    return ("// Merge into ~/.gemini/settings.json (or .gemini/settings.json in a project):\n"
+            + json.dumps(block, indent=2))
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="gemini_cli",
+    config_class=GeminiCliConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
+    description="Gemini CLI command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8379; observe-only",
+)

@@ -1,0 +1,73 @@
+"""The ``kimi_code`` receiver: Kimi Code CLI shell hooks, through ``aep-collector-hook kimi-code``, on 8398.
+
+Observe-only by default (``control.accepts`` declared empty). With ``control: true`` a PreToolUse
+whose tool matches ``gate_tools`` is held as a four-way permission card mapped down onto Kimi's
+binary reply: allow / allow_session = no objection (``{}``; Kimi's own permission flow still
+runs), deny / cancel = ``permissionDecision: "deny"`` with the reason, plus
+``tool.denied{by: "policy"}``. Unanswered frees the hook with ``{}`` (reference stack §1.6).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.component import Factory, Kind
+from processors.mapping import kimi_code
+from receivers.hook_http import HookServer
+from receivers.hook_vendors import blocks
+from receivers.hook_vendors.surface import Gate, GateConfig, HookVendorSurface, Spec, vendor_timeout
+
+VENDOR = "kimi-code"
+# The 16 events of Kimi's external-hooks surface (Annex A.6). Kimi refuses the WHOLE config for an
+# event name it does not know, so exactly these are registered.
+HOOKS = ("SessionStart", "SessionEnd", "UserPromptSubmit", "Stop", "StopFailure", "Interrupt", "PreToolUse",
+         "PostToolUse", "PostToolUseFailure", "PermissionRequest", "PermissionResult", "SubagentStart",
+         "SubagentStop", "PreCompact", "PostCompact", "Notification")
+HELD_HOOKS = frozenset({"PreToolUse"})
+
+
+@dataclass
+class KimiCodeConfig(GateConfig):
+    """Config of the ``kimi_code`` receiver."""
+
+    endpoint: str = "127.0.0.1:8398"
+    attention_timeout: float = 50.0
+    """Seconds a gated PreToolUse waits for an operator (registered hook timeout: 60)."""
+
+
+SPEC = Spec(
+    mapping=kimi_code,
+    session_end=frozenset({"SessionEnd"}),
+    gate=Gate(options=kimi_code.GATE_OPTIONS, key=kimi_code.gate_key, decide=kimi_code.gate_decision,
+              reply=kimi_code.pretool_reply, call_id_key="tool_call_id"),
+)
+
+
+def registration(url: str | None, cfg: Any) -> str:
+    """``[[hooks]]`` tables for ``~/.kimi-code/config.toml``, all 16 events through the shim.
+
+    Format (moonshotai.github.io/kimi-code customization/hooks, "Configuration"): each table has
+    only ``event``, ``matcher``, ``command``, ``timeout`` (integer seconds 1-600, default 30); no
+    matcher matches everything. Anything else in a table breaks the whole file.
+    """
+    target = blocks.receiver_url(VENDOR, url, cfg)
+    hold = cfg.attention_timeout if cfg is not None else KimiCodeConfig.attention_timeout
+    lines = ["# Append at the very END of ~/.kimi-code/config.toml ($KIMI_CODE_HOME relocates it):",
+             "# a key written below a [[hooks]] table belongs to that table and breaks the hooks section."]
+    for name in HOOKS:
+        held = name in HELD_HOOKS
+        command = blocks.shim_command(VENDOR, name, target, blocks.held_wait(VENDOR, cfg) if held else None)
+        lines += ["", "[[hooks]]", f"event = {blocks.toml_str(name)}", f"command = {blocks.toml_str(command)}",
+                  f"timeout = {vendor_timeout(hold) if held else blocks.SHORT_TIMEOUT}"]
+    return "\n".join(lines)
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="kimi_code",
+    config_class=KimiCodeConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
+    description="Kimi Code shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8398; opt-in PreToolUse gate",
+)

@@ -1,0 +1,71 @@
+"""The ``qwen_code`` receiver: Qwen Code's native ``http`` hooks on ``127.0.0.1:8380``.
+
+Qwen Code POSTs each hook's JSON straight here (reference stack §1.4; ``aep-collector-hook
+qwen-code`` serves command-hook deployments). A ``PermissionRequest`` is held for an operator
+while a control route is live, exactly as Claude Code's; ``{}`` is neutral everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.component import Factory, Kind
+from processors.mapping import qwen_code
+from receivers.hook_http import HookServer
+from receivers.hook_vendors import blocks
+from receivers.hook_vendors.surface import HeldConfig, HookVendorSurface, Spec, vendor_timeout
+
+VENDOR = "qwen-code"
+HOOKS = tuple(qwen_code.HOOKS)
+HELD_HOOKS = frozenset({"PermissionRequest"})
+TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
+                        "PermissionDenied"})
+
+
+@dataclass
+class QwenCodeConfig(HeldConfig):
+    """Config of the ``qwen_code`` receiver."""
+
+    endpoint: str = "127.0.0.1:8380"
+    attention_timeout: float = 55.0
+    """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
+
+
+SPEC = Spec(mapping=qwen_code, permission_reply=qwen_code.permission_reply,
+            dismissed_by=frozenset({"PostToolUse", "PostToolUseFailure", "PermissionDenied"}),
+            session_end=frozenset({"SessionEnd"}))
+
+
+def registration(url: str | None, cfg: Any) -> str:
+    """The ``settings.json`` ``hooks`` block with native ``http`` hooks to the receiver.
+
+    Format (Qwen Code docs, users/features/hooks "HTTP Hooks"): ``{type: "http", url, timeout,
+    name}``, timeout in SECONDS (default 600); loopback URLs pass its SSRF guard.
+    """
+    endpoint = cfg.endpoint if cfg is not None else QwenCodeConfig.endpoint
+    hook_url = url or f"http://{endpoint}/hook"
+    if not hook_url.rstrip("/").endswith("/hook"):
+        hook_url = hook_url.rstrip("/") + "/hook"
+    hold = cfg.attention_timeout if cfg is not None else QwenCodeConfig.attention_timeout
+    hooks: dict[str, Any] = {}
+    for name in HOOKS:
+        handler = {"type": "http", "url": hook_url, "name": "aep-collector",
+                   "timeout": vendor_timeout(hold) if name in HELD_HOOKS else blocks.SHORT_TIMEOUT}
+        entry: dict[str, Any] = {"hooks": [handler]}
+        if name in TOOL_HOOKS:
+            entry = {"matcher": "*", **entry}
+        hooks[name] = [entry]
+    return ("// Merge into ~/.qwen/settings.json (or .qwen/settings.json in a project):\n"
+            + json.dumps({"hooks": hooks}, indent=2))
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="qwen_code",
+    config_class=QwenCodeConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
+    description="Qwen Code native http hooks (POST /hook) on 127.0.0.1:8380; held PermissionRequest",
+)

@@ -1,0 +1,307 @@
+"""The hook-family receiver surface: one implementation, six vendors configured by a ``Spec``.
+
+Codex, Gemini CLI, Qwen Code, VS Code agent, Kimi Code and Antigravity all hand the shared
+``HookServer`` one JSON object per hook firing. What differs is data: where the hook name is
+(the payload's ``hook_event_name``, or ``?hook=`` for Antigravity), the neutral reply, and the
+control posture. The two held loops live here once:
+
+* the permission card (Codex, Qwen Code): a ``PermissionRequest`` is held while a control route
+  is live, as Claude Code's is (reference stack §1.2, §1.4);
+* the opt-in PreToolUse gate (VS Code agent, Kimi Code): off by default; on, a PreToolUse whose
+  tool name matches ``gate_tools`` is held as a permission card; a commanded deny also emits
+  ``tool.denied{by: "policy"}`` cause-linked to the answer (§1.5, §1.6).
+
+Gemini CLI and Antigravity are observe-only: no control leg at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.control import RESPOND, Hold, Outcome
+from pipeline.host import Host
+from pipeline.model import Event, Signal
+from processors.mapping import hookfamily as hf
+from processors.mapping.common import PERMISSION_OPTIONS, get_str, tool_ref
+from receivers.held import HeldLoop, permission_choice, permission_validator
+from receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
+
+DENY_MESSAGE = "Denied via AEP attention loop"
+"""The reason a deny carries when the operator gave none (the reference loops' canned message)."""
+
+MAX_VENDOR_TIMEOUT = 600
+"""Seconds: the largest hook timeout Kimi accepts; hold windows must leave room under it."""
+HOLD_MARGIN = 10
+"""Seconds a registered vendor-side timeout exceeds the hold window (VS Code 25 -> 35, Kimi 50 -> 60)."""
+
+_HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+Payload = dict[str, Any]
+Reply = Callable[..., Payload]
+
+
+@dataclass
+class HeldConfig(HookReceiverConfig):
+    """Keys of a receiver that can hold a hook for an operator."""
+
+    attention_timeout: float = 55.0
+    """Seconds a held hook waits for an operator before the neutral (no-decision) reply."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.attention_timeout <= 0:
+            raise ValueError("attention_timeout must be positive")
+        if self.attention_timeout > MAX_VENDOR_TIMEOUT - HOLD_MARGIN:
+            raise ValueError(f"attention_timeout must be at most {MAX_VENDOR_TIMEOUT - HOLD_MARGIN} s "
+                             f"(vendor hook timeouts stop at {MAX_VENDOR_TIMEOUT} s)")
+
+
+@dataclass
+class GateConfig(HeldConfig):
+    """Keys of a receiver with the opt-in PreToolUse gate."""
+
+    control: bool = False
+    """Hold matched PreToolUse calls for an operator (declares ``control.attention.respond``)."""
+    gate_tools: str = ".*"
+    """Regular expression searched in the tool name (like the reference's ``RegExp.test``); anchor it
+    (``^(Bash|Write)$``) for exact names. Only consulted when ``control`` is on."""
+
+    def validate(self) -> None:
+        super().validate()
+        try:
+            re.compile(self.gate_tools)
+        except re.error as exc:
+            raise ValueError(f"gate_tools is not a valid regular expression: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Gate:
+    """The vendor side of the PreToolUse gate."""
+
+    options: list[dict[str, str]]
+    key: Callable[[Any], str]
+    """The attention key the mapping tags the gate card with (``gate_key``)."""
+    decide: Callable[[str], str]
+    """Applied option id -> the vendor's decision (``allow``, ``deny``, ``ask``)."""
+    reply: Reply
+    """(decision, reason) -> the PreToolUse reply body."""
+    call_id_key: str
+    """Payload key of the tool call id (``tool.denied`` names the call)."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything vendor-specific about one hook-family receiver."""
+
+    mapping: ModuleType
+    """The vendor's mapping module (``AGENT``, ``NEUTRAL_REPLY``, reply builders)."""
+    name_keys: tuple[str, ...] = ("hook_event_name",)
+    """Payload keys naming the hook, first present wins; ``()`` means only ``?hook=`` names it."""
+    neutral: Callable[[str], Any] | None = None
+    """Per-hook neutral reply; default ``mapping.NEUTRAL_REPLY``."""
+    canonical: Callable[[str], str] | None = None
+    """Normalizes a hook name given in the query (Antigravity spells them case-insensitively)."""
+    permission_reply: Reply | None = None
+    """Set for vendors whose PermissionRequest is held (Codex, Qwen): (behavior, message) -> reply."""
+    dismissed_by: frozenset[str] = frozenset()
+    """Hooks meaning the held permission's tool ran or was refused in the vendor itself."""
+    session_end: frozenset[str] = frozenset()
+    """Hooks that end a session: pending holds are dismissed before they are delivered."""
+    gate: Gate | None = None
+
+
+def hold_wait(attention_timeout: float) -> float:
+    """Seconds the command shim waits on a held hook (tracks ``pipeline.shim.VENDORS[...].wait``)."""
+    return attention_timeout + 5
+
+
+def vendor_timeout(attention_timeout: float) -> int:
+    """Seconds the vendor should allow a held hook: above the hold window and the shim's wait."""
+    return int(-(-attention_timeout // 1)) + HOLD_MARGIN
+
+
+class HookVendorSurface:
+    """A ``HookSurface`` driven by a ``Spec`` (see the module docstring)."""
+
+    def __init__(self, spec: Spec, config: HookReceiverConfig, component: str) -> None:
+        self.spec, self.config = spec, config
+        self.agent: str = spec.mapping.AGENT
+        self.loop = HeldLoop(self.agent, component, getattr(config, "attention_timeout", 55.0))
+        self.gated = spec.gate is not None and bool(getattr(config, "control", False))
+        self.pattern = re.compile(getattr(config, "gate_tools", ".*")) if self.gated else None
+        self.calls: dict[tuple[str, str], Hold] = {}
+
+    # -- HookSurface ---------------------------------------------------------------------------
+
+    def accepts(self) -> list[str] | None:
+        """``control.accepts`` exactly as the config makes it: the gates that are on, nothing more."""
+        if self.spec.permission_reply is not None:
+            return [RESPOND]
+        if self.spec.gate is not None:
+            return [RESPOND] if self.gated else []  # declared-but-empty while the gate is off
+        return None  # observe-only: no control block at all
+
+    async def on_start(self, host: Host, server: HookServer) -> None:
+        assert server.deliver is not None
+        self.loop.bind(host, server.deliver, self.accepts(), server.consumer)
+
+    def health_extra(self) -> dict[str, Any]:
+        # Reference stack §0.1: gate vendors report `control`, true only when the gate is on and honoured.
+        return {"control": self.gated and self.loop.live()} if self.spec.gate is not None else {}
+
+    def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
+        query = request.query.get("hook")
+        name = next((v for k in self.spec.name_keys if (v := get_str(payload, k))), None)
+        attrs: dict[str, Any] = {}
+        if name is None and query is not None:
+            name = query.strip()
+            if not _HOOK_NAME.fullmatch(name):
+                raise HookError(400, "invalid-hook", "?hook= must be a hook event name "
+                                "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
+            if self.spec.canonical is not None:
+                name = self.spec.canonical(name)
+            attrs["hook"] = name
+        if name is None:
+            if not self.spec.name_keys:
+                # Antigravity payloads never name their hook; the shim passes its EVENT argument.
+                raise HookError(400, "missing-hook", f"{self.agent} payloads do not name their hook: "
+                                "POST /hook?hook=<EventName> (aep-collector-hook passes its EVENT argument)")
+            raise HookError(400, "invalid-payload",
+                            f"{self.spec.name_keys[0]} is missing or not a string (or pass ?hook=<EventName>)")
+        return Signal(agent=self.agent, name=name, payload=payload, attrs=attrs)
+
+    def neutral(self, signal: Signal | None) -> Any:
+        if self.spec.neutral is not None:
+            return self.spec.neutral(signal.name if signal is not None else "")
+        return dict(self.spec.mapping.NEUTRAL_REPLY)
+
+    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+        name, payload = signal.name, signal.payload
+        session = _session(payload)
+        if name == "PermissionRequest" and self.spec.permission_reply is not None:
+            return await self._permission(signal)
+        if name == "PreToolUse" and self._gates(payload):
+            return await self._gate(signal, deliver)
+        if name in self.spec.dismissed_by:
+            # The tool ran (or was refused) in the vendor itself: the held card is moot.
+            hold = self.calls.pop((session, hf.permission_key(payload)), None)
+            if hold is not None:
+                await self.loop.dismiss(hold)
+        elif name in self.spec.session_end:
+            # AEP-0002 §7.1: every pending request closes before session.ended.
+            for hold in self.loop.pending(session):
+                await self.loop.dismiss(hold)
+        await deliver([signal])
+        return self.neutral(signal)
+
+    # -- the permission card (Codex, Qwen Code) ------------------------------------------------
+
+    async def _permission(self, signal: Signal) -> Any:
+        assert self.spec.permission_reply is not None
+        key = hf.permission_key(signal.payload)  # the mapping tags the card with the same key
+        hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
+        if hold is None:
+            return self.neutral(signal)  # no route: the vendor's own prompt decides (respond_via oob)
+        call = (_session(signal.payload), key)
+        self.calls[call] = hold
+        try:
+            outcome = await self.loop.wait(hold)
+        finally:
+            if self.calls.get(call) is hold:
+                del self.calls[call]
+        if outcome.how != "answered" or outcome.answer is None:
+            return self.neutral(signal)  # timeout/dismissal: no decision, the vendor asks its user
+        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
+        await self.loop.answered(hold, outcome, _recorded(applied.option, applied.text))
+        if applied.option == "allow":
+            return self.spec.permission_reply("allow")
+        # AEP-0008: free text on a permission is the refusing option with the text as guidance.
+        return self.spec.permission_reply("deny", applied.text or DENY_MESSAGE)
+
+    # -- the opt-in PreToolUse gate (VS Code agent, Kimi Code) ---------------------------------
+
+    def _gates(self, payload: Payload) -> bool:
+        """Hold this PreToolUse? Only with the gate on, a matching tool and a live route (else no latency)."""
+        if not self.gated or self.pattern is None:
+            return False
+        tool = get_str(payload, "tool_name") or ""
+        return self.pattern.search(tool) is not None and self.loop.live()
+
+    async def _gate(self, signal: Signal, deliver: Deliver) -> Any:
+        gate = self.spec.gate
+        assert gate is not None
+        key = gate.key(signal.payload)
+        signal.hold = key  # the mapping raises the gate card only for a held PreToolUse
+        hold = await self.loop.request(signal, permission_validator(gate.options), key)
+        if hold is None:
+            return self.neutral(signal)  # the route went away meanwhile: the keyed card is swept later
+        outcome = await self.loop.wait(hold)
+        if outcome.how != "answered" or outcome.answer is None:
+            return self.neutral(signal)  # unanswered frees the hook with no decision (fail-open)
+        applied = permission_choice(outcome.answer, gate.options)
+        recorded = _recorded(applied.option, applied.text)
+        decision = gate.decide(applied.option)
+        if decision != "deny":
+            await self.loop.answered(hold, outcome, recorded)
+            return gate.reply(decision)
+        reason = applied.text or DENY_MESSAGE
+        await answered_then(self.loop, hold, outcome, recorded,
+                            lambda request, answered: _policy_denial(self.agent, gate, signal.payload, reason,
+                                                                     request, answered))
+        return gate.reply("deny", reason)
+
+
+def _recorded(option: str, text: str | None) -> dict[str, Any]:
+    """``attention.answered.answer`` records what was APPLIED (AEP-0008); guidance text rides along."""
+    return {"option": option, "text": text} if text else {"option": option}
+
+
+def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, request: Event,
+                   answered: Event | None) -> Event:
+    """``tool.denied{by: "policy"}`` for a commanded deny: no further hook fires for the blocked call."""
+    tool = tool_ref(get_str(payload, "tool_name"), get_str(payload, gate.call_id_key))
+    draft: Event = {"type": "tool.denied", "agent": agent, "session": request.get("session"),
+                    "subject": tool["name"], "data": {"tool": tool, "by": "policy", "reason": reason},
+                    "_capture": {"reason": hf.REDACTED}}  # the deny reason is operator text
+    if request.get("run"):
+        draft["run"] = request["run"]
+    draft["cause"] = answered["id"] if answered is not None else request["id"]
+    return draft
+
+
+class _Tap:
+    """One lane's pipeline, remembering what it stamped (the ids a follow-up event links to)."""
+
+    def __init__(self, pipeline: Any) -> None:
+        self.pipeline = pipeline
+        self.stamped: list[Event] = []
+
+    async def consume(self, batch: list[Any]) -> list[Event]:
+        out = await self.pipeline.consume(batch)
+        self.stamped.extend(out)
+        return out
+
+
+async def answered_then(loop: HeldLoop, hold: Hold, outcome: Outcome, recorded: dict[str, Any],
+                        follow: Callable[[Event, Event | None], Event]) -> None:
+    """``HeldLoop.answered``, then one more event per lane built by ``follow(request, answered)``.
+
+    The shared loop does not hand back the ``attention.answered`` it stamped, so each lane is
+    tapped for the duration of the call; the follow-up then cause-links to that lane's answer.
+    """
+    tapped = dataclasses.replace(hold, lanes=[(_Tap(p), request) for p, request in hold.lanes])
+    await loop.answered(tapped, outcome, recorded)
+    for tap, request in tapped.lanes:
+        answered = next((e for e in tap.stamped if e.get("type") == "attention.answered"), None)
+        await tap.pipeline.consume([follow(request, answered)])
+
+
+def _session(payload: Payload) -> str:
+    return get_str(payload, "session_id") or "unknown"

@@ -1,0 +1,74 @@
+"""The ``vscode`` receiver: VS Code agent hooks, through ``aep-collector-hook vscode``, on ``127.0.0.1:8381``.
+
+Observe-only by default (``control.accepts`` declared empty). With ``control: true`` a PreToolUse
+whose tool matches ``gate_tools`` is held as a permission card with options allow / deny / ask
+inside VS Code's hook timeout (default hold 25 s under its default 30 s); free text denies with
+the text as reason; a commanded deny also emits ``tool.denied{by: "policy"}``; unanswered frees
+the hook with no decision (reference stack §1.5).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.component import Factory, Kind
+from processors.mapping import vscode
+from receivers.hook_http import HookServer
+from receivers.hook_vendors import blocks
+from receivers.hook_vendors.surface import Gate, GateConfig, HookVendorSurface, Spec, vendor_timeout
+
+VENDOR = "vscode"
+HOOKS = tuple(vscode.HOOKS)  # the 8-event Preview surface
+HELD_HOOKS = frozenset({"PreToolUse"})
+
+
+@dataclass
+class VscodeConfig(GateConfig):
+    """Config of the ``vscode`` receiver."""
+
+    endpoint: str = "127.0.0.1:8381"
+    attention_timeout: float = 25.0
+    """Seconds a gated PreToolUse waits for an operator: inside VS Code's default 30 s hook timeout."""
+
+
+SPEC = Spec(
+    mapping=vscode,
+    # The reference-hooks docs name `hook_event_name`; some VS Code builds spell it camelCase.
+    name_keys=("hook_event_name", "hookEventName"),
+    gate=Gate(options=vscode.GATE_OPTIONS, key=vscode.gate_key, decide=lambda option: option,
+              reply=vscode.pretool_reply, call_id_key="tool_use_id"),
+)
+
+
+def registration(url: str | None, cfg: Any) -> str:
+    """A ``.github/hooks/aep-collector.json`` hooks file, every event through the shim.
+
+    Format (code.visualstudio.com/docs/agents/reference/hooks-reference, "Hook command
+    properties"): ``hooks.<Event>`` is a list of ``{type: "command", command, timeout}``, timeout in
+    SECONDS (default 30). PreToolUse gets room above the hold window even while the gate is off,
+    so turning it on needs no re-registration.
+    """
+    target = blocks.receiver_url(VENDOR, url, cfg)
+    hold = cfg.attention_timeout if cfg is not None else VscodeConfig.attention_timeout
+    hooks = {}
+    for name in HOOKS:
+        held = name in HELD_HOOKS
+        hooks[name] = [{"type": "command",
+                        "command": blocks.shim_command(VENDOR, name, target,
+                                                       blocks.held_wait(VENDOR, cfg) if held else None),
+                        "timeout": vendor_timeout(hold) if held else blocks.SHORT_TIMEOUT}]
+    return ("// Save as .github/hooks/aep-collector.json in the workspace. VS Code also reads\n"
+            "// .claude/settings.json hooks: a workspace wired for Claude Code reports there too.\n"
+            + json.dumps({"hooks": hooks}, indent=2))
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="vscode",
+    config_class=VscodeConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
+    description="VS Code agent hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8381; opt-in PreToolUse gate",
+)
