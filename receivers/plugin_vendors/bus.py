@@ -1,0 +1,249 @@
+"""The OpenCode-family surface (OpenCode and its fork Kilo Code): plugin moments and their held loops.
+
+The in-process plugin POSTs exactly the mapping's moment shapes (``processors.mapping.busfamily``):
+``{kind: "bus", event}`` from the ``event`` hook, ``{kind: "tool.before"|"tool.after", input,
+output}`` from ``tool.execute.before/after`` and ``{kind: "permission.ask", permission}`` from the
+hold-open ``permission.ask`` hook. A payload without ``kind`` is named by ``?name=`` or a ``{name,
+payload}`` wrapper (a bus type, or a hook name such as ``tool.execute.before``).
+
+Control. ``permission.ask`` is held on the shared loop while a control route is live; the reply
+is ``{"status": "allow"|"deny"}``, which the plugin applies to the hook's ``output.status``;
+timeout, dismissal and every failure reply ``{}`` (output untouched: the vendor prompts the user).
+Kilo Code >=7.4.6 has no held hook: its bus ``permission.asked`` / ``question.asked`` are answered
+in the background over Kilo's own server routes, at the ``PluginInput.serverUrl`` the plugin sends
+in the ``X-AEP-Server-Url`` header (percent-encoded, loopback only; ``X-AEP-Directory`` becomes the
+``x-kilo-directory`` of the answer); the plugin's POST is answered at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from types import ModuleType
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import aiohttp
+from aiohttp import web
+
+from pipeline.control import RESPOND, Hold
+from pipeline.host import Host
+from pipeline.model import Signal
+from processors.mapping import busfamily
+from processors.mapping.common import PERMISSION_OPTIONS, get_dict, get_str
+from receivers.forms import form_validator, form_values
+from receivers.held import HeldLoop, permission_choice, permission_validator
+from receivers.hook_http import Deliver, HookServer
+
+from .common import CURRENT_REQUEST, need_name, sweep, unwrap, wait_or_gone
+
+log = logging.getLogger("aep.receiver.bus")
+
+NEUTRAL_REPLY: dict[str, Any] = busfamily.NEUTRAL_REPLY
+SERVER_URL_HEADER = "X-AEP-Server-Url"
+DIRECTORY_HEADER = "X-AEP-Directory"
+_HOOK_NAMES = {kind: hook for hook, kind in busfamily.HOOK_KINDS.items()}  # tool.before -> tool.execute.before
+_SETTLES = {"permission.replied": "permission", "question.replied": "question", "question.rejected": "question"}
+_KEPT = 1024  # sessions whose vendor server address is remembered
+
+
+def loopback_url(value: Any) -> str | None:
+    """``value`` as an ``http(s)://`` base URL on a loopback host, else None (never answer elsewhere)."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        parts = urlsplit(value.strip())
+        host = parts.hostname or ""
+        if parts.scheme not in ("http", "https") or not host:
+            return None
+        if host != "localhost" and not ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        return None
+    return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+class BusSurface:
+    """One OpenCode-family vendor's side of the shared hook server."""
+
+    def __init__(self, mapping: ModuleType, config: Any, component: str) -> None:
+        self.mapping = mapping
+        self.agent: str = mapping.AGENT
+        self.config = config
+        self.component = component
+        self.loop = HeldLoop(self.agent, component, config.attention_timeout)
+        self.routes = bool(getattr(config, "reply_routes", False)) and mapping.FAMILY.reply_routes
+        self.servers: dict[str, tuple[str, str | None]] = {}
+        """session -> (vendor server base URL, project directory) as the plugin last sent them."""
+        self.delivering: set[str] = set()
+        """Keys whose answer is being POSTed to the vendor: their settle echo is ours, not news."""
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.http: aiohttp.ClientSession | None = None
+        self.host: Host | None = None
+
+    async def on_start(self, host: Host, server: HookServer) -> None:
+        assert server.deliver is not None
+        self.host = host
+        self.loop.bind(host, server.deliver, [RESPOND], server.consumer)
+
+    async def on_stop(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=2)
+        if self.http is not None:
+            await self.http.close()
+            self.http = None
+
+    # -- the request ------------------------------------------------------------------------------
+
+    def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
+        body, given = unwrap(payload, request)
+        kind = body.get("kind")
+        if kind == "bus":
+            name = get_str(get_dict(body, "event"), "type") or given
+        elif isinstance(kind, str) and kind in _HOOK_NAMES:
+            name = _HOOK_NAMES[kind]
+        else:
+            name = given
+        signal = Signal(agent=self.agent, name=need_name(name, "kind (or event.type)"), payload=body)
+        # The plugin percent-encodes both (a header value is Latin-1; a directory may not be).
+        url = loopback_url(unquote(request.headers.get(SERVER_URL_HEADER, "")))
+        if url is not None:
+            signal.attrs["server_url"] = url
+            signal.attrs["directory"] = unquote(request.headers.get(DIRECTORY_HEADER, "")) or None
+        return signal
+
+    def neutral(self, signal: Signal | None) -> Any:
+        return NEUTRAL_REPLY
+
+    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+        moment = busfamily.as_moment(signal.name, signal.payload)
+        session = busfamily.session_of(moment)
+        self._remember_server(signal, session)
+        if moment["kind"] == "permission.ask":
+            return await self._held_ask(signal, get_dict(moment, "permission"))
+        event = get_dict(moment, "event")
+        bus_type = event.get("type")
+        if self.routes and bus_type in ("permission.asked", "question.asked"):
+            return await self._route_card(signal, event, session, deliver)
+        if bus_type in _SETTLES:
+            props = get_dict(event, "properties")
+            vendor_id = get_str(props, "permissionID") or get_str(props, "requestID")
+            key = busfamily.attention_key(_SETTLES[bus_type], vendor_id)
+            if key in self.delivering:
+                return NEUTRAL_REPLY  # the echo of the answer we are delivering; our legs say it
+            await deliver([signal])
+            for hold in self.loop.pending(session or "unknown"):
+                if hold.key == key:
+                    self.loop.settle_oob(hold)  # answered in the vendor's own prompt
+            return NEUTRAL_REPLY
+        if bus_type == "session.deleted":
+            await sweep(self.loop, session)
+            self.servers.pop(session or "", None)
+        await deliver([signal])
+        return NEUTRAL_REPLY
+
+    # -- the held permission.ask hook ------------------------------------------------------------
+
+    async def _held_ask(self, signal: Signal, perm: dict[str, Any]) -> Any:
+        key = busfamily.attention_key("permission", get_str(perm, "id"))
+        hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
+        if hold is None:
+            return NEUTRAL_REPLY  # no operator reachable: the vendor's own prompt decides
+        outcome = await wait_or_gone(self.loop, hold, CURRENT_REQUEST.get())
+        if outcome.how != "answered" or outcome.answer is None:
+            return NEUTRAL_REPLY  # timeout/dismissal: output untouched, the vendor prompts the user
+        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
+        recorded: dict[str, Any] = {"option": applied.option}
+        if applied.text:
+            # The hook output carries only status: the guidance is visible on the stream alone.
+            recorded["text"] = applied.text
+        await self.loop.answered(hold, outcome, recorded)
+        return self.mapping.permission_reply(applied.option)
+
+    # -- Kilo >=7.4.6: bus asks answered over the vendor's REST routes --------------------------------
+
+    def _remember_server(self, signal: Signal, session: str | None) -> None:
+        url = signal.attrs.get("server_url")
+        if url and session:
+            self.servers.pop(session, None)
+            self.servers[session] = (url, signal.attrs.get("directory"))
+            while len(self.servers) > _KEPT:
+                del self.servers[next(iter(self.servers))]
+
+    async def _route_card(self, signal: Signal, event: dict[str, Any], session: str | None,
+                          deliver: Deliver) -> Any:
+        props = get_dict(event, "properties")
+        server = self.servers.get(session or "")
+        vendor_id = get_str(props, "id")
+        if server is None or session is None or vendor_id is None:
+            # Nowhere to deliver an answer: the card is informational (AEP-0008 respond_via).
+            signal.attrs["respond_via"] = ["oob"]
+            await deliver([signal])
+            return NEUTRAL_REPLY
+        if event.get("type") == "permission.asked":
+            key = busfamily.attention_key("permission", vendor_id)
+            validate = permission_validator(self.mapping.REPLY_ROUTE_OPTIONS)
+            fields: list[dict[str, Any]] | None = None
+        else:
+            key = busfamily.attention_key("question", vendor_id)
+            card = self.mapping.map_moment({"kind": "bus", "event": event}) or {}
+            fields = get_dict(card, "data").get("fields") or []
+            validate = form_validator(fields, legacy=len(fields) == 1)
+        hold = await self.loop.request(signal, validate, key)
+        if hold is not None:
+            # The plugin's event hook is observation: answer it now and settle in the background.
+            task = asyncio.ensure_future(self._settle_over_route(hold, props, session, vendor_id, server, fields))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        return NEUTRAL_REPLY
+
+    async def _settle_over_route(self, hold: Hold, props: dict[str, Any], session: str, vendor_id: str,
+                                 server: tuple[str, str | None], fields: list[dict[str, Any]] | None) -> None:
+        outcome = await self.loop.wait(hold)
+        if outcome.how != "answered" or outcome.answer is None:
+            return  # timeout/dismissal/oob: nothing is sent, the vendor's own prompt stays
+        assert hold.key is not None
+        self.delivering.add(hold.key)
+        try:
+            if fields is None:
+                applied = permission_choice(outcome.answer, self.mapping.REPLY_ROUTE_OPTIONS, refusing="reject")
+                path = self.mapping.permission_route(session, vendor_id)
+                body: dict[str, Any] = self.mapping.permission_route_body(applied.option, applied.text)
+                recorded: dict[str, Any] = {"option": applied.option}
+                if applied.text:
+                    recorded["text"] = applied.text  # delivered as the reject message (kilocode.json)
+            else:
+                values = form_values(outcome.answer, fields)
+                path = self.mapping.question_route(vendor_id)
+                body = self.mapping.question_route_body(props.get("questions"), values)
+                recorded = {"values": values}
+            problem = await self._post(server, path, body)
+            if problem is None:
+                await self.loop.answered(hold, outcome, recorded, fields)
+                return
+            # Accepted but not applied: say so rather than claim an answer the vendor never got.
+            if self.host is not None:
+                self.host.health.fail(self.component, "reply-route", problem)
+            await self.loop.emit(hold, "attention.resolved", {"resolution": "dismissed"}, cause_request=True)
+        finally:
+            self.delivering.discard(hold.key)
+
+    async def _post(self, server: tuple[str, str | None], path: str, body: dict[str, Any]) -> str | None:
+        """POST ``body`` to the vendor server; None on a 2xx, else what went wrong."""
+        base, directory = server
+        # The instance the session lives in; Kilo's server decodeURIComponent()s the header.
+        headers = {"x-kilo-directory": quote(directory, safe="")} if directory else {}
+        if self.http is None:
+            self.http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.reply_route_timeout))
+        try:
+            async with self.http.post(base + path, json=body, headers=headers) as resp:
+                if 200 <= resp.status < 300:
+                    if self.host is not None:
+                        self.host.health.recover(self.component, "reply-route")
+                    return None
+                return f"POST {path} answered HTTP {resp.status}"
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            return f"POST {path} failed: {type(exc).__name__}: {exc}"

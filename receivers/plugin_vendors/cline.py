@@ -1,0 +1,71 @@
+"""The ``cline`` receiver: Cline's subprocess hooks, through the shared shim, on ``127.0.0.1:8392``.
+
+Cline runs one hook file per event (``.cline/hooks/TaskStart``, ``PreToolUse``, ...; cline/cline
+``sdk/packages/core/src/hooks/hook-file-config.ts``) with the typed payload on stdin; each file
+runs ``aep-collector-hook cline``, which POSTs the payload here. Every payload names itself with
+``hookName``. Observe-only: no hook moment is answerable, the hello declares an empty
+``control.accepts``, and every reply is ``{}``, which carries none of the agent-mutating fields
+(``processors.mapping.cline.CONTROL_FIELDS``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.component import Factory, Kind
+from pipeline.host import Host
+from pipeline.model import Signal
+from processors.mapping import cline as mapping
+from receivers.held import HeldLoop
+from receivers.hook_http import Deliver, HookReceiverConfig, HookServer
+
+from .common import need_name, observe, unwrap
+
+AGENT = mapping.AGENT
+NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
+
+
+@dataclass
+class ClineConfig(HookReceiverConfig):
+    """Config of the ``cline`` receiver."""
+
+    endpoint: str = "127.0.0.1:8392"
+
+
+class ClineSurface:
+    """Cline's side of the shared hook server: deliver, reply ``{}``."""
+
+    agent = AGENT
+
+    def __init__(self, config: ClineConfig, component: str = "receiver/cline") -> None:
+        self.config = config
+        self.loop = HeldLoop(AGENT, component, 1.0)  # never holds; it only declares the empty control block
+
+    async def on_start(self, host: Host, server: HookServer) -> None:
+        assert server.deliver is not None
+        self.loop.bind(host, server.deliver, [], server.consumer)
+
+    def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
+        body, given = unwrap(payload, request)
+        own = body.get("hookName")
+        name = own if isinstance(own, str) and own else given
+        return Signal(agent=AGENT, name=need_name(name, "hookName"), payload=body)
+
+    def neutral(self, signal: Signal | None) -> Any:
+        return NEUTRAL_REPLY
+
+    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+        return await observe(signal, deliver, NEUTRAL_REPLY)
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="cline",
+    config_class=ClineConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, ClineSurface(cfg, f"receiver/{settings.id}")),
+    description="Cline subprocess hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8392; observe-only",
+)

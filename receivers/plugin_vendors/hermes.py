@@ -1,0 +1,86 @@
+"""The ``hermes`` receiver: Hermes Agent shell hooks, through the shared shim, on ``127.0.0.1:8393``.
+
+Hermes runs each ``hooks:`` entry of ``~/.hermes/config.yaml`` with the stdin envelope
+``{hook_event_name, tool_name, tool_input, session_id, cwd, extra}`` (NousResearch/hermes-agent
+``agent/shell_hooks.py``); the entry's command is ``aep-collector-hook hermes``, which POSTs it
+here. ``{}`` proceeds untouched on every hook.
+
+Observe-only by default. With ``control: true`` (``AEP_HERMES_CONTROL=1`` in the default config)
+a ``pre_tool_call`` whose tool matches ``gate_tools`` is held as an Allow/Deny request; a deny is
+the vendor's block directive ``{"action": "block", "message": ...}``, an allow is ``{}`` (the call
+goes on into Hermes' own approval gate), a timeout or a hung-up shim is ``{}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.component import Factory, Kind
+from pipeline.host import Host
+from pipeline.model import Signal
+from processors.mapping import hermes as mapping
+from processors.mapping.common import get_dict, get_str
+from receivers.hook_http import Deliver, HookServer
+
+from .common import need_name, observe, sweep, unwrap
+from .gate import GateConfig, ToolGate
+
+AGENT = mapping.AGENT
+NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
+
+
+@dataclass
+class HermesConfig(GateConfig):
+    """Config of the ``hermes`` receiver (``control``, ``gate_tools``, ``attention_timeout``: the gate)."""
+
+    endpoint: str = "127.0.0.1:8393"
+
+
+class HermesSurface:
+    """Hermes' side of the shared hook server, with the opt-in operator-deny gate."""
+
+    agent = AGENT
+
+    def __init__(self, config: HermesConfig, component: str = "receiver/hermes") -> None:
+        self.config = config
+        self.gate = ToolGate(AGENT, component, config, mapping.GATE_OPTIONS)
+
+    async def on_start(self, host: Host, server: HookServer) -> None:
+        self.gate.bind(host, server)
+
+    def health_extra(self) -> dict[str, Any]:
+        return self.gate.health()
+
+    def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
+        body, given = unwrap(payload, request)
+        own = body.get("hook_event_name")
+        name = own if isinstance(own, str) and own else given
+        return Signal(agent=AGENT, name=need_name(name, "hook_event_name"), payload=body)
+
+    def neutral(self, signal: Signal | None) -> Any:
+        return NEUTRAL_REPLY
+
+    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+        p = signal.payload
+        if signal.name == "pre_tool_call" and self.gate.gates(p.get("tool_name")):
+            applied = await self.gate.decide(signal, mapping.gate_key(get_str(get_dict(p, "extra"), "tool_call_id")))
+            if applied is not None and applied.option == "deny":
+                return mapping.deny_reply(applied.text)  # the block directive; message never empty
+            return NEUTRAL_REPLY
+        if signal.name == "on_session_finalize":
+            await sweep(self.gate.loop, get_str(p, "session_id"))
+        return await observe(signal, deliver, NEUTRAL_REPLY)
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="hermes",
+    config_class=HermesConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, HermesSurface(cfg, f"receiver/{settings.id}")),
+    description="Hermes Agent shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8393; "
+                "observe-only, opt-in operator-deny gate",
+)

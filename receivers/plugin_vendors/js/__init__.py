@@ -1,0 +1,1 @@
+"""Package data: the vendor-side JavaScript files (``aep-collector hooks VENDOR`` prints their paths)."""

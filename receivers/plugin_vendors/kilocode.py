@@ -1,0 +1,52 @@
+"""The ``kilocode`` receiver: the Kilo Code plugin's moments on ``127.0.0.1:8391``.
+
+``js/kilocode-plugin.js`` (a ``{ server }`` module in the config's ``plugin`` array) forwards bus
+events, ``tool.execute.before/after`` and, on Kilo <=7.4.5, the hold-open ``permission.ask``.
+Kilo >=7.4.6 asks on the bus instead (``permission.asked``, ``question.asked``); with
+``reply_routes`` on, an operator's answer is POSTed to Kilo's own server (see
+``receivers.plugin_vendors.bus``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.component import Factory, Kind
+from processors.mapping import kilocode as mapping
+from receivers.hook_http import HookReceiverConfig, HookServer
+
+from .bus import BusSurface
+
+AGENT = mapping.AGENT
+
+
+@dataclass
+class KiloCodeConfig(HookReceiverConfig):
+    """Config of the ``kilocode`` receiver."""
+
+    endpoint: str = "127.0.0.1:8391"
+    attention_timeout: float = 55.0
+    """Seconds a held ask waits for an operator (the plugin's own hold bound is above it)."""
+    reply_routes: bool = True
+    """Answer >=7.4.6 bus asks over Kilo's server routes (``POST /session/{id}/permissions/{id}``,
+    ``POST /question/{id}/reply``) at the loopback ``serverUrl`` the plugin forwards."""
+    reply_route_timeout: float = 5.0
+    """Seconds one such POST may take."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.attention_timeout <= 0:
+            raise ValueError("attention_timeout must be positive")
+        if self.reply_route_timeout <= 0:
+            raise ValueError("reply_route_timeout must be positive")
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="kilocode",
+    config_class=KiloCodeConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, BusSurface(mapping, cfg, f"receiver/{settings.id}")),
+    description="Kilo Code plugin (js/kilocode-plugin.js) on 127.0.0.1:8391; held permission.ask and "
+                "reply-route answers for an operator",
+)

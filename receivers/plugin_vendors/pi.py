@@ -1,0 +1,97 @@
+"""The ``pi`` receiver: the pi extension's forwarded bus events on ``127.0.0.1:8396``.
+
+``js/pi-extension.js`` (a factory ``(pi) => { pi.on(...) }``, loaded by explicit path) POSTs each
+moment as ``{session: {id, file, cwd}, event: {type, ...}}``; ``event.type`` names it.
+Observe-only by non-subscription: by default the extension registers no interception handler
+and every reply is empty (the handler returns ``undefined``).
+
+The opt-in gate needs both halves: the extension registers ``tool_call`` only with
+``AEP_PI_CONTROL=1`` in pi's environment, and this receiver holds a matched call only with
+``control: true``. A deny replies ``{"block": true, "reason": ...}``; allow, timeout and a
+hung-up extension reply nothing (the call proceeds). ``deltas: true`` lets stream updates
+(``message_update``, ``tool_execution_update``) through as ``x.pi.*`` debug events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.component import Factory, Kind
+from pipeline.host import Host
+from pipeline.model import Signal
+from processors.mapping import pi as mapping
+from processors.mapping.common import get_dict, get_str
+from receivers.hook_http import Deliver, HookServer
+
+from .common import need_name, observe, sweep, switch, unwrap
+from .gate import GateConfig, ToolGate
+
+AGENT = mapping.AGENT
+NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
+
+
+@dataclass
+class PiConfig(GateConfig):
+    """Config of the ``pi`` receiver (``control``, ``gate_tools``, ``attention_timeout``: the gate)."""
+
+    endpoint: str = "127.0.0.1:8396"
+    deltas: bool | str = False
+    """Map stream updates (``x.pi.message.delta``, ``x.pi.tool.update``); off by default (fixture pi)."""
+
+    def validate(self) -> None:
+        super().validate()
+        self.deltas = switch(self.deltas, "deltas")
+
+
+class PiSurface:
+    """pi's side of the shared hook server, with the opt-in ``tool_call`` gate."""
+
+    agent = AGENT
+
+    def __init__(self, config: PiConfig, component: str = "receiver/pi") -> None:
+        self.config = config
+        self.deltas = switch(config.deltas, "deltas")
+        self.gate = ToolGate(AGENT, component, config, mapping.GATE_OPTIONS)
+
+    async def on_start(self, host: Host, server: HookServer) -> None:
+        self.gate.bind(host, server)
+
+    def health_extra(self) -> dict[str, Any]:
+        return self.gate.health()
+
+    def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
+        body, given = unwrap(payload, request)
+        own = get_str(get_dict(body, "event"), "type")
+        signal = Signal(agent=AGENT, name=need_name(own or given, "event.type"), payload=body)
+        signal.attrs["deltas"] = self.deltas  # the mapping's stream-update switch, per receiver
+        return signal
+
+    def neutral(self, signal: Signal | None) -> Any:
+        return NEUTRAL_REPLY
+
+    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+        event = get_dict(signal.payload, "event")
+        if signal.name == "tool_call":
+            if self.gate.gates(get_str(event, "toolName")):
+                applied = await self.gate.decide(signal, mapping.gate_key(get_str(event, "toolCallId")))
+                if applied is not None and applied.option == "deny":
+                    return mapping.deny_reply(applied.text)  # {block: true, reason}
+            else:
+                await deliver([signal])  # maps to nothing: tool_execution_start already said it
+            return NEUTRAL_REPLY
+        if signal.name == "session_shutdown":
+            await sweep(self.gate.loop, get_str(get_dict(signal.payload, "session"), "id"))
+        return await observe(signal, deliver, NEUTRAL_REPLY)
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="pi",
+    config_class=PiConfig,
+    create=lambda settings, cfg, next_consumer: HookServer(
+        settings, cfg, next_consumer, PiSurface(cfg, f"receiver/{settings.id}")),
+    description="pi extension events (POST /hook) on 127.0.0.1:8396; observe-only, opt-in tool_call gate",
+)

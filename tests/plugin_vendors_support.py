@@ -1,0 +1,128 @@
+"""Shared helpers of the tests/test_plugin_vendors_*.py files: a running collector, posts, the JSONL, Node."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aep_sdk.control import ControlSender
+
+from tests.helpers import ROOT, base_config, read_jsonl
+
+VENDORS = ("opencode", "kilocode", "cline", "hermes", "pi")
+AGENTS = {"opencode": "opencode", "kilocode": "kilocode", "cline": "cline", "hermes": "hermes", "pi": "pi"}
+FIXTURES = {"opencode": "mappings/opencode.json", "kilocode": "mappings/kilocode.json",
+            "cline": "mappings/cline.json", "hermes": "mappings/hermes.json", "pi": "mappings/pi.json"}
+JS = ROOT / "receivers" / "plugin_vendors" / "js"
+DRIVER = ROOT / "tests" / "js" / "drive.mjs"
+NODE = shutil.which("node")
+BUILDER = ControlSender(lambda _c: None, agent="operator", host="ops")
+
+
+def receivers(**overrides: dict[str, Any]) -> dict[str, Any]:
+    """Every receiver of this issue on a free loopback port, with per-vendor overrides."""
+    return {v: {"endpoint": "127.0.0.1:0", **overrides.get(v, {})} for v in VENDORS}
+
+
+def config(tmp_path: Path, extra_exporters: dict[str, Any] | None = None, **overrides: dict[str, Any]) -> dict[str, Any]:
+    return base_config(tmp_path, receivers=receivers(**overrides), extra_exporters=extra_exporters)
+
+
+def project(event: dict[str, Any], with_step: bool = True) -> dict[str, Any]:
+    """What the mapping fixtures compare: ``{type, data, subject?, step?}``."""
+    out = {"type": event["type"], "data": event.get("data", {})}
+    if "subject" in event:
+        out["subject"] = event["subject"]
+    if with_step and "step" in event:
+        out["step"] = event["step"]
+    return out
+
+
+def strip(expected: Any) -> Any:
+    if isinstance(expected, dict):
+        return {k: strip(v) for k, v in expected.items() if k != "$comment"}
+    if isinstance(expected, list):
+        return [strip(v) for v in expected]
+    return copy.deepcopy(expected)
+
+
+def respond(subject: str, session: str, **answer: Any) -> dict[str, Any]:
+    return BUILDER.build("control.attention.respond", session, subject=subject, data={"answer": answer})
+
+
+class Env:
+    """A running in-process collector with this issue's receivers."""
+
+    def __init__(self, service: Any, tmp_path: Path) -> None:
+        self.service, self.tmp_path = service, tmp_path
+        self.router = service.host.control
+
+    def port(self, vendor: str) -> int:
+        return self.service.receivers[vendor].port
+
+    def url(self, vendor: str, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port(vendor)}{path}"
+
+    async def post(self, vendor: str, body: Any, params: dict[str, str] | None = None,
+                   headers: dict[str, str] | None = None, path: str = "/hook") -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as s, s.post(self.url(vendor, path), json=body, params=params,
+                                                         headers=headers) as r:
+            raw = await r.read()
+            return r.status, json.loads(raw) if raw else None
+
+    async def get(self, vendor: str, path: str) -> Any:
+        async with aiohttp.ClientSession() as s, s.get(self.url(vendor, path)) as r:
+            return await r.json()
+
+    def events(self, agent: str) -> list[dict[str, Any]]:
+        """Every event of ``agent`` in the JSONL files, file by file, each file in emission order."""
+        root = self.tmp_path / "logs" / agent
+        out: list[dict[str, Any]] = []
+        for path in sorted(root.glob("*.jsonl")) if root.exists() else []:
+            out.extend(read_jsonl(path))
+        return out
+
+    def session(self, agent: str, session: str) -> list[dict[str, Any]]:
+        path = self.tmp_path / "logs" / agent / f"{session}.jsonl"
+        return read_jsonl(path) if path.exists() else []
+
+    def since(self, agent: str, seen: set[str]) -> list[dict[str, Any]]:
+        return [e for e in self.events(agent) if e["id"] not in seen]
+
+    def ids(self, agent: str) -> set[str]:
+        return {e["id"] for e in self.events(agent)}
+
+    async def held(self, n: int = 1) -> list[str]:
+        """Ids of the held requests once ``n`` are pending (bounded polling)."""
+        for _ in range(1000):
+            if len(self.router.holds) >= n:
+                return list(self.router.holds)
+            await asyncio.sleep(0.01)
+        raise AssertionError("no held request appeared")
+
+
+async def node(plugin: str, scenario: dict[str, Any], env: dict[str, str] | None = None,
+               bound: float = 60.0) -> dict[str, Any]:
+    """Run the Node driver on ``js/<plugin>`` with ``scenario``; its JSON report."""
+    assert NODE is not None
+    proc = await asyncio.create_subprocess_exec(
+        NODE, str(DRIVER), str(JS / plugin), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env or {})})
+    out, err = await asyncio.wait_for(proc.communicate(json.dumps(scenario).encode()), bound)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

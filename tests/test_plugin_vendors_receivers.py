@@ -1,0 +1,142 @@
+"""The five receivers' HTTP contract: ports, naming, refusals, healthz, declared control, config keys."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from pipeline.config import ConfigError, parse
+from pipeline.control import RESPOND
+from pipeline.registry import build_registry
+from processors.mapping import cline as cline_mapping
+from receivers.plugin_vendors import FACTORIES
+from receivers.plugin_vendors.bus import loopback_url
+from receivers.plugin_vendors.common import switch
+from tests.conftest import corpus
+from tests.helpers import running
+from tests.plugin_vendors_support import VENDORS, Env, config
+
+PORTS = {"opencode": 8390, "kilocode": 8391, "cline": 8392, "hermes": 8393, "pi": 8396}
+NAMELESS = {  # a payload that does not name its moment, per vendor
+    "opencode": {"input": {"tool": "bash", "sessionID": "s1", "callID": "c1"}, "output": {"args": {"x": 1}}},
+    "kilocode": {"input": {"tool": "bash", "sessionID": "s1", "callID": "c1"}, "output": {"args": {"x": 1}}},
+    "cline": {"taskId": "t1", "tool_call": {"id": "c1", "name": "read_file", "input": {"x": 1}}, "iteration": 1},
+    "hermes": {"tool_name": "terminal", "tool_input": {"x": 1}, "session_id": "s1", "extra": {"tool_call_id": "c1"}},
+    "pi": {"session": {"id": "s1"}, "event": {"toolCallId": "c1", "toolName": "bash", "args": {"x": 1}}},
+}
+NAMES = {"opencode": "tool.execute.before", "kilocode": "tool.execute.before", "cline": "tool_call",
+         "hermes": "pre_tool_call", "pi": "tool_execution_start"}
+NEUTRAL = {"opencode": {}, "kilocode": {}, "cline": {}, "hermes": {}, "pi": None}
+
+
+@pytest.fixture
+async def env(tmp_path):
+    async with running(config(tmp_path)) as service:
+        yield Env(service, tmp_path)
+
+
+def test_factories_are_registered_with_the_reference_ports() -> None:
+    registry, problems = build_registry(load_plugins=False)
+    assert problems == []
+    for factory in FACTORIES:
+        assert registry.get(factory.kind, factory.type) is factory
+        assert factory.default_config().endpoint == f"127.0.0.1:{PORTS[factory.type]}"
+    assert sorted(f.type for f in FACTORIES) == sorted(VENDORS)
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+@pytest.mark.parametrize("how", ["query", "hook-query", "wrapper"])
+async def test_a_nameless_payload_can_be_named(env: Env, vendor: str, how: str) -> None:
+    body: Any = copy.deepcopy(NAMELESS[vendor])
+    params = None
+    if how == "query":
+        params = {"name": NAMES[vendor]}
+    elif how == "hook-query":
+        params = {"hook": NAMES[vendor]}
+    else:
+        body = {"name": NAMES[vendor], "payload": body}
+    assert await env.post(vendor, body, params=params) == (200, NEUTRAL[vendor])
+    (event,) = env.events(vendor)
+    assert event["type"] == "tool.requested" and event["data"]["tool"]["call_id"] == "c1"
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+async def test_an_unnamed_moment_is_refused_with_the_way_to_name_it(env: Env, vendor: str) -> None:
+    status, body = await env.post(vendor, NAMELESS[vendor])
+    assert status == 400 and body["error"] == "invalid-payload"
+    assert "?name=" in body["detail"] and env.events(vendor) == []
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+async def test_root_path_takes_hooks_and_errors_are_json(env: Env, vendor: str) -> None:
+    assert await env.post(vendor, NAMELESS[vendor], params={"name": NAMES[vendor]}, path="/") == (200, NEUTRAL[vendor])
+    status, body = await env.post(vendor, {"x": 1}, path="/nope")
+    assert status == 404 and body["error"] == "not-found"
+    status, body = await env.post(vendor, [1, 2])
+    assert status == 400 and body["error"] == "invalid-payload"
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+async def test_healthz_and_the_declared_control_block(env: Env, vendor: str) -> None:
+    health = await env.get(vendor, "/healthz")
+    assert health["ok"] is True and health["relay"] is False
+    if vendor in ("hermes", "pi"):
+        assert health["control"] is False  # the gate is off by default
+    else:
+        assert "control" not in health
+    declared = env.router.accepts(vendor)
+    assert declared == ([RESPOND] if vendor in ("opencode", "kilocode") else [])
+
+
+@pytest.mark.parametrize("vendor", ["hermes", "pi"])
+async def test_gate_on_is_declared_and_reported(tmp_path, vendor: str) -> None:
+    async with running(config(tmp_path, **{vendor: {"control": True}})) as service:
+        e = Env(service, tmp_path)
+        assert (await e.get(vendor, "/healthz"))["control"] is True
+        assert e.router.accepts(vendor) == [RESPOND]
+
+
+async def test_cline_replies_never_carry_agent_mutating_fields(env: Env) -> None:
+    for name, case in corpus("mappings/cline.json")["hooks"].items():
+        status, reply = await env.post("cline", case["input"])
+        assert status == 200 and isinstance(reply, dict), name
+        assert not (set(reply) & cline_mapping.CONTROL_FIELDS), name
+
+
+def test_config_keys_defaults_and_refusals() -> None:
+    registry, _ = build_registry(load_plugins=False)
+
+    def receiver(rtype: str, raw: dict[str, Any]) -> Any:
+        cfg = parse({"receivers": {rtype: raw}, "exporters": {"jsonl": {"directory": "/tmp/x"}},
+                     "service": {"pipelines": {"p": {"receivers": [rtype], "exporters": ["jsonl"]}}}},
+                    registry, "t.yaml")
+        return cfg.receivers[rtype][1]
+
+    assert receiver("hermes", {}).control is False and receiver("hermes", {}).gate_tools == ".*"
+    assert receiver("hermes", {"control": "1"}).control is True
+    assert receiver("pi", {"control": "off", "deltas": "yes"}).deltas is True
+    assert receiver("kilocode", {}).reply_routes is True and receiver("kilocode", {}).attention_timeout == 55.0
+    for rtype, raw, needle in [("hermes", {"control": "maybe"}, "control"), ("pi", {"gate_tools": "("}, "gate_tools"),
+                               ("opencode", {"attention_timeout": 0}, "attention_timeout"),
+                               ("kilocode", {"reply_route_timeout": -1}, "reply_route_timeout"),
+                               ("cline", {"control": True}, "unknown key")]:
+        with pytest.raises(ConfigError, match=needle):
+            receiver(rtype, raw)
+
+
+@pytest.mark.parametrize(("value", "want"), [(True, True), (False, False), ("1", True), ("TRUE", True), (" on ", True),
+                                             ("0", False), ("", False), ("no", False)])
+def test_switch_words(value: Any, want: bool) -> None:
+    assert switch(value, "k") is want
+
+
+@pytest.mark.parametrize(("url", "want"), [
+    ("http://127.0.0.1:4096", "http://127.0.0.1:4096"), ("http://localhost:4096/", "http://localhost:4096"),
+    ("http://[::1]:4096", "http://[::1]:4096"), ("https://127.0.0.2:1/base/", "https://127.0.0.2:1/base"),
+    ("http://10.0.0.5:4096", None), ("http://example.com", None), ("file:///etc/passwd", None), ("", None),
+    ("not a url", None), (None, None),
+])
+def test_answers_only_go_to_a_loopback_vendor_server(url: Any, want: str | None) -> None:
+    assert loopback_url(url) == want
