@@ -57,6 +57,25 @@ class TelemetryConfig:
 
 
 @dataclass
+class LimitsConfig:
+    """``service.limits``: the collector-wide bounds (per-component bounds live in their configs)."""
+
+    max_sessions: int = 100_000
+    """Sessions whose seq counter stays in memory; beyond it the least recently used is released
+    (it resumes above its last seq if it comes back)."""
+    max_held_requests: int = 1_000
+    """Attention requests held open for an operator at once; beyond it a request is not held
+    (the agent gets its neutral reply at once and the request says ``respond_via: ["oob"]``)."""
+    max_remembered_commands: int = 10_000
+    """Command ids remembered for dedupe and byte-identical re-acks (oldest forgotten first)."""
+
+    def validate(self) -> None:
+        for name in ("max_sessions", "max_held_requests", "max_remembered_commands"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+
+@dataclass
 class ServiceConfig:
     """A validated config: typed component configs plus the pipeline wiring."""
 
@@ -67,6 +86,7 @@ class ServiceConfig:
     pipelines: dict[str, PipelineSpec] = field(default_factory=dict)
     state_dir: Path = field(default_factory=lambda: Path("~/.aep").expanduser())
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     warnings: list[str] = field(default_factory=list)
 
     def components(self, kind: Kind) -> dict[str, tuple[Factory, Any]]:
@@ -263,8 +283,10 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
     if not isinstance(service, dict):
         raise ConfigError(file, "service", "missing: the config needs service.pipelines")
     for key in service:
-        if key not in ("pipelines", "state_dir", "telemetry"):
-            raise ConfigError(file, f"service.{key}", "unknown key (known keys: pipelines, state_dir, telemetry)")
+        if key not in ("pipelines", "state_dir", "telemetry", "limits"):
+            raise ConfigError(file, f"service.{key}",
+                              "unknown key (known keys: pipelines, state_dir, telemetry, limits)")
+    cfg.limits = build_dataclass(LimitsConfig, service.get("limits"), file, "service.limits")
     if "state_dir" in service:
         cfg.state_dir = Path(coerce(str, service["state_dir"], file, "service.state_dir")).expanduser()
     tel = service.get("telemetry") or {}

@@ -131,6 +131,15 @@ class ControlRouter:
 
     # -- holds ------------------------------------------------------------------------------------
 
+    def can_hold(self) -> bool:
+        """Room for one more held request (checked before the request is emitted, so its
+        ``respond_via`` never promises an answer path the bound then refuses)."""
+        if len(self.holds) < self.max_holds:
+            return True
+        self.health.count("control", "refused")
+        self.health.fail("control", "holds-full", f"{self.max_holds} held requests pending; not holding more")
+        return False
+
     def open(self, agent: str, session: str, lanes: list[tuple[Any, Event]], validate: Validator,
              key: str | None = None) -> Hold | None:
         """Register a held request; ``None`` when the bound on pending holds is reached (do not hold)."""

@@ -24,7 +24,7 @@ class Service:
         self.config = config
         self.health = Health()
         self.host = Host(health=self.health, state_dir=config.state_dir)
-        self.stamper = Stamper(config.state_dir, host_name)
+        self.stamper = Stamper(config.state_dir, host_name, max_sessions=config.limits.max_sessions)
         self.exporters: dict[str, Any] = {}
         self.processors: dict[tuple[str, str], Any] = {}
         self.receivers: dict[str, Any] = {}
@@ -40,7 +40,8 @@ class Service:
         instance feeding every pipeline that lists it."""
         from .control import ControlRouter  # the router is the pipeline's, not any component's
 
-        self.host.control = ControlRouter(self.health)
+        self.host.control = ControlRouter(self.health, max_decisions=self.config.limits.max_remembered_commands,
+                                          max_holds=self.config.limits.max_held_requests)
         cfg = self.config
         used_exporters = {e for p in cfg.pipelines.values() for e in p.exporters}
         for cid, (factory, ccfg) in cfg.exporters.items():

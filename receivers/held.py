@@ -98,7 +98,7 @@ class HeldLoop:
 
     async def request(self, signal: Signal, validate: Validator, key: str | None = None) -> Hold | None:
         """Deliver ``signal``; if it became an attention request and a route is live, hold it."""
-        live = self.live()
+        live = self.live() and self.router is not None and self.router.can_hold()
         # AEP-0008 respond_via is authoritative: without a route only the agent's own UI can answer.
         signal.attrs["respond_via"] = ["control"] if live else ["oob"]
         lanes = await self.deliver.lanes([signal])

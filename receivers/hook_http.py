@@ -37,8 +37,12 @@ class HookReceiverConfig:
     """Larger request bodies are refused with 413."""
     reply_timeout: float = 5.0
     """Seconds the pipeline may take before the vendor gets its neutral reply anyway."""
+    max_concurrent_requests: int = 512
+    """Hook requests in flight at once (held ones included); beyond it a request gets 503 at once."""
 
     def validate(self) -> None:
+        if self.max_concurrent_requests < 1:
+            raise ValueError("max_concurrent_requests must be at least 1")
         parse_endpoint(self.endpoint, path="endpoint")
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be positive")
@@ -203,6 +207,13 @@ class HookServer:
         return json_response(body)
 
     async def _hook(self, request: web.Request) -> web.Response:
+        if len(self.inflight) >= self.config.max_concurrent_requests:
+            # Explicit, counted and visible: never an unbounded pile of waiting agents.
+            self.health.count(self.id, "refused")
+            self.health.fail(self.id, "overloaded",
+                             f"over {self.config.max_concurrent_requests} hook requests in flight")
+            return json_response({"error": "busy", "detail": f"over {self.config.max_concurrent_requests} "
+                                  "hook requests in flight; try again"}, 503)
         task = asyncio.current_task()
         if task is not None:
             self.inflight.add(task)
@@ -211,6 +222,8 @@ class HookServer:
         finally:
             if task is not None:
                 self.inflight.discard(task)
+            if not self.inflight:
+                self.health.recover(self.id, "overloaded")
 
     async def _hook_inner(self, request: web.Request) -> web.Response:
         try:

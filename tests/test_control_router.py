@@ -340,3 +340,61 @@ async def test_a_form_times_out_whole(env):
     assert await asyncio.wait_for(env.post(ASK), 10) == (200, {})
     assert [e["type"] for e in env.jsonl()].count("attention.timeout") == 1
     assert "attention.answered" not in env.types()
+
+
+async def test_the_held_request_bound_is_explicit_and_honest(tmp_path, registry):
+    cfg = base_config(tmp_path)
+    cfg["service"]["limits"] = {"max_held_requests": 1}
+    async with running(cfg, registry) as service:
+        e = Env(service, tmp_path, [])
+        e.router.set_route("claude-code", True)
+        first = asyncio.create_task(e.post(permission("toolu_a")))
+        (rid,) = await e.held()
+        # The bound is reached: the next request is not held, and says so in respond_via.
+        assert await asyncio.wait_for(e.post(permission("toolu_b")), 5) == (200, {})
+        reqs = [ev for ev in e.jsonl() if ev["type"] == "attention.requested"]
+        assert [r["data"]["respond_via"] for r in reqs] == [["control"], ["oob"]]
+        assert "holds-full" in service.health.snapshot()["problems"]["control"]
+        await e.router.submit(respond(rid, option="allow"), "claude-code")
+        assert (await asyncio.wait_for(first, 10))[1]["hookSpecificOutput"]["decision"]["behavior"] == "allow"
+        assert "control" not in service.health.snapshot().get("problems", {})
+
+
+async def test_the_concurrent_request_bound_answers_503(tmp_path, registry):
+    cfg = base_config(tmp_path)
+    cfg["receivers"]["claude_code"]["max_concurrent_requests"] = 1
+    async with running(cfg, registry) as service:
+        e = Env(service, tmp_path, [])
+        e.router.set_route("claude-code", True)
+        first = asyncio.create_task(e.post(permission("toolu_a")))
+        (rid,) = await e.held()
+        status, body = await e.post(permission("toolu_b"))
+        assert status == 503 and body["error"] == "busy"
+        assert "overloaded" in service.health.snapshot()["problems"]["receiver/claude_code"]
+        await e.router.submit(respond(rid, option="allow"), "claude-code")
+        await asyncio.wait_for(first, 10)
+        assert service.health.snapshot()["ok"] is True  # recovered once the load is gone
+
+
+async def test_a_flood_of_commands_grants_nothing_and_leaks_no_state(env):
+    task = asyncio.create_task(env.post(permission()))
+    (rid,) = await env.held()
+    # Unknown sessions, foreign subjects, undeclared types, garbage answers, replays: all refused.
+    junk = [respond(rid, option="allow") | {"session": "someone-else"} for _ in range(50)]
+    junk += [respond(f"01FAKE{i:020d}", option="allow") for i in range(50)]
+    junk += [cmd("control.cancel", data={"scope": "run"}) for _ in range(50)]
+    junk += [cmd("control.attention.respond", rid, {"answer": "allow"}) for _ in range(50)]
+    junk += [respond(rid, option="sure") for _ in range(50)]
+    for c in junk:
+        await env.router.submit(c, "claude-code")
+    for c in junk[:20]:
+        await env.router.submit(c, "claude-code")  # replays get their recorded nack, nothing more
+    assert not task.done() and list(env.router.holds) == [rid]
+    other = read_jsonl(env.tmp_path / "logs" / "claude-code" / "someone-else.jsonl")
+    rejected = [e for e in env.jsonl() + other if e["type"] == "control.rejected"]
+    assert len(rejected) == len(junk)  # one decision each, replays not re-recorded in history
+    assert {e["session"] for e in other} == {"someone-else"}  # each nack on its command's own lane
+    assert not [e for e in env.jsonl() if e["type"] in ("control.accepted", "attention.answered")]
+    await env.router.submit(respond(rid, option="deny"), "claude-code")
+    assert (await asyncio.wait_for(task, 10))[1]["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+    assert env.router.holds == {} and len(env.router.decisions) == len(junk) + 1
