@@ -126,8 +126,10 @@ class BusSurface:
             return await self._held_ask(signal, get_dict(moment, "permission"))
         event = get_dict(moment, "event")
         bus_type = event.get("type")
-        if self.routes and bus_type in ("permission.asked", "question.asked"):
-            return await self._route_card(signal, event, session, deliver)
+        if bus_type in ("permission.asked", "question.asked"):
+            if self.routes:
+                return await self._route_card(signal, event, session, deliver)
+            signal.attrs["respond_via"] = ["oob"]  # AEP-0008: nothing here can deliver an answer
         if bus_type in _SETTLES:
             props = get_dict(event, "properties")
             vendor_id = get_str(props, "permissionID") or get_str(props, "requestID")
