@@ -9,11 +9,12 @@ stdin) it prints the vendor's neutral reply instead, and it always exits 0: a ho
 break the agent it observes (reference stack §0.1 "fail-open").
 
 It is started once per hook firing, so it imports nothing but the C socket module: no
-``socket.py`` (enum, selectors), no ``http.client`` (email, ssl), no ``json`` (re), nothing from
-this project. ``python -X importtime -m pipeline.shim`` shows what it costs; ``bench/bench_shim.py``
-measures it against a bare interpreter. Because of that it checks a reply's framing (status,
-``Content-Type``, ``Content-Length``, the braces of a JSON object) rather than parsing it: the
-receiver, which wrote it, already did.
+``socket.py`` (enum, selectors), no ``http.client`` (email, ssl), no ``json`` (re), no ``os``,
+nothing from this project. ``python -X importtime -m pipeline.shim`` shows what it costs;
+``bench/bench_shim.py`` measures it against a bare interpreter (the registration blocks start it
+as ``python -S -I -c "import pipeline.shim ..."``: no site, cached bytecode). Because of that it
+checks a reply's framing (status, ``Content-Type``, ``Content-Length``, the braces of a JSON
+object) rather than parsing it: the receiver, which wrote it, already did.
 
 Receiver address: the vendor's reference port on 127.0.0.1, overridden by ``--url`` or by the
 environment variable ``AEP_<VENDOR>_URL`` (``AEP_CODEX_URL``, ``AEP_GEMINI_CLI_URL``,
@@ -25,6 +26,8 @@ Waiting: a hook the receiver may hold for an operator (``held`` below) waits up 
 default hold window plus a margin; every other hook waits ``SHORT_WAIT`` (the receiver replies
 neutrally itself after its ``reply_timeout``, 5 s by default). ``--wait`` overrides both; the
 registration blocks ``aep-collector hooks VENDOR`` prints pass it, computed from the config.
+
+``AEP_HOOK_DEBUG=1`` writes the reason for a neutral reply to stderr (stdout stays the vendor's).
 """
 
 import sys
@@ -121,8 +124,10 @@ def exchange(host: str, port: int, target: str, body: bytes, wait: float) -> byt
     head = (f"POST {target} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode("latin-1")
     try:
-        infos = _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM)
-    except OSError as exc:
+        # A bytes host: a str one is run through the "idna" codec, whose import (re, stringprep,
+        # unicodedata) alone costs more than the rest of the shim.
+        infos = _socket.getaddrinfo(host.encode("ascii"), port, 0, _socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
         raise Failed(f"cannot resolve {host}: {exc}") from None
     sock = None
     for family, kind, proto, _name, addr in infos:
@@ -272,7 +277,19 @@ def _args(argv: "list[str]") -> "tuple[str, str | None, str | None, float | None
     return positional[0], positional[1] if len(positional) > 1 else None, url, wait
 
 
-def run(argv: "list[str]", environ: "dict[str, str] | None" = None) -> bytes:
+def getenv(name: str) -> "str | None":
+    """An environment variable, read without importing ``os`` (its import is most of the shim's own cost)."""
+    try:
+        import posix  # built in and already loaded: the source os.environ is copied from
+    except ImportError:  # pragma: no cover - Windows
+        import os
+
+        return os.environ.get(name)
+    value = posix.environ.get(name.encode())
+    return None if value is None else value.decode("utf-8", "surrogateescape")
+
+
+def run(argv: "list[str]") -> bytes:
     """Everything but the printing: the bytes the vendor should see on stdout."""
     vendor = event = None
     try:
@@ -288,11 +305,7 @@ def run(argv: "list[str]", environ: "dict[str, str] | None" = None) -> bytes:
         if vendor.needs_event and not event:
             raise Failed("this vendor's payloads do not name their hook: pass EVENT")
         if url is None:
-            if environ is None:
-                import os  # only on this path: 1-2 ms that the measured path does not pay twice
-
-                environ = os.environ  # type: ignore[assignment]
-            url = environ.get(env_name(name.lower().replace("_", "-")))  # type: ignore[union-attr]
+            url = getenv(env_name(name.lower().replace("_", "-")))
         host, port, path = parse_url(url) if url else ("127.0.0.1", vendor.port, "/hook")
         target = path + ("&" if "?" in path else "?") + "hook=" + _quote(event) if event else path
         if wait is None:
@@ -306,17 +319,9 @@ def run(argv: "list[str]", environ: "dict[str, str] | None" = None) -> bytes:
                 return pinned  # the byte-exact form the vendor pins
         return reply
     except Exception as exc:  # fail open, whatever it was
-        if _debug(environ):
+        if getenv("AEP_HOOK_DEBUG"):
             sys.stderr.write(f"aep-collector-hook: {exc}; replying neutral\n")
         return neutral(vendor, event)
-
-
-def _debug(environ: "dict[str, str] | None") -> bool:
-    if environ is None:
-        import os
-
-        environ = os.environ  # type: ignore[assignment]
-    return bool(environ.get("AEP_HOOK_DEBUG"))  # type: ignore[union-attr]
 
 
 def main(argv: "list[str] | None" = None) -> int:

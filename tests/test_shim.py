@@ -6,6 +6,7 @@ live receiver, a scripted HTTP server, or a closed port.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -117,22 +118,28 @@ def test_adding_a_vendor_is_one_line() -> None:
 
 # --- what it imports --------------------------------------------------------------------------------
 
-PROBE = ("import sys; before = set(sys.modules); import {target}; after = sorted(set(sys.modules) - before); "
-         "import json; print(json.dumps(after))")
-
-
-@pytest.mark.parametrize("flags", [[], ["-S", "-I"]], ids=["site", "isolated"])
+@pytest.mark.parametrize("flags", [[], ["-S", "-I"]], ids=["site", "registered"])
 def test_importing_the_shim_loads_nothing_heavy(flags: list[str]) -> None:
-    if flags:  # run as the registration blocks do: the file, without site, importing itself by path
-        code = ("import sys, importlib.util as u; before = set(sys.modules); "
-                f"s = u.spec_from_file_location('shim', {str(Path(shim.__file__))!r}); m = u.module_from_spec(s); "
-                "s.loader.exec_module(m); after = sorted(set(sys.modules) - before); import json; "
-                "print(json.dumps(after))")
-    else:
-        code = PROBE.format(target="pipeline.shim")
+    # "registered" is how the registration blocks start it: no site, no environment, the root on sys.path.
+    root = json.dumps(str(ROOT))
+    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import pipeline.shim; "
+            "after = sorted(set(sys.modules) - before); import json; print(json.dumps(after))")
     out = subprocess.run([sys.executable, *flags, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout))
-    assert loaded <= {"pipeline", "pipeline.shim", "shim", "_socket"}, loaded
+    assert loaded <= {"pipeline", "pipeline.shim", "_socket"}, loaded
+
+
+def test_a_whole_invocation_loads_nothing_heavy_either() -> None:
+    # Reading stdin, the env lookup, resolving, a refused connect and the debug check included.
+    root = json.dumps(str(ROOT))
+    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import pipeline.shim as s; "
+            f"s.main(['codex', 'PermissionRequest', '--url', 'http://localhost:{closed_port()}']); "
+            "sys.stderr.write(repr(sorted(set(sys.modules) - before)))")
+    out = subprocess.run([sys.executable, "-S", "-I", "-c", code], input=PAYLOAD, capture_output=True, check=True,
+                         env={**os.environ, "AEP_HOOK_DEBUG": "1"})
+    assert out.stdout == b"{}"
+    loaded = set(ast.literal_eval(out.stderr.decode().rsplit("\n", 1)[-1]))
+    assert loaded <= {"pipeline", "pipeline.shim", "_socket"}, loaded
 
 
 # --- failure paths: every one prints the neutral reply and exits 0 ---------------------------------------

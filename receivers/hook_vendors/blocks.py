@@ -33,22 +33,31 @@ def _quote(parts: list[str]) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def shim_command(vendor: str, event: str | None = None, url: str | None = None,
-                 wait: float | None = None) -> str:
-    """The hook command: this interpreter running the shim as a file, ``-S -I`` (no site, no env).
+def shim_argv(vendor: str, event: str | None = None, url: str | None = None,
+              wait: float | None = None) -> list[str]:
+    """The hook command as argv: this interpreter, ``-S -I`` (no site, no environment), importing the shim.
 
-    The shim needs only the standard library, so it runs without the venv's site machinery,
-    the fastest way to start it (``bench/bench_shim.py``); absolute paths keep it independent of
-    the vendor's PATH. ``aep-collector-hook VENDOR [EVENT]`` is the same program as a console script.
+    The shim needs only the standard library, so it runs without the venv's site machinery; it
+    is imported (from its cached bytecode) rather than run as a file (compiled on every start),
+    the fastest way to start it (``bench/bench_shim.py``). Absolute paths keep it independent of
+    the vendor's PATH; ``aep-collector-hook VENDOR [EVENT]`` is the same program as a console script.
     """
-    parts = [sys.executable, "-S", "-I", str(Path(shim.__file__).resolve()), vendor]
+    root = str(Path(shim.__file__).resolve().parent.parent)
+    code = f"import sys;sys.path[:0]=[{json.dumps(root)}];import pipeline.shim as s;sys.exit(s.main())"
+    parts = [sys.executable, "-S", "-I", "-c", code, vendor]
     if event:
         parts.append(event)
     if url:
         parts += ["--url", url]
     if wait is not None:
         parts += ["--wait", f"{wait:g}"]
-    return _quote(parts)
+    return parts
+
+
+def shim_command(vendor: str, event: str | None = None, url: str | None = None,
+                 wait: float | None = None) -> str:
+    """``shim_argv`` as one command line for the vendor's shell."""
+    return _quote(shim_argv(vendor, event, url, wait))
 
 
 def toml_str(text: str) -> str:
