@@ -18,7 +18,8 @@ object) rather than parsing it: the receiver, which wrote it, already did.
 
 Receiver address: the vendor's reference port on 127.0.0.1, overridden by ``--url`` or by the
 environment variable ``AEP_<VENDOR>_URL`` (``AEP_CODEX_URL``, ``AEP_GEMINI_CLI_URL``,
-``AEP_QWEN_CODE_URL``, ``AEP_VSCODE_URL``, ``AEP_ANTIGRAVITY_URL``, ``AEP_KIMI_CODE_URL``), e.g.
+``AEP_QWEN_CODE_URL``, ``AEP_VSCODE_URL``, ``AEP_ANTIGRAVITY_URL``, ``AEP_KIMI_CODE_URL``,
+``AEP_CLINE_URL``, ``AEP_HERMES_URL``), e.g.
 ``http://127.0.0.1:9378`` (path ``/hook`` unless the URL names one). Only plain ``http`` to the
 local receiver is spoken.
 
@@ -77,6 +78,9 @@ VENDORS: "dict[str, Vendor]" = {
     "antigravity": Vendor(8395, by_event={"pretooluse": b'{"decision": ""}', "stop": b'{"decision": ""}'},
                           needs_event=True),
     "kimi-code": Vendor(8398, held=("PreToolUse",), wait=55.0),
+    # receivers/plugin_vendors: Cline observe-only, Hermes with its opt-in pre_tool_call gate.
+    "cline": Vendor(8392),
+    "hermes": Vendor(8393, held=("pre_tool_call",), wait=60.0),
 }
 
 

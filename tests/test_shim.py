@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib
 import json
 import os
 import socket
@@ -107,6 +108,20 @@ def test_parse_url(url: str, parsed: tuple[str, int, str]) -> None:
 def test_parse_url_refuses(url: str) -> None:
     with pytest.raises(shim.Failed):
         shim.parse_url(url)
+
+
+@pytest.mark.parametrize("vendor", ["cline", "hermes"])
+def test_the_plugin_vendors_entries_follow_their_mappings_and_receivers(vendor: str) -> None:
+    from pipeline.component import Kind
+
+    registry, _ = build_registry(load_plugins=False)
+    mapping = importlib.import_module(f"processors.mapping.{vendor}")
+    cfg = registry.get(Kind.RECEIVER, vendor).default_config()
+    v = shim.VENDORS[vendor]
+    assert v.neutral == json.dumps(mapping.NEUTRAL_REPLY).encode()
+    assert cfg.endpoint == f"127.0.0.1:{v.port}"
+    if v.held:
+        assert v.wait == cfg.attention_timeout + 5
 
 
 def test_adding_a_vendor_is_one_line() -> None:
