@@ -29,6 +29,17 @@ def _hook_vendor(module: str) -> Any:
     return render_block
 
 
+def _plugin_vendor(vendor: str) -> Any:
+    """A renderer for a plugin/shell-hook vendor: ``receivers.plugin_vendors.install``, imported lazily."""
+
+    def render_block(url: str | None, cfg: Any) -> str:
+        from receivers.plugin_vendors import install
+
+        return install.render(vendor, url, cfg)
+
+    return render_block
+
+
 # vendor name (as typed by users) -> (receiver type, renderer). Other vendors register here.
 RENDERERS: dict[str, tuple[str, Any]] = {
     "claude-code": ("claude_code", _claude_code),
@@ -38,6 +49,11 @@ RENDERERS: dict[str, tuple[str, Any]] = {
     "vscode": ("vscode", _hook_vendor("vscode")),
     "antigravity": ("antigravity", _hook_vendor("antigravity")),
     "kimi-code": ("kimi_code", _hook_vendor("kimi_code")),
+    "opencode": ("opencode", _plugin_vendor("opencode")),
+    "kilocode": ("kilocode", _plugin_vendor("kilocode")),
+    "cline": ("cline", _plugin_vendor("cline")),
+    "hermes": ("hermes", _plugin_vendor("hermes")),
+    "pi": ("pi", _plugin_vendor("pi")),
 }
 
 
