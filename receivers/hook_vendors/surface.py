@@ -17,6 +17,7 @@ Gemini CLI and Antigravity are observe-only: no control leg at all.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,7 +125,7 @@ def hold_wait(attention_timeout: float) -> float:
 
 def vendor_timeout(attention_timeout: float) -> int:
     """Seconds the vendor should allow a held hook: above the hold window and the shim's wait."""
-    return int(-(-attention_timeout // 1)) + HOLD_MARGIN
+    return math.ceil(attention_timeout) + HOLD_MARGIN
 
 
 class HookVendorSurface:
