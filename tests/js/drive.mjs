@@ -4,7 +4,8 @@
 //
 // scenario (OpenCode / Kilo Code plugin module):
 //   {"host": "plugin", "input": {PluginInput fields}, "options": {...}, "steps": [{"hook": NAME, "args": [...]}]}
-//   `default.server(input, options)` builds the hooks; each step awaits `hooks[NAME](...args)`.
+//   `default.server(input, options)` builds the hooks; each step awaits `hooks[NAME](...args)`
+//   (a step's "cycle": [i, key] first makes args[i][key] contain itself).
 // scenario (pi extension factory):
 //   {"host": "pi", "steps": [{"emit": EVENT, "event": {...}, "session": {"id", "file", "cwd"}}]}
 //   `default(pi)` registers handlers through a stand-in `pi.on`; each step awaits every handler of EVENT
@@ -68,10 +69,15 @@ if (scenario.host === "pi") {
   out.registered = Object.keys(hooks);
   for (const step of scenario.steps) {
     const args = step.args || [];
+    if (step.cycle) {
+      // {"cycle": [argIndex, key]}: make args[i][key] reference itself, as live vendor objects can.
+      const [i, key] = step.cycle;
+      args[i][key].self = args[i][key];
+    }
     const fn = hooks[step.hook];
     const r = fn ? await timed(() => fn(...args)) : { threw: false, ms: 0, value: undefined, missing: true };
-    out.steps.push({ hook: step.hook, missing: !fn, threw: r.threw, error: r.error, ms: r.ms, args,
-      returned: r.value === undefined ? null : r.value });
+    out.steps.push({ hook: step.hook, missing: !fn, threw: r.threw, error: r.error, ms: r.ms,
+      args: step.cycle ? "cyclic" : args, returned: r.value === undefined ? null : r.value });
   }
 }
 
