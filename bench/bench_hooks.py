@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
+def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None,
+          ready: str = "aep-collector started") -> tuple[subprocess.Popen[str], int]:
+    """Start ``cmd``; return it and the port its log names once its ``ready`` line appears."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **(env or {})})
     assert proc.stdout is not None
@@ -42,10 +45,17 @@ def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None) -> tu
         m = re.search(pattern, line)
         if m and port is None:
             port = int(m.group(1))
-        if port is not None and ("started" in line or "echo listening" in line):
+        if port is not None and re.search(ready, line):
+            threading.Thread(target=_drain, args=(proc,), daemon=True).start()  # never block on a full pipe
             return proc, port
     proc.kill()
     raise RuntimeError(f"{cmd} did not start")
+
+
+def _drain(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdout is not None
+    for _ in proc.stdout:
+        pass
 
 
 def body(i: int) -> bytes:
@@ -96,14 +106,15 @@ def main() -> None:
                                                "exporters": ["jsonl"]}}}}
         relay = None
         if args.relay:
-            relay = start([sys.executable, "-m", "tests.relay_double"], r"listening on \S+:(\d+)")
+            relay = start([sys.executable, "-m", "tests.relay_double"], r"listening on \S+:(\d+)", ready="listening")
             cfg["exporters"]["relay"] = {"endpoint": f"ws://127.0.0.1:{relay[1]}/socket"}
             cfg["service"]["pipelines"]["p"]["exporters"].append("relay")
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(cfg))
         collector, cport = start([sys.executable, "-m", "pipeline.cli", "--config", str(path)],
                                  r"receiver/claude_code listening on \S+:(\d+)")
-        echo, eport = start([sys.executable, "bench/echo_server.py"], r"echo listening on \S+:(\d+)")
+        echo, eport = start([sys.executable, "bench/echo_server.py"], r"echo listening on \S+:(\d+)",
+                            ready="echo listening")
         try:
             print(f"{'target':<10} {'rate/s':>7} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
             rows = {}

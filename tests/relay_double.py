@@ -666,3 +666,17 @@ async def wait_until(condition: Callable[[], Any], what: str, timeout: float = 1
         if loop.time() > deadline:
             raise AssertionError(f"gave up after {timeout} s waiting for {what}")
         await asyncio.sleep(0.01)
+
+
+async def _serve(port: int, token: str | None) -> None:
+    relay = RelayDouble(token=token, port=port)
+    await relay.start()
+    print(f"relay double listening on 127.0.0.1:{relay.port}", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":  # `python -m tests.relay_double [port]`: a relay for benchmarks and demos
+    import sys
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(int(sys.argv[1]) if len(sys.argv) > 1 else 0, None))
