@@ -51,8 +51,41 @@ class MappingConsumer(NullConsumer):
         return []
 
 
+class PipelineConsumer(NullConsumer):
+    """The whole pipeline: mapping -> runs -> capture -> stamping -> JSONL (to a temp dir)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+        from pathlib import Path
+
+        from exporters.jsonl import JsonlConfig, JsonlExporter
+        from pipeline.component import CreateSettings
+        from pipeline.envelope import Stamper
+        from pipeline.host import Health
+        from pipeline.pipeline import Pipeline
+        from processors.capture import CaptureProcessor
+        from processors.mapping import MappingProcessor
+        from processors.runs import RunsProcessor
+
+        self.tmp = tempfile.mkdtemp(prefix="aep-bench-otlp-")
+        health = Health()
+        self.jsonl = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=f"{self.tmp}/logs",
+                                                                           fsync="never"))
+        self.jsonl.health = health
+        self.pipeline = Pipeline("bench", [MappingProcessor(), RunsProcessor(), CaptureProcessor()],
+                                 Stamper(Path(self.tmp), "bench"), health, [("exporter/jsonl", self.jsonl)], [])
+
+    async def consume(self, batch: list[Any]) -> list[Any]:
+        self.records += len(batch)
+        await self.pipeline.consume(batch)
+        return []
+
+
 def make_consumer(spec: str) -> Any:
-    """``mapping``, ``null``, or ``module:callable`` returning an object with ``async consume``."""
+    """``pipeline``, ``mapping``, ``null``, or ``module:callable`` returning an object with ``async consume``."""
+    if spec == "pipeline":
+        return PipelineConsumer()
     if spec == "mapping":
         return MappingConsumer()
     if spec == "null":
@@ -159,7 +192,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=20_000, help="records per measurement (default 20000)")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    parser.add_argument("--consumer", default="mapping", help="mapping | null | module:callable")
+    parser.add_argument("--consumer", default="pipeline", help="pipeline | mapping | null | module:callable")
     parser.add_argument("--profile", default="vscode", choices=("vscode", "codex"))
     parser.add_argument("--mode", default="primary", choices=("companion", "primary"))
     args = parser.parse_args()
