@@ -7,6 +7,7 @@ persisted and bumped once per process start. Absent optionals are omitted, never
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -43,13 +44,13 @@ CORE_ATTRIBUTES = frozenset({"aep", "id", "type", "subject", "time", "source", "
 _EXTENSION = re.compile(r"[a-z0-9]{1,20}")
 UNKNOWN_SESSION = "unknown"
 
-# Order of attributes on the wire; readers must not care, humans reading JSONL do.
-_ORDER = ("subject", "time", "source", "agent", "session", "run", "step", "seq", "epoch", "cause",
-          "traceparent", "severity", "capture")
 
 
 class StampError(ValueError):
     """A draft cannot become a valid envelope (a mapping bug, never the vendor's fault)."""
+
+
+_B32_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
 
 
 class Ulid:
@@ -70,12 +71,10 @@ class Ulid:
             else:
                 rand = int.from_bytes(os.urandom(10), "big")
             self._last_ms, self._last_rand = ms, rand
-        value = (ms << 80) | rand
-        out = []
-        for _ in range(26):
-            out.append(_CROCKFORD[value & 31])
-            value >>= 5
-        return "".join(reversed(out))
+        # 128 bits in 20 bytes -> 32 base32 chars whose first 6 are zero padding: the other 26 are
+        # the ULID (RFC 4648 alphabet translated to Crockford's, all in C).
+        raw = base64.b32encode(((ms << 80) | rand).to_bytes(20, "big"))
+        return raw[6:].translate(_B32_TO_CROCKFORD).decode("ascii")
 
 
 def rfc3339_ms(ts: float) -> str:
@@ -176,6 +175,10 @@ class Stamper:
         self._seq: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._high: dict[str, int] = {}
         self._released = Bloom()
+        self._types: dict[Any, int] = {}
+        self._sources: dict[tuple[str, str | None], str] = {}
+        self._time_sec = -1
+        self._time_prefix = ""
 
     def next_seq(self, agent: str, session: str) -> int:
         """Per-session monotonic seq, with bounded state.
@@ -207,49 +210,74 @@ class Stamper:
     def sessions(self) -> int:
         return len(self._seq)
 
+    def _type_kind(self, etype: Any) -> int:
+        """0 session event, 1 agent-scoped, 2 command (session, no seq); cached per type."""
+        kind = self._types.get(etype)
+        if kind is None:
+            if not isinstance(etype, str) or not TYPE_GRAMMAR.fullmatch(etype):
+                raise StampError(f"draft type {etype!r} does not match the AEP type grammar")
+            kind = 1 if etype.startswith("agent.") else 2 if COMMAND_TYPE.fullmatch(etype) else 0
+            if len(self._types) < 10_000:  # vendor fallbacks are open-ended: a cache, bounded
+                self._types[etype] = kind
+        return kind
+
+    def _time(self, ts: float) -> str:
+        secs = int(ts)
+        if secs != self._time_sec:
+            self._time_sec = secs
+            self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+        return f"{self._time_prefix}.{int((ts - secs) * 1000):03d}Z"
+
+    def _source(self, agent: str, session: str | None) -> str:
+        key = (agent, session)
+        uri = self._sources.get(key)
+        if uri is None:
+            uri = source_uri(self.host, agent, session)
+            if len(self._sources) >= 10_000:
+                self._sources.clear()
+            self._sources[key] = uri
+        return uri
+
     def stamp(self, draft: Event, now: float | None = None) -> Event:
         """Return the envelope for ``draft`` (internal ``_`` hints dropped)."""
         if "aep" in draft and "id" in draft and "source" in draft:
             return _public(draft)  # already stamped (a redelivered ack): never re-stamp
         etype = draft.get("type")
+        kind = self._type_kind(etype)
         agent = draft.get("agent")
-        if not isinstance(etype, str) or not TYPE_GRAMMAR.fullmatch(etype):
-            raise StampError(f"draft type {etype!r} does not match the AEP type grammar")
         if not isinstance(agent, str) or not agent:
             raise StampError(f"draft of type {etype} has no agent")
         ts = time.time() if now is None else now
         # An id minted earlier (attention correlation needs the request id before stamping) is kept.
         pre = draft.get("id")
-        ev_id = pre if isinstance(pre, str) and pre else self.ids.new(int(ts * 1000))
-        ev: dict[str, Any] = {"aep": AEP_VERSION, "id": ev_id, "type": etype}
-        agent_scoped = etype.startswith("agent.")
-        session = None if agent_scoped else (draft.get("session") or UNKNOWN_SESSION)
-        values: dict[str, Any] = {
-            "subject": draft.get("subject"),
-            "time": rfc3339_ms(ts),
-            "source": source_uri(self.host, agent, session),
-            "agent": agent,
-            "cause": draft.get("cause"),
-            "traceparent": draft.get("traceparent"),
-            "severity": draft.get("severity"),
-            "capture": draft.get("capture"),
-        }
+        ev: dict[str, Any] = {"aep": AEP_VERSION,
+                              "id": pre if isinstance(pre, str) and pre else self.ids.new(int(ts * 1000)),
+                              "type": etype}
+        subject = draft.get("subject")
+        if subject is not None and subject != "":
+            ev["subject"] = str(subject)
+        session = None if kind == 1 else str(draft.get("session") or UNKNOWN_SESSION)
+        ev["time"] = self._time(ts)
+        ev["source"] = self._source(agent, session)
+        ev["agent"] = agent
         if session is not None:
-            values["session"] = str(session)
-            values["run"] = draft.get("run")
-            values["step"] = draft.get("step")
-            if not COMMAND_TYPE.fullmatch(etype):
-                values["seq"] = self.next_seq(agent, session)
-                values["epoch"] = self.epochs.epoch(agent)
+            ev["session"] = session
+            for key in ("run", "step"):
+                value = draft.get(key)
+                if value is not None and value != "":
+                    ev[key] = str(value)
+            if kind == 0:
+                ev["seq"] = self.next_seq(agent, session)
+                ev["epoch"] = self.epochs.epoch(agent)
                 if etype == "session.ended":
                     self.release(agent, session)
-        for key in _ORDER:
-            value = values.get(key)
+        for key in ("cause", "traceparent", "severity", "capture"):
+            value = draft.get(key)
             if value is not None and value != "":
-                ev[key] = str(value) if key in ("subject", "run", "step", "session") else value
+                ev[key] = value
         for key, value in draft.items():  # extension attributes the draft carries, scalars only
-            if key not in CORE_ATTRIBUTES and isinstance(value, (str, int, bool)) \
-                    and not isinstance(value, float) and _EXTENSION.fullmatch(key):
+            if key not in CORE_ATTRIBUTES and key[:1] != "_" and isinstance(value, (str, int, bool)) \
+                    and _EXTENSION.fullmatch(key):
                 ev[key] = value
         data = draft.get("data")
         if data is not None:

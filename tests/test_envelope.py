@@ -149,3 +149,22 @@ def test_new_sessions_start_at_zero_even_after_evictions(tmp_path):
         s.stamp({"type": "run.started", "agent": "x", "session": sid})
     assert s.stamp({"type": "run.started", "agent": "x", "session": "fresh"})["seq"] == 0
     assert s.stamp({"type": "run.started", "agent": "x", "session": "a"})["seq"] > 0  # evicted, resumes above
+
+
+def test_ulid_encoding_matches_the_bit_by_bit_definition():
+    alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    for ms in (0, 1, 1_700_000_000_000, (1 << 48) - 1):
+        gen = Ulid()
+        got = gen.new(ms)
+        value, chars = (ms << 80) | gen._last_rand, []
+        for _ in range(26):
+            chars.append(alphabet[value & 31])
+            value >>= 5
+        assert got == "".join(reversed(chars))
+
+
+def test_float_extension_values_are_not_copied(tmp_path):
+    ev = stamper(tmp_path).stamp({"type": "run.started", "agent": "a", "session": "s", "acmeregion": "eu",
+                                  "acmeratio": 1.5, "Bad": "x", "toolongextensionname123": "x"})
+    assert ev["acmeregion"] == "eu"
+    assert "acmeratio" not in ev and "Bad" not in ev and "toolongextensionname123" not in ev
