@@ -290,7 +290,26 @@ def default_redactor() -> Redactor:
     return Redactor()
 
 
+_MERGED: dict[tuple[str, Any], dict[str, str]] = {}
+
+
 def _merged_annotations(event_type: str, hint: Any, data: Mapping[str, Any]) -> dict[str, str]:
+    """The type's annotations with the draft's ``_capture`` hint merged in (cached: hot path)."""
+    if event_type.startswith("message."):
+        return _merge(event_type, hint, data)  # depends on the data's keys: not cacheable
+    try:
+        key = (event_type, tuple(sorted(hint.items())) if isinstance(hint, dict) else None)
+        cached = _MERGED.get(key)
+    except TypeError:  # an unhashable hint value: merge uncached (it still fails closed inside)
+        return _merge(event_type, hint, data)
+    if cached is None:
+        cached = _merge(event_type, hint, data)
+        if len(_MERGED) < 4096:
+            _MERGED[key] = cached
+    return cached
+
+
+def _merge(event_type: str, hint: Any, data: Mapping[str, Any]) -> dict[str, str]:
     table = load_annotations()
     ann = dict(table.get(event_type, {}))
     if event_type not in table and event_type.startswith("message."):
