@@ -428,3 +428,75 @@ async def test_antigravity_needs_the_hook_parameter(make: Any) -> None:
     assert await env.post(body, hook="SomeFutureHook") == (200, {})
     types = env.types("conv-1")
     assert types == ["session.started", "tool.requested", "x.antigravity.hook.somefuturehook"]
+
+
+# --- the same question asked twice: two cards, never one overwriting the other -----------------------
+
+
+async def test_qwen_the_same_unheld_card_twice_is_two_cards_both_swept(make: Any) -> None:
+    env = await make("qwen_code", route=False)
+    assert await env.post(QWEN_PERMISSION) == (200, {})
+    assert await env.post(QWEN_PERMISSION) == (200, {})
+    await env.post({"hook_event_name": "SessionEnd", "session_id": SID, "reason": "exit"})
+    events = env.events()
+    assert [e["type"] for e in events] == ["attention.requested", "attention.requested", "attention.resolved",
+                                           "attention.resolved", "session.ended"]
+    assert {e["subject"] for e in events[2:4]} == {events[0]["id"], events[1]["id"]}
+    env.valid()
+
+
+async def test_codex_two_held_cards_for_the_same_command_are_answered_apart(make: Any) -> None:
+    env = await make("codex")
+    first = asyncio.create_task(env.shim(CODEX_PERMISSION, "PermissionRequest"))
+    await env.held(1)
+    second = asyncio.create_task(env.shim(CODEX_PERMISSION, "PermissionRequest"))
+    rids = await env.held(2)
+    await env.router.submit(respond(rids[1], option="deny"), env.agent)
+    await env.router.submit(respond(rids[0], option="allow"), env.agent)
+    assert json.loads((await asyncio.wait_for(first, 15))[1]) == codex.permission_reply("allow")
+    assert json.loads((await asyncio.wait_for(second, 15))[1])["hookSpecificOutput"]["decision"]["behavior"] == "deny"
+    answered = {e["subject"]: e["data"]["answer"]["option"] for e in env.events() if e["type"] == "attention.answered"}
+    assert answered == {rids[0]: "allow", rids[1]: "deny"}
+    env.valid()
+
+
+async def test_kimi_a_re_asked_call_supersedes_its_earlier_card(make: Any) -> None:
+    env = await make("kimi_code", route=False)
+    base = {"session_id": SID, "tool_name": "Bash", "tool_call_id": "c8"}
+    await env.post({**base, "hook_event_name": "PermissionRequest"})
+    await env.post({**base, "hook_event_name": "PermissionRequest"})
+    await env.post({**base, "hook_event_name": "PermissionResult", "decision": "approved"})
+    events = env.events()
+    assert [e["type"] for e in events] == ["attention.requested", "attention.resolved", "attention.requested",
+                                           "attention.answered", "attention.resolved"]
+    first, superseded, second, answered, resolved = events
+    assert superseded["subject"] == first["id"] and superseded["data"]["resolution"] == "dismissed"
+    assert answered["subject"] == resolved["subject"] == second["id"]
+    env.valid()
+
+
+async def test_kimi_cards_without_a_call_id_are_never_paired_and_are_swept(make: Any) -> None:
+    env = await make("kimi_code", route=False)
+    await env.post({"session_id": SID, "tool_name": "Bash", "hook_event_name": "PermissionRequest"})
+    await env.post({"session_id": SID, "tool_name": "Bash", "hook_event_name": "PermissionRequest"})
+    await env.post({"session_id": SID, "tool_name": "Bash", "hook_event_name": "PermissionResult",
+                    "decision": "approved"})  # names no call: joins never invent, the leg is dropped
+    await env.post({"session_id": SID, "hook_event_name": "SessionEnd", "reason": "exit"})
+    assert env.types() == ["attention.requested", "attention.requested", "attention.resolved", "attention.resolved",
+                           "session.ended"]
+    env.valid()
+
+
+async def test_vscode_two_held_gates_for_one_call_id_are_answered_apart(make: Any) -> None:
+    env = await make("vscode", control=True)
+    first = asyncio.create_task(env.post(vs_pre()))
+    await env.held(1)
+    second = asyncio.create_task(env.post(vs_pre()))
+    rids = await env.held(2)
+    await env.router.submit(respond(rids[0], option="allow"), env.agent)
+    await env.router.submit(respond(rids[1], option="ask"), env.agent)
+    assert (await asyncio.wait_for(first, 15))[1] == vscode.pretool_reply("allow")
+    assert (await asyncio.wait_for(second, 15))[1] == vscode.pretool_reply("ask")
+    resolved = [e["subject"] for e in env.events() if e["type"] == "attention.resolved"]
+    assert sorted(resolved) == sorted(rids)
+    env.valid()

@@ -55,12 +55,12 @@ HOOKS: dict[str, hf.Handler] = {
 def map_hook(name: str, payload: Any) -> list[Event]:
     """One Codex hook firing -> drafts, each in the run its ``turn_id`` names."""
     run = get_str(payload, "turn_id") if isinstance(payload, dict) else None
-    return hf.key_permissions(hf.map_table(AGENT, HOOKS, name, payload, run=run), payload)
+    return hf.map_table(AGENT, HOOKS, name, payload, run=run)
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
-    """Map a received Codex hook call."""
-    return map_hook(hf.hook_name(signal), hf.payload_of(signal))
+    """Map a received Codex hook call; its permission card is keyed for the attention book."""
+    return hf.key_permissions(map_hook(hf.hook_name(signal), hf.payload_of(signal)), signal)
 
 
 def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:

@@ -188,21 +188,28 @@ def permission_request(payload: Payload, _state: Any = None) -> Event:
 
 
 def permission_key(payload: Payload) -> str:
-    """The correlation key of a PermissionRequest: its payload names no call id, so tool + input digest.
+    """What a PermissionRequest is about: its payload names no call id, so tool + input digest.
 
-    The held loop and the attention book pair the request, the operator's legs and the sweep
-    before ``session.ended`` on it (AEP-0002 §7.1).
+    A held card and the PostToolUse that makes it moot are paired on this.
     """
     return f"permission:{get_str(payload, 'tool_name') or 'unknown'}:{digest(payload.get('tool_input'))}"
 
 
-def key_permissions(drafts: list[Event], payload: Any) -> list[Event]:
-    """Tag the permission cards among ``drafts`` with ``permission_key``: an unanswered card is then
-    swept before ``session.ended`` by the attention book, and a held loop's legs close it."""
-    body: Payload = payload if isinstance(payload, dict) else {}
+def card_key(signal: Signal) -> str:
+    """The attention key of ONE permission card: ``permission_key`` plus the moment it was received.
+
+    Unique per card, so asking the same thing twice opens two cards rather than one overwriting
+    the other in the attention book (which pairs a held loop's legs and sweeps unanswered cards
+    before ``session.ended`` on it, AEP-0002 §7.1). The receiver computes the same key.
+    """
+    return f"{permission_key(payload_of(signal))}@{signal.received_ns}"
+
+
+def key_permissions(drafts: list[Event], signal: Signal) -> list[Event]:
+    """Tag the permission cards among ``drafts`` with ``card_key``."""
     for d in drafts:
         if d["type"] == "attention.requested" and d["data"].get("kind") == "permission":
-            d["_attention_key"] = permission_key(body)
+            d["_attention_key"] = card_key(signal)
     return drafts
 
 

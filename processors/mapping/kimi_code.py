@@ -202,20 +202,27 @@ def map_hook(name: str, payload: Any) -> Event:
 # --- opt-in held PreToolUse gate (AEP_KIMI_CONTROL=1) ----------------------------------------------
 
 
-def gate_key(payload: Any) -> str:
-    """The attention key of a held PreToolUse: the tool call id, else tool + input digest."""
-    p = payload if isinstance(payload, dict) else {}
-    call = get_str(p, "tool_call_id")
-    return f"gate:{call}" if call else f"gate:{get_str(p, 'tool_name') or 'tool'}:{digest(p.get('tool_input'))}"
+def gate_key(signal: Signal) -> str:
+    """The attention key of one held PreToolUse: its call (id, else tool + input digest) and its moment.
+
+    Unique per hold, so a re-sent call opens its own card; the receiver computes the same key.
+    """
+    p = signal.payload if isinstance(signal.payload, dict) else {}
+    call = get_str(p, "tool_call_id") or f"{get_str(p, 'tool_name') or 'tool'}:{digest(p.get('tool_input'))}"
+    return f"gate:{call}@{signal.received_ns}"
 
 
-def permission_key(payload: Any) -> str:
-    """The key pairing an observed PermissionRequest with its PermissionResult (AEP-0002 §7.1)."""
-    p = payload if isinstance(payload, dict) else {}
-    return f"permission:{get_str(p, 'tool_call_id') or get_str(p, 'tool_name') or 'tool'}"
+def permission_key(payload: Any, signal: Signal) -> str:
+    """The key pairing an observed PermissionRequest with its PermissionResult: the tool call id.
+
+    Without one nothing can be paired (joins never invent): the card gets a key of its own, is
+    swept before session.ended, and a result without an id is an orphan the attention book drops.
+    """
+    call = get_str(payload, "tool_call_id")
+    return f"permission:{call}" if call else f"permission:unpaired@{signal.received_ns}"
 
 
-def gate_request(payload: Any) -> Event:
+def gate_request(payload: Any, key: str | None = None) -> Event:
     """The answerable permission request a held PreToolUse raises (options, respond_via control)."""
     p = payload if isinstance(payload, dict) else {}
     tool_name = get_str(p, "tool_name")
@@ -223,7 +230,7 @@ def gate_request(payload: Any) -> Event:
     d = draft("attention.requested",
               {"kind": "permission", "prompt": permission_prompt(tool_name or "tool", detail),
                "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]},
-              tool_name, _attention_key=gate_key(p))
+              tool_name, _attention_key=key)
     d["session"] = get_str(p, "session_id")
     return d
 
@@ -416,20 +423,25 @@ def map_signal(signal: Signal, state: KimiState) -> list[Event]:
         drafts.append({"type": "run.cancelled", "data": {}, "session": session})
     elif type_ == "attention.requested":
         call_id = get_str(payload, "tool_call_id")
-        if call_id:
-            state.remember_request(call_id, signal.received_ns)
         # The attention book pairs the observed card with its PermissionResult legs on this key,
         # and sweeps it before session.ended if no result ever comes.
-        main["_attention_key"] = permission_key(payload)
+        main["_attention_key"] = permission_key(payload, signal)
+        if call_id:
+            if call_id in state.pending:
+                # Asked again for the same call before any result: the earlier card is superseded,
+                # closed before the new one opens (the book holds one open card per key).
+                drafts.append({"type": "attention.resolved", "data": {"resolution": "dismissed"},
+                               "session": session, "_attention_key": main["_attention_key"]})
+            state.remember_request(call_id, signal.received_ns)
 
     drafts.append(main)
 
     if name == "PreToolUse" and signal.hold is not None:
-        drafts.append(gate_request(payload))  # AEP_KIMI_CONTROL=1: the receiver holds the reply on it
+        drafts.append(gate_request(payload, gate_key(signal)))  # the receiver holds the reply on it
     elif name == "PermissionResult" and type_ in ("attention.answered", "attention.resolved"):
         requested_ns = state.pending.pop(get_str(payload, "tool_call_id") or "", None)
         latency = None if requested_ns is None else max(0, (signal.received_ns - requested_ns) // 1_000_000)
-        main["_attention_key"] = permission_key(payload)
+        main["_attention_key"] = permission_key(payload, signal)
         if type_ == "attention.answered":
             # Runtime companions (fixture $comment, smoke-pinned): the answer closes the request, and a
             # vendor-side rejection is enforced by the runtime, not by an AEP policy.

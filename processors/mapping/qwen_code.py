@@ -68,12 +68,12 @@ HOOKS: dict[str, hf.Handler] = {
 
 def map_hook(name: str, payload: Any) -> list[Event]:
     """One Qwen Code hook firing -> drafts."""
-    return hf.key_permissions(hf.map_table(AGENT, HOOKS, name, payload), payload)
+    return hf.map_table(AGENT, HOOKS, name, payload)
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
-    """Map a received Qwen Code hook call."""
-    return map_hook(hf.hook_name(signal), hf.payload_of(signal))
+    """Map a received Qwen Code hook call; its permission card is keyed for the attention book."""
+    return hf.key_permissions(map_hook(hf.hook_name(signal), hf.payload_of(signal)), signal)
 
 
 def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:

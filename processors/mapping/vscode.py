@@ -55,7 +55,7 @@ def map_signal(signal: Signal, state: None) -> list[Event]:
     name, payload = hf.hook_name(signal), hf.payload_of(signal)
     drafts = map_hook(name, payload)
     if name == "PreToolUse" and signal.hold is not None:
-        card = gate_request(payload)
+        card = gate_request(payload, gate_key(signal))
         card["session"] = hf.session_of(payload)
         drafts.append(card)
     return drafts
@@ -71,14 +71,17 @@ GATE_OPTIONS: list[dict[str, str]] = [
 ]
 
 
-def gate_key(payload: Any) -> str:
-    """The attention key of a held PreToolUse: the tool call id, else tool + input digest."""
-    p = payload if isinstance(payload, dict) else {}
-    call = get_str(p, "tool_use_id")
-    return f"gate:{call}" if call else f"gate:{get_str(p, 'tool_name') or 'unknown'}:{digest(p.get('tool_input'))}"
+def gate_key(signal: Signal) -> str:
+    """The attention key of one held PreToolUse: its call (id, else tool + input digest) and its moment.
+
+    Unique per hold, so a re-sent call opens its own card; the receiver computes the same key.
+    """
+    p = hf.payload_of(signal)
+    call = get_str(p, "tool_use_id") or f"{get_str(p, 'tool_name') or 'unknown'}:{digest(p.get('tool_input'))}"
+    return f"gate:{call}@{signal.received_ns}"
 
 
-def gate_request(payload: Any) -> Event:
+def gate_request(payload: Any, key: str | None = None) -> Event:
     """The answerable permission card a held PreToolUse raises (options allow/deny/ask, respond_via control)."""
     p = payload if isinstance(payload, dict) else {}
     tool = get_str(p, "tool_name") or "unknown"
@@ -86,7 +89,7 @@ def gate_request(payload: Any) -> Event:
     d = draft("attention.requested",
               {"kind": "permission", "prompt": permission_prompt(tool, detail, description),
                "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]},
-              tool, _attention_key=gate_key(p))
+              tool, _attention_key=key)
     return d
 
 

@@ -87,8 +87,8 @@ class Gate:
     """The vendor side of the PreToolUse gate."""
 
     options: list[dict[str, str]]
-    key: Callable[[Any], str]
-    """The attention key the mapping tags the gate card with (``gate_key``)."""
+    key: Callable[[Signal], str]
+    """The attention key the mapping tags the gate card with (its ``gate_key``)."""
     decide: Callable[[str], str]
     """Applied option id -> the vendor's decision (``allow``, ``deny``, ``ask``)."""
     reply: Reply
@@ -206,11 +206,11 @@ class HookVendorSurface:
 
     async def _permission(self, signal: Signal) -> Any:
         assert self.spec.permission_reply is not None
-        key = hf.permission_key(signal.payload)  # the mapping tags the card with the same key
+        key = hf.card_key(signal)  # the mapping tags the card with the same key
         hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
         if hold is None:
             return self.neutral(signal)  # no route: the vendor's own prompt decides (respond_via oob)
-        call = (_session(signal.payload), key)
+        call = (_session(signal.payload), hf.permission_key(signal.payload))  # what a PostToolUse names
         self.calls[call] = hold
         try:
             outcome = await self.loop.wait(hold)
@@ -238,7 +238,7 @@ class HookVendorSurface:
     async def _gate(self, signal: Signal, deliver: Deliver) -> Any:
         gate = self.spec.gate
         assert gate is not None
-        key = gate.key(signal.payload)
+        key = gate.key(signal)
         signal.hold = key  # the mapping raises the gate card only for a held PreToolUse
         hold = await self.loop.request(signal, permission_validator(gate.options), key)
         if hold is None:
