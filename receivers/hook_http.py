@@ -129,8 +129,11 @@ async def _single_lane(consumer: Consumer, batch: list[Any]) -> list[tuple[Any, 
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
+    """A JSON reply; ``bytes`` go out exactly as given (for replies whose bytes a vendor's docs pin)."""
     if body is None:
         return web.Response(status=status, body=b"", content_type=JSON)
+    if isinstance(body, bytes):
+        return web.Response(status=status, body=body, content_type=JSON)
     return web.Response(status=status, text=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
                         content_type=JSON)
 

@@ -33,8 +33,13 @@ class AntigravityConfig(HookReceiverConfig):
     endpoint: str = "127.0.0.1:8395"
 
 
-SPEC = Spec(mapping=antigravity, name_keys=(), neutral=antigravity.neutral_reply,
-            canonical=antigravity.canonical_hook)
+def exact_neutral(hook: str) -> bytes:
+    """Reference stack §1.11 pins the bytes: ``{"decision": ""}`` (with the space) on PreToolUse
+    and Stop, ``{}`` elsewhere; json.dumps' default separators give exactly that."""
+    return json.dumps(antigravity.neutral_reply(hook)).encode()
+
+
+SPEC = Spec(mapping=antigravity, name_keys=(), neutral=exact_neutral, canonical=antigravity.canonical_hook)
 
 
 def registration(url: str | None, cfg: Any) -> str:
