@@ -57,3 +57,12 @@ def test_drafts_without_keys_pass_untouched_and_book_is_bounded():
     for i in range(5):
         book.apply([d("attention.requested", f"k{i}")])
     assert len(book.open) == 2
+
+
+def test_a_request_asked_again_closes_the_earlier_card():
+    book = AttentionBook()
+    (first,) = book.apply([d("attention.requested", "k")])
+    out = book.apply([d("attention.requested", "k")])
+    assert [e["type"] for e in out] == ["attention.resolved", "attention.requested"]
+    assert out[0]["subject"] == first["id"] and out[0]["data"] == {"resolution": "dismissed"}
+    assert book.open[("kimi-code", "s", "k")].request_id == out[1]["id"]

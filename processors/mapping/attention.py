@@ -55,6 +55,9 @@ class AttentionBook:
             k = (agent, session, str(key))
             if etype == "attention.requested":
                 d.setdefault("id", self.ids.new())
+                stale = self.open.pop(k, None)
+                if stale is not None:  # asked again before an answer: the earlier card is moot
+                    out.append(self._dismissed(agent, session, stale))
                 self.open[k] = Pending(d["id"])
                 self.open.move_to_end(k)
                 while len(self.open) > self.max_open:
@@ -83,10 +86,11 @@ class AttentionBook:
 
     def sweep(self, agent: str, session: str) -> list[Event]:
         """``resolved{dismissed}`` for every request still open in the session (AEP-0002 §7.1)."""
-        swept = []
-        for k in [k for k in self.open if k[0] == agent and k[1] == session]:
-            pending = self.open.pop(k)
-            swept.append({"type": "attention.resolved", "agent": agent, "session": session,
-                          "subject": pending.request_id, "cause": pending.answered_id or pending.request_id,
-                          "data": {"resolution": "dismissed"}})
-        return swept
+        return [self._dismissed(agent, session, self.open.pop(k))
+                for k in [k for k in self.open if k[0] == agent and k[1] == session]]
+
+    @staticmethod
+    def _dismissed(agent: str, session: str, pending: Pending) -> Event:
+        return {"type": "attention.resolved", "agent": agent, "session": session,
+                "subject": pending.request_id, "cause": pending.answered_id or pending.request_id,
+                "data": {"resolution": "dismissed"}}
