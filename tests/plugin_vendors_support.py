@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 from aep_sdk.control import ControlSender
+from aiohttp import web
 
 from tests.helpers import ROOT, base_config, read_jsonl
 
@@ -23,6 +24,7 @@ JS = ROOT / "receivers" / "plugin_vendors" / "js"
 DRIVER = ROOT / "tests" / "js" / "drive.mjs"
 NODE = shutil.which("node")
 BUILDER = ControlSender(lambda _c: None, agent="operator", host="ops")
+PLUGINS = {"opencode": "opencode-plugin.js", "kilocode": "kilocode-plugin.js"}
 
 
 def receivers(**overrides: dict[str, Any]) -> dict[str, Any]:
@@ -126,3 +128,65 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# -- the vendor-side halves' host calls, and a stand-in Kilo server -------------------------------------
+
+
+def step(moment: dict[str, Any]) -> dict[str, Any]:
+    """The host call that produces ``moment``: the hook and the arguments the vendor passes it."""
+    m = copy.deepcopy(moment)
+    if m["kind"] == "bus":
+        return {"hook": "event", "args": [{"event": m["event"]}]}
+    if m["kind"] == "permission.ask":
+        return {"hook": "permission.ask", "args": [m["permission"], {"status": "ask"}]}
+    hook = "tool.execute.before" if m["kind"] == "tool.before" else "tool.execute.after"
+    return {"hook": hook, "args": [m["input"], m["output"]]}
+
+
+def scenario(vendor: str, steps: list[dict[str, Any]], url: str, **options: Any) -> dict[str, Any]:
+    inp = {"directory": "/home/user/proj"} if vendor == "kilocode" else {}
+    return {"host": "plugin", "input": {**inp, **options.pop("input", {})}, "options": {"url": url, **options},
+            "steps": steps}
+
+
+class KiloServer:
+    """A stand-in for Kilo's server: records the reply-route POSTs."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.calls: list[tuple[str, dict[str, Any], str | None]] = []
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def _route(self, request: web.Request) -> web.Response:
+        self.calls.append((request.path, await request.json(), request.headers.get("x-kilo-directory")))
+        return web.json_response(True, status=self.status)
+
+    async def __aenter__(self) -> KiloServer:
+        app = web.Application()
+        app.router.add_post("/session/{sid}/permissions/{pid}", self._route)
+        app.router.add_post("/question/{rid}/reply", self._route)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        assert self.runner is not None
+        await self.runner.cleanup()
+
+    async def called(self, n: int = 1) -> None:
+        for _ in range(500):
+            if len(self.calls) >= n:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the reply route was never called")
+
+
+def headers(server: KiloServer, directory: str = "/home/user/proj ü") -> dict[str, str]:
+    from urllib.parse import quote
+
+    return {"X-AEP-Server-Url": quote(server.url, safe=""), "X-AEP-Directory": quote(directory, safe="")}

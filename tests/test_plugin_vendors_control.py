@@ -13,12 +13,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from pipeline.control import RESPOND
 from tests.conftest import corpus
 from tests.helpers import running
-from tests.plugin_vendors_support import Env, config, respond
+from tests.plugin_vendors_support import Env, KiloServer, config, headers, respond
 
 OPENCODE = corpus("mappings/opencode.json")["moments"]
 KILO = corpus("mappings/kilocode.json")["moments"]
@@ -158,48 +157,6 @@ async def test_the_vendor_echo_of_an_answered_ask_is_dropped(env: Env) -> None:
 
 
 # --- Kilo >=7.4.6: bus asks answered over the vendor's reply routes --------------------------------------
-
-
-class KiloServer:
-    """A stand-in for Kilo's server: records the reply-route POSTs."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.status = status
-        self.calls: list[tuple[str, dict[str, Any], str | None]] = []
-        self.runner: web.AppRunner | None = None
-        self.url = ""
-
-    async def _route(self, request: web.Request) -> web.Response:
-        self.calls.append((request.path, await request.json(), request.headers.get("x-kilo-directory")))
-        return web.json_response(True, status=self.status)
-
-    async def __aenter__(self) -> KiloServer:
-        app = web.Application()
-        app.router.add_post("/session/{sid}/permissions/{pid}", self._route)
-        app.router.add_post("/question/{rid}/reply", self._route)
-        self.runner = web.AppRunner(app)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        assert self.runner is not None
-        await self.runner.cleanup()
-
-    async def called(self, n: int = 1) -> None:
-        for _ in range(500):
-            if len(self.calls) >= n:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("the reply route was never called")
-
-
-def headers(server: KiloServer, directory: str = "/home/user/proj ü") -> dict[str, str]:
-    from urllib.parse import quote
-
-    return {"X-AEP-Server-Url": quote(server.url, safe=""), "X-AEP-Directory": quote(directory, safe="")}
 
 
 async def route_answer(env: Env, server: KiloServer, moment: str, **answer: Any) -> tuple[str, Any]:

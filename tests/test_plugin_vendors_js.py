@@ -18,7 +18,18 @@ from aiohttp import web
 
 from tests.conftest import corpus
 from tests.helpers import running
-from tests.plugin_vendors_support import JS, NODE, Env, closed_port, config, node, respond
+from tests.plugin_vendors_support import (
+    JS,
+    NODE,
+    PLUGINS,
+    Env,
+    closed_port,
+    config,
+    node,
+    respond,
+    scenario,
+    step,
+)
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
@@ -26,26 +37,8 @@ OPENCODE = corpus("mappings/opencode.json")["moments"]
 KILO = corpus("mappings/kilocode.json")["moments"]
 PI = corpus("mappings/pi.json")["moments"]
 SID = "s_fix_1"
-PLUGINS = {"opencode": "opencode-plugin.js", "kilocode": "kilocode-plugin.js"}
 HOOKS = ["event", "tool.execute.before", "tool.execute.after", "permission.ask"]
 FAR = 600000  # ms: a timer this long never fires during a test, so finishing proves nobody waited on one
-
-
-def step(moment: dict[str, Any]) -> dict[str, Any]:
-    """The host call that produces ``moment``: the hook and the arguments the vendor passes it."""
-    m = copy.deepcopy(moment)
-    if m["kind"] == "bus":
-        return {"hook": "event", "args": [{"event": m["event"]}]}
-    if m["kind"] == "permission.ask":
-        return {"hook": "permission.ask", "args": [m["permission"], {"status": "ask"}]}
-    hook = "tool.execute.before" if m["kind"] == "tool.before" else "tool.execute.after"
-    return {"hook": hook, "args": [m["input"], m["output"]]}
-
-
-def scenario(vendor: str, steps: list[dict[str, Any]], url: str, **options: Any) -> dict[str, Any]:
-    inp = {"directory": "/home/user/proj"} if vendor == "kilocode" else {}
-    return {"host": "plugin", "input": {**inp, **options.pop("input", {})}, "options": {"url": url, **options},
-            "steps": steps}
 
 
 def pi_step(name: str) -> dict[str, Any]:
