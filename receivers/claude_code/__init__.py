@@ -14,7 +14,7 @@ from aiohttp import web
 
 from pipeline.canonical import digest
 from pipeline.component import Factory, Kind
-from pipeline.control import RESPOND, Hold
+from pipeline.control import RESPOND, Hold, Outcome
 from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import claude_code as cc
@@ -108,18 +108,24 @@ class ClaudeCodeSurface:
                     self.loop.settle_oob(hold)  # answered in Claude Code's own dialog
         return NEUTRAL_REPLY
 
-    async def _permission(self, signal: Signal) -> Any:
-        validate = permission_validator(PERMISSION_OPTIONS)
+    async def _held_call(self, signal: Signal, validate: Any) -> tuple[Hold, Outcome] | None:
+        """Hold a tool-call request, findable by its call so the PostToolUse can dismiss it."""
         hold = await self.loop.request(signal, validate)
         if hold is None:
-            return NEUTRAL_REPLY
+            return None
         key = (_session(signal.payload), _call_key(signal.payload))
         self.calls[key] = hold
         try:
-            outcome = await self.loop.wait(hold)
+            return hold, await self.loop.wait(hold)
         finally:
             if self.calls.get(key) is hold:
                 del self.calls[key]
+
+    async def _permission(self, signal: Signal) -> Any:
+        held = await self._held_call(signal, permission_validator(PERMISSION_OPTIONS))
+        if held is None:
+            return NEUTRAL_REPLY
+        hold, outcome = held
         if outcome.how != "answered" or outcome.answer is None:
             return NEUTRAL_REPLY  # timeout/dismissal: no decision, Claude Code asks the user itself
         applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
@@ -134,16 +140,10 @@ class ClaudeCodeSurface:
     async def _ask_user_question(self, signal: Signal) -> Any:
         tool_input = signal.payload.get("tool_input")
         fields = cc.ask_user_question_form(tool_input, True)["fields"]  # labels: for text answers
-        hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1))
-        if hold is None:
+        held = await self._held_call(signal, form_validator(fields, legacy=len(fields) == 1))
+        if held is None:
             return NEUTRAL_REPLY
-        key = (_session(signal.payload), _call_key(signal.payload))
-        self.calls[key] = hold
-        try:
-            outcome = await self.loop.wait(hold)
-        finally:
-            if self.calls.get(key) is hold:
-                del self.calls[key]
+        hold, outcome = held
         if outcome.how != "answered" or outcome.answer is None:
             return NEUTRAL_REPLY  # the whole form times out together: Claude Code re-asks
         values = form_values(outcome.answer, fields)
