@@ -140,3 +140,22 @@ def test_switch_words(value: Any, want: bool) -> None:
 ])
 def test_answers_only_go_to_a_loopback_vendor_server(url: Any, want: str | None) -> None:
     assert loopback_url(url) == want
+
+
+def test_the_readme_config_table_matches_the_config_classes() -> None:
+    import dataclasses
+    import re
+
+    from tests.helpers import ROOT
+
+    text = (ROOT / "receivers" / "plugin_vendors" / "README.md").read_text(encoding="utf-8")
+    table = text[text.index("| Receiver | Key |"):]
+    defaults = {f.type: dataclasses.asdict(f.default_config()) for f in FACTORIES}
+    receiver, checked = None, 0
+    for row in re.findall(r"^\| (`\w+`|) *\| `(\w+)` \| `([^`]*)` \|", table, re.M):
+        receiver = row[0].strip("`") or receiver
+        key, default = row[1], row[2]
+        want = defaults[receiver][key]
+        assert str(want).lower() == default.lower() if isinstance(want, bool) else str(want) == default, (receiver, key)
+        checked += 1
+    assert checked == 13  # every row with a single key
