@@ -390,3 +390,14 @@ async def test_a_hung_up_shim_dismisses_the_gate(env: Env) -> None:
     last = env.session("hermes", SID)[-1]
     assert last["type"] == "attention.resolved" and last["data"] == {"resolution": "dismissed"}
     assert env.router.accepts("hermes") == [RESPOND]
+
+
+async def test_kilo_background_hold_is_closed_at_shutdown(tmp_path) -> None:
+    async with KiloServer() as server:
+        async with running(config(tmp_path)) as service:
+            e = Env(service, tmp_path)
+            e.router.set_route("kilocode", True)
+            await e.post("kilocode", KILO["permission_asked"]["input"], headers=headers(server))
+            (rid,) = await e.held()
+        assert server.calls == []
+    assert legs(e, "kilocode", rid) == [("attention.resolved", {"resolution": "dismissed"})]

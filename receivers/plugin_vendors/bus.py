@@ -88,10 +88,12 @@ class BusSurface:
         self.loop.bind(host, server.deliver, [RESPOND], server.consumer)
 
     async def on_stop(self) -> None:
-        for task in list(self.tasks):
-            task.cancel()
+        # The router freed every hold before receivers stop: let background holds write their
+        # closing legs, then cancel what is still running (a reply-route POST in flight).
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=2)
+        for task in list(self.tasks):
+            task.cancel()
         if self.http is not None:
             await self.http.close()
             self.http = None
