@@ -30,6 +30,8 @@ import yaml
 from .component import Factory, Kind, Registry
 
 _ENV = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(/[A-Za-z0-9._-]+)?$")
 
 
@@ -192,6 +194,12 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, str):  # what ${env:FLAG:-0} substitutes to: 1/0, true/false, yes/no, on/off
+            word = value.strip().lower()
+            if word in _TRUE:
+                return True
+            if word in _FALSE:
+                return False
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

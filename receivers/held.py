@@ -20,6 +20,12 @@ from typing import Any
 from pipeline.control import RESPOND, ControlRouter, Hold, Outcome
 from pipeline.host import Host
 from pipeline.model import Event, Signal
+from receivers.hook_http import vendor_gone
+
+GONE_POLL = 0.1
+"""Seconds between checks that the vendor is still waiting on a held request."""
+DENY_MESSAGE = "Denied via AEP attention loop"
+"""The canned reason of a plain deny (reference stack §1.1), shared by every held permission."""
 
 log = logging.getLogger("aep.receiver.held")
 
@@ -110,10 +116,26 @@ class HeldLoop:
         session = requests[0][1].get("session", "unknown")
         return self.router.open(self.agent, session, requests, validate, key)
 
-    async def wait(self, hold: Hold) -> Outcome:
-        """Wait for the answer, a dismissal or the timeout (which emits ``attention.timeout``)."""
+    async def wait(self, hold: Hold, gone: Callable[[], bool] = vendor_gone) -> Outcome:
+        """Wait for the answer, a dismissal or the timeout (which emits ``attention.timeout``).
+
+        If the vendor hangs up first (``gone()``: a shim gave up, a plugin aborted its fetch),
+        nobody will read the reply: the request is resolved ``dismissed`` and a later answer refused.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         try:
-            outcome = await asyncio.wait_for(asyncio.shield(hold.future), self.timeout)
+            while True:
+                left = deadline - loop.time()
+                if left <= 0:
+                    raise TimeoutError
+                try:
+                    outcome = await asyncio.wait_for(asyncio.shield(hold.future), min(left, GONE_POLL))
+                    break
+                except TimeoutError:
+                    if gone() and await self.dismiss(hold):
+                        outcome = hold.future.result()
+                        break
         except TimeoutError:
             outcome = Outcome("timeout")
             if hold.settle(outcome):
@@ -129,8 +151,13 @@ class HeldLoop:
         return outcome
 
     async def answered(self, hold: Hold, outcome: Outcome, answer: dict[str, Any],
-                       fields: list[dict[str, Any]] | None = None) -> None:
-        """Emit ``attention.answered`` (what was applied) then ``attention.resolved``."""
+                       fields: list[dict[str, Any]] | None = None,
+                       follow: Callable[[Event, Event | None], Event | None] | None = None) -> None:
+        """Emit ``attention.answered`` (what was applied) then ``attention.resolved`` in every lane.
+
+        ``follow(request, answered)`` may return one more draft per lane (e.g. the ``tool.denied``
+        a commanded deny causes), cause-linked by the caller to that lane's answer.
+        """
         assert outcome.command is not None
         latency = int((time.monotonic() - hold.opened) * 1000)
         for pipeline, request in hold.lanes:
@@ -144,6 +171,11 @@ class HeldLoop:
                                  {"resolution": "answered", "latency_ms": latency})
             resolved["cause"] = answered_id or outcome.command["id"]
             await pipeline.consume([resolved])
+            if follow is not None:
+                answered = next((e for e in stamped if e.get("type") == "attention.answered"), None)
+                extra = follow(request, answered)
+                if extra is not None:
+                    await pipeline.consume([extra])
 
     async def dismiss(self, hold: Hold) -> bool:
         """The agent moved on without us (e.g. the tool ran): one ``resolved{dismissed}``, hook freed."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 from dataclasses import dataclass
@@ -23,6 +24,20 @@ from pipeline.host import Health, Host
 from pipeline.model import Event, Signal
 
 log = logging.getLogger("aep.receiver")
+
+# The HTTP request being handled in this task, so a held loop can notice the vendor hanging up
+# (a shim's timeout, a plugin's aborted fetch) without every surface passing it around.
+CURRENT_REQUEST: contextvars.ContextVar[web.Request | None] = contextvars.ContextVar(
+    "aep_hook_request", default=None)
+
+
+def vendor_gone() -> bool:
+    """True when the vendor side of the current hook request has closed its connection."""
+    request = CURRENT_REQUEST.get()
+    if request is None:
+        return False
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 JSON = "application/json"
 
@@ -229,6 +244,7 @@ class HookServer:
                 self.health.recover(self.id, "overloaded")
 
     async def _hook_inner(self, request: web.Request) -> web.Response:
+        CURRENT_REQUEST.set(request)
         try:
             payload = await self._read_json(request)
         except HookError as exc:

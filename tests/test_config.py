@@ -116,3 +116,15 @@ def test_cli_validate_exit_codes():
                          capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 1
     assert "receivers.claude_code.endpont: unknown key" in bad.stderr
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", True), ("true", True), ("On", True), ("yes", True),
+                                             ("0", False), ("", False), ("false", False), ("off", False)])
+def test_booleans_accept_the_words_env_substitution_yields(registry, text, value):
+    raw = {"receivers": {"claude_code": None}, "exporters": {"jsonl": {"directory": "/tmp/x"}},
+           "service": {"pipelines": {"p": {"receivers": ["claude_code"], "exporters": ["jsonl"]}}}}
+    from pipeline.config import coerce
+    assert coerce(bool, text, "f", "k") is value
+    with pytest.raises(ConfigError, match="expected a boolean"):
+        coerce(bool, "maybe", "f", "k")
+    assert parse(raw, registry, "m.yaml")
