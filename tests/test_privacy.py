@@ -129,3 +129,16 @@ def test_secrets_never_leave_at_redacted(vendor):
     assert "/home/alice" not in wire
     for line in wire.splitlines():
         assert json.loads(line).get("capture") in ("redacted", "metadata", "none")
+
+
+def test_payload_text_never_reaches_the_log_verbatim(caplog):
+    from processors.mapping import hermes
+
+    state = hermes.new_state()
+    secret = "AKIAIOSFODNN7EXAMPLE and /home/alice/notes"
+    for i in range(100):
+        payload = {"hook_event_name": "on_session_start", "session_id": "s",
+                   "extra": {"telemetry_schema_version": f"{secret} {i}"}}
+        hermes.map_signal(Signal("hermes", "on_session_start", payload), state)
+    assert "AKIA" not in caplog.text and "/home/alice" not in caplog.text
+    assert len(state.drift_logged) <= 32

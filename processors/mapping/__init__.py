@@ -120,7 +120,8 @@ class MappingProcessor:
         key = (signal.agent, signal.name, type(exc).__name__)
         if key not in self._logged:  # once per cause, not once per event
             self._logged.add(key)
-            log.error("mapping %s/%s failed: %s: %s", signal.agent, signal.name, type(exc).__name__, exc)
+            # The exception text may quote the payload: bounded, never a whole prompt in the log.
+            log.error("mapping %s/%.64s failed: %s: %.200s", signal.agent, signal.name, type(exc).__name__, exc)
         session = None
         payload = signal.payload if isinstance(signal.payload, dict) else {}
         for k in ("session_id", "sessionId", "sessionID", "conversationId", "taskId"):

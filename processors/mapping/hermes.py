@@ -385,13 +385,21 @@ def map_hook(payload: Any, hook: str | None = None, *, approval_session: str | N
 # --- runtime --------------------------------------------------------------------------------------
 
 
+_VERSION_TOKEN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
 def _check_drift(extra: dict[str, Any], state: HermesState) -> None:
     version = extra.get("telemetry_schema_version")
-    key = str(version)
-    if version != SCHEMA_VERSION and key not in state.drift_logged:
-        state.drift_logged.add(key)
-        log.warning("hermes payload telemetry_schema_version %r (pinned %r): re-verify the hook shapes",
-                    version, SCHEMA_VERSION)
+    if version == SCHEMA_VERSION:
+        return
+    # Payload text never reaches the log verbatim: only a version-shaped token is quoted, and the
+    # set of logged values is bounded (a hostile payload could mint endless "versions").
+    shown = version if isinstance(version, str) and _VERSION_TOKEN.fullmatch(version) else \
+        f"<{type(version).__name__}, not a version token>"
+    if shown not in state.drift_logged and len(state.drift_logged) < 32:
+        state.drift_logged.add(shown)
+        log.warning("hermes payload telemetry_schema_version %s (pinned %r): re-verify the hook shapes",
+                    shown, SCHEMA_VERSION)
 
 
 def _seen(state: HermesState, *ids: str | None) -> None:
