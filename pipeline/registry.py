@@ -48,16 +48,8 @@ def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:
     registry = Registry()
     problems: list[str] = []
     for name in BUILTINS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # not built yet in this checkout: not an error of the config
-                continue
-            raise
+        module = importlib.import_module(name)  # a missing built-in is a packaging bug: fail loudly
         found = getattr(module, "FACTORIES", None) or getattr(module, "FACTORY", None)
-        if found is None:
-            problems.append(f"built-in module {name} defines no FACTORY")
-            continue
         for factory in _factories(found):
             registry.register(factory, "builtin")
     if load_plugins:
