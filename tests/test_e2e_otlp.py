@@ -61,3 +61,33 @@ def test_vscode_copilot_chat_records_through_grpc_http_and_gzip(tmp_path, mode):
             assert "run" not in e  # the OTel channel never synthesizes runs
         if mode == "companion":
             assert all(e["type"].startswith("x.vscode.otel.") for e in events)
+
+
+async def test_two_otlp_receivers_side_by_side_share_stamping(tmp_path):
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+    from tests.helpers import running
+
+    cfg = config(tmp_path, "primary")
+    cfg["receivers"] = {
+        "otlp/vscode": {"profile": "vscode", "mode": "primary", "http": {"endpoint": "127.0.0.1:0"}},
+        "otlp/codex": {"profile": "codex", "mode": "primary", "http": {"endpoint": "127.0.0.1:0"}},
+    }
+    cfg["service"]["pipelines"]["otel"]["receivers"] = ["otlp/vscode", "otlp/codex"]
+    vs = corpus("mappings/vscode-otel.json")
+    cx = corpus("mappings/codex-otel.json")
+    async with running(cfg) as service:
+        vport = service.receivers["otlp/vscode"].http_port
+        cport = service.receivers["otlp/codex"].http_port
+        import asyncio
+        await asyncio.to_thread(emit, OTLPLogExporter(endpoint=f"http://127.0.0.1:{vport}/v1/logs"), "side-v",
+                                [e["input"]["attributes"] for e in vs["records"].values()])
+        codex_records = [{**e["input"]["attributes"], "conversation.id": "side-c"} for e in cx["records"].values()]
+        await asyncio.to_thread(emit, OTLPLogExporter(endpoint=f"http://127.0.0.1:{cport}/v1/logs"), "unused",
+                                codex_records)
+    v_events = read_jsonl(tmp_path / "logs" / "vscode" / "side-v.jsonl")
+    c_events = read_jsonl(tmp_path / "logs" / "codex" / "side-c.jsonl")
+    assert v_events and c_events
+    assert [e["seq"] for e in v_events] == list(range(len(v_events)))
+    assert [e["seq"] for e in c_events] == list(range(len(c_events)))
+    assert {e["agent"] for e in v_events} == {"vscode"} and {e["agent"] for e in c_events} == {"codex"}
