@@ -139,6 +139,14 @@ class Deliver:
             await asyncio.wait(list(self.pending), timeout=timeout)
 
 
+class _NotJson(ValueError):
+    """NaN / Infinity: Python's parser takes them, JSON (RFC 8259) does not, and neither do we."""
+
+
+def _not_json(constant: str) -> Any:
+    raise _NotJson(f"{constant} is not a JSON value")
+
+
 async def _single_lane(consumer: Consumer, batch: list[Any]) -> list[tuple[Any, list[Event]]]:
     return [(consumer, await consumer.consume(batch))]
 
@@ -281,7 +289,9 @@ class HookServer:
         if not raw.strip():
             raise HookError(400, "invalid-json", "empty body: expected a JSON object")
         try:
-            payload = json.loads(raw.decode("utf-8"))
+            payload = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
+        except _NotJson as exc:
+            raise HookError(400, "invalid-json", str(exc)) from None
         except UnicodeDecodeError as exc:
             raise HookError(400, "invalid-json", f"body is not UTF-8 (byte {exc.start})") from None
         except (json.JSONDecodeError, RecursionError) as exc:

@@ -163,3 +163,12 @@ def test_validate_events_command(tmp_path):
     res = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate-events", str(bad)], cwd=ROOT,
                          capture_output=True, text=True)
     assert res.returncode == 1 and "required" in res.stdout
+
+
+def test_nan_and_infinity_are_not_json(tmp_path):
+    with collector(base_config(tmp_path), tmp_path) as c:
+        port = c.ports["receiver/claude_code"]
+        for literal in (b"NaN", b"Infinity", b"-Infinity"):
+            status, body = post(port, b'{"hook_event_name": "Stop", "session_id": "s", "x": ' + literal + b"}")
+            assert status == 400 and body["error"] == "invalid-json" and "not a JSON value" in body["detail"]
+        c.stop()

@@ -151,3 +151,15 @@ async def test_unicode_line_separators_never_split_an_event(tmp_path):
     text = (tmp_path / "logs" / "claude-code" / "s1.jsonl").read_text()
     assert len(text.splitlines()) == 1  # even str.splitlines() sees one line
     assert json.loads(text)["subject"] == "a\u2028b\u2029c\x85d\x0be"
+
+
+async def test_a_batch_for_one_session_is_one_write_of_whole_lines(tmp_path, monkeypatch):
+    exp, _ = await make(tmp_path)
+    writes = []
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: writes.append(data) or real_write(fd, data))
+    exp.export_now([ev("s1", i) for i in range(5)] + [ev("s2", 0)])
+    monkeypatch.setattr(os, "write", real_write)
+    await exp.shutdown()
+    assert len(writes) == 2 and all(w.endswith(b"\n") for w in writes)
+    assert [e["seq"] for e in lines(tmp_path / "logs" / "claude-code" / "s1.jsonl")] == [0, 1, 2, 3, 4]
