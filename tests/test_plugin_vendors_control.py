@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from pipeline.control import RESPOND
+from receivers.held import GONE_POLL
 from tests.conftest import corpus
 from tests.helpers import running
 from tests.plugin_vendors_support import Env, KiloServer, config, headers, respond
@@ -195,6 +196,19 @@ async def test_kilo_permission_asked_is_answered_over_the_reply_route(env: Env, 
     assert len(env.session("kilocode", SID)) == before
 
 
+async def test_kilo_background_hold_outlives_the_plugins_closed_post(env: Env) -> None:
+    # The plugin's event POST is answered at once and its connection closes; the answer goes to
+    # Kilo's own server, so that closed connection is not the vendor hanging up.
+    async with KiloServer() as server:
+        assert await env.post("kilocode", KILO["permission_asked"]["input"], headers=headers(server)) == (200, {})
+        (rid,) = await env.held()
+        await asyncio.sleep(3 * GONE_POLL)  # several hang-up checks after the plugin's connection closed
+        assert list(env.router.holds) == [rid]
+        await env.router.submit(respond(rid, SID, option="once"), "kilocode")
+        await server.called()
+    assert server.calls[0][1] == {"response": "once"}
+
+
 async def test_kilo_question_answer_goes_back_with_the_original_labels(env: Env) -> None:
     async with KiloServer() as server:
         rid, _ = await route_answer(env, server, "question_asked", values={"1": "2"})
@@ -330,12 +344,13 @@ async def test_gate_refuses_empty_values_and_foreign_options(env: Env, vendor: s
     assert await asyncio.wait_for(task, 10) == (200, neutral)
 
 
-@pytest.mark.parametrize("env", [{"hermes": {"control": True, "gate_tools": "terminal|shell"},
+@pytest.mark.parametrize("env", [{"hermes": {"control": True, "gate_tools": "^(terminal|shell)$"},
                                   "pi": {"control": True, "gate_tools": "bash"}}], indirect=True)
 @pytest.mark.parametrize(("vendor", "tool", "held"), [
     ("hermes", "terminal", True), ("hermes", "read_file", False), ("hermes", "terminal2", False),
-    ("pi", "bash", True), ("pi", "read", False)])
-async def test_gate_tools_must_fully_match(env: Env, vendor: str, tool: str, held: bool) -> None:
+    ("pi", "bash", True), ("pi", "read", False), ("pi", "run_bash_bg", True)])
+async def test_gate_tools_is_searched_and_anchors_give_exact_names(env: Env, vendor: str, tool: str,
+                                                                   held: bool) -> None:
     body, neutral, _ = GATES[vendor]
     task = asyncio.create_task(env.post(vendor, body(tool)))
     if held:

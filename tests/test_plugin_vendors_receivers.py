@@ -13,7 +13,6 @@ from pipeline.registry import build_registry
 from processors.mapping import cline as cline_mapping
 from receivers.plugin_vendors import FACTORIES
 from receivers.plugin_vendors.bus import loopback_url
-from receivers.plugin_vendors.common import switch
 from tests.conftest import corpus
 from tests.helpers import running
 from tests.plugin_vendors_support import VENDORS, Env, config
@@ -91,11 +90,15 @@ async def test_healthz_and_the_declared_control_block(env: Env, vendor: str) -> 
 
 
 @pytest.mark.parametrize("vendor", ["hermes", "pi"])
-async def test_gate_on_is_declared_and_reported(tmp_path, vendor: str) -> None:
+async def test_gate_on_is_declared_and_reported_while_honoured(tmp_path, vendor: str) -> None:
     async with running(config(tmp_path, **{vendor: {"control": True}})) as service:
         e = Env(service, tmp_path)
-        assert (await e.get(vendor, "/healthz"))["control"] is True
         assert e.router.accepts(vendor) == [RESPOND]
+        assert (await e.get(vendor, "/healthz"))["control"] is False  # declared, but no route can answer
+        e.router.set_route(vendor, True)
+        assert (await e.get(vendor, "/healthz"))["control"] is True
+        e.router.set_route(vendor, False)
+        assert (await e.get(vendor, "/healthz"))["control"] is False
 
 
 async def test_cline_replies_never_carry_agent_mutating_fields(env: Env) -> None:
@@ -124,12 +127,6 @@ def test_config_keys_defaults_and_refusals() -> None:
                                ("cline", {"control": True}, "unknown key")]:
         with pytest.raises(ConfigError, match=needle):
             receiver(rtype, raw)
-
-
-@pytest.mark.parametrize(("value", "want"), [(True, True), (False, False), ("1", True), ("TRUE", True), (" on ", True),
-                                             ("0", False), ("", False), ("no", False)])
-def test_switch_words(value: Any, want: bool) -> None:
-    assert switch(value, "k") is want
 
 
 @pytest.mark.parametrize(("url", "want"), [

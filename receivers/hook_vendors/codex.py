@@ -9,13 +9,14 @@ becomes Codex's ``hookSpecificOutput.decision``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pipeline.component import Factory, Kind
 from processors.mapping import codex
+from receivers.gate import HeldConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import HeldConfig, HookVendorSurface, Spec, vendor_timeout
+from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec, vendor_timeout
 
 VENDOR = "codex"
 HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps
@@ -29,6 +30,7 @@ class CodexConfig(HeldConfig):
     endpoint: str = "127.0.0.1:8378"
     attention_timeout: float = 55.0
     """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
+    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
 SPEC = Spec(mapping=codex, permission_reply=codex.permission_reply,

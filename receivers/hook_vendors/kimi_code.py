@@ -10,13 +10,14 @@ runs), deny / cancel = ``permissionDecision: "deny"`` with the reason, plus
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pipeline.component import Factory, Kind
 from processors.mapping import kimi_code
+from receivers.gate import GateConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import Gate, GateConfig, HookVendorSurface, Spec, vendor_timeout
+from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec, vendor_timeout
 
 VENDOR = "kimi-code"
 # The 16 events of Kimi's external-hooks surface (Annex A.6). Kimi refuses the WHOLE config for an
@@ -34,6 +35,7 @@ class KimiCodeConfig(GateConfig):
     endpoint: str = "127.0.0.1:8398"
     attention_timeout: float = 50.0
     """Seconds a gated PreToolUse waits for an operator (registered hook timeout: 60)."""
+    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
 SPEC = Spec(

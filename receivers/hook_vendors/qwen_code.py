@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pipeline.component import Factory, Kind
 from processors.mapping import qwen_code
+from receivers.gate import HeldConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import HeldConfig, HookVendorSurface, Spec, vendor_timeout
+from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec, vendor_timeout
 
 VENDOR = "qwen-code"
 HOOKS = tuple(qwen_code.HOOKS)
@@ -31,6 +32,7 @@ class QwenCodeConfig(HeldConfig):
     endpoint: str = "127.0.0.1:8380"
     attention_timeout: float = 55.0
     """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
+    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
 SPEC = Spec(mapping=qwen_code, permission_reply=qwen_code.permission_reply,

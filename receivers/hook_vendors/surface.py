@@ -16,7 +16,6 @@ Gemini CLI and Antigravity are observe-only: no control leg at all.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -26,21 +25,21 @@ from typing import Any
 
 from aiohttp import web
 
-from pipeline.control import RESPOND, Hold, Outcome
+from pipeline.control import RESPOND, Hold
 from pipeline.host import Host
 from pipeline.model import Event, Signal
 from processors.mapping import hookfamily as hf
 from processors.mapping.common import PERMISSION_OPTIONS, get_str, tool_ref
-from receivers.held import HeldLoop, permission_choice, permission_validator
+from receivers.gate import GateConfig, ToolGate, recorded
+from receivers.held import DENY_MESSAGE, Applied, HeldLoop, permission_choice, permission_validator
 from receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
-
-DENY_MESSAGE = "Denied via AEP attention loop"
-"""The reason a deny carries when the operator gave none (the reference loops' canned message)."""
 
 MAX_VENDOR_TIMEOUT = 600
 """Seconds: the largest hook timeout Kimi accepts; hold windows must leave room under it."""
 HOLD_MARGIN = 10
 """Seconds a registered vendor-side timeout exceeds the hold window (VS Code 25 -> 35, Kimi 50 -> 60)."""
+ATTENTION_LIMIT = MAX_VENDOR_TIMEOUT - HOLD_MARGIN
+"""The ``attention_limit`` of every hook-family config that holds (``receivers.gate.HeldConfig``)."""
 
 _HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
@@ -48,43 +47,9 @@ Payload = dict[str, Any]
 Reply = Callable[..., Payload]
 
 
-@dataclass
-class HeldConfig(HookReceiverConfig):
-    """Keys of a receiver that can hold a hook for an operator."""
-
-    attention_timeout: float = 55.0
-    """Seconds a held hook waits for an operator before the neutral (no-decision) reply."""
-
-    def validate(self) -> None:
-        super().validate()
-        if self.attention_timeout <= 0:
-            raise ValueError("attention_timeout must be positive")
-        if self.attention_timeout > MAX_VENDOR_TIMEOUT - HOLD_MARGIN:
-            raise ValueError(f"attention_timeout must be at most {MAX_VENDOR_TIMEOUT - HOLD_MARGIN} s "
-                             f"(vendor hook timeouts stop at {MAX_VENDOR_TIMEOUT} s)")
-
-
-@dataclass
-class GateConfig(HeldConfig):
-    """Keys of a receiver with the opt-in PreToolUse gate."""
-
-    control: bool = False
-    """Hold matched PreToolUse calls for an operator (declares ``control.attention.respond``)."""
-    gate_tools: str = ".*"
-    """Regular expression searched in the tool name (like the reference's ``RegExp.test``); anchor it
-    (``^(Bash|Write)$``) for exact names. Only consulted when ``control`` is on."""
-
-    def validate(self) -> None:
-        super().validate()
-        try:
-            re.compile(self.gate_tools)
-        except re.error as exc:
-            raise ValueError(f"gate_tools is not a valid regular expression: {exc}") from None
-
-
 @dataclass(frozen=True)
 class Gate:
-    """The vendor side of the PreToolUse gate."""
+    """The vendor side of the PreToolUse gate (the shared ``receivers.gate.ToolGate`` holds it)."""
 
     options: list[dict[str, str]]
     key: Callable[[Signal], str]
@@ -134,9 +99,15 @@ class HookVendorSurface:
     def __init__(self, spec: Spec, config: HookReceiverConfig, component: str) -> None:
         self.spec, self.config = spec, config
         self.agent: str = spec.mapping.AGENT
-        self.loop = HeldLoop(self.agent, component, getattr(config, "attention_timeout", 55.0))
-        self.gated = spec.gate is not None and bool(getattr(config, "control", False))
-        self.pattern = re.compile(getattr(config, "gate_tools", ".*")) if self.gated else None
+        self.gate: ToolGate | None = None
+        if spec.gate is not None:
+            assert isinstance(config, GateConfig), f"{self.agent}: a gate vendor's config is a GateConfig"
+            self.gate = ToolGate(self.agent, component, config, spec.gate.options)
+            # VS Code / Kimi: an empty answer is a plain deny (reference stack §0.6), unlike Hermes / pi.
+            self.gate_validator = permission_validator(spec.gate.options)
+            self.loop = self.gate.loop  # one held loop per receiver: the gate's
+        else:
+            self.loop = HeldLoop(self.agent, component, getattr(config, "attention_timeout", 55.0))
         self.calls: dict[tuple[str, str], Hold] = {}
 
     # -- HookSurface ---------------------------------------------------------------------------
@@ -145,8 +116,8 @@ class HookVendorSurface:
         """``control.accepts`` exactly as the config makes it: the gates that are on, nothing more."""
         if self.spec.permission_reply is not None:
             return [RESPOND]
-        if self.spec.gate is not None:
-            return [RESPOND] if self.gated else []  # declared-but-empty while the gate is off
+        if self.gate is not None:
+            return self.gate.accepts()  # declared-but-empty while the gate is off
         return None  # observe-only: no control block at all
 
     async def on_start(self, host: Host, server: HookServer) -> None:
@@ -154,8 +125,7 @@ class HookVendorSurface:
         self.loop.bind(host, server.deliver, self.accepts(), server.consumer)
 
     def health_extra(self) -> dict[str, Any]:
-        # Reference stack §0.1: gate vendors report `control`, true only when the gate is on and honoured.
-        return {"control": self.gated and self.loop.live()} if self.spec.gate is not None else {}
+        return self.gate.health() if self.gate is not None else {}
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         query = request.query.get("hook")
@@ -188,8 +158,8 @@ class HookVendorSurface:
         session = _session(payload)
         if name == "PermissionRequest" and self.spec.permission_reply is not None:
             return await self._permission(signal)
-        if name == "PreToolUse" and self._gates(payload):
-            return await self._gate(signal, deliver)
+        if name == "PreToolUse" and self.gate is not None and self.gate.gates(get_str(payload, "tool_name")):
+            return await self._gate(signal)
         if name in self.spec.dismissed_by:
             # The tool ran (or was refused) in the vendor itself: the held card is moot.
             hold = self.calls.pop((session, hf.permission_key(payload)), None)
@@ -220,7 +190,7 @@ class HookVendorSurface:
         if outcome.how != "answered" or outcome.answer is None:
             return self.neutral(signal)  # timeout/dismissal: no decision, the vendor asks its user
         applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        await self.loop.answered(hold, outcome, _recorded(applied.option, applied.text))
+        await self.loop.answered(hold, outcome, recorded(applied))
         if applied.option == "allow":
             return self.spec.permission_reply("allow")
         # AEP-0008: free text on a permission is the refusing option with the text as guidance.
@@ -228,40 +198,22 @@ class HookVendorSurface:
 
     # -- the opt-in PreToolUse gate (VS Code agent, Kimi Code) ---------------------------------
 
-    def _gates(self, payload: Payload) -> bool:
-        """Hold this PreToolUse? Only with the gate on, a matching tool and a live route (else no latency)."""
-        if not self.gated or self.pattern is None:
-            return False
-        tool = get_str(payload, "tool_name") or ""
-        return self.pattern.search(tool) is not None and self.loop.live()
+    async def _gate(self, signal: Signal) -> Any:
+        spec, gate = self.spec.gate, self.gate
+        assert spec is not None and gate is not None
 
-    async def _gate(self, signal: Signal, deliver: Deliver) -> Any:
-        gate = self.spec.gate
-        assert gate is not None
-        key = gate.key(signal)
-        signal.hold = key  # the mapping raises the gate card only for a held PreToolUse
-        hold = await self.loop.request(signal, permission_validator(gate.options), key)
-        if hold is None:
-            return self.neutral(signal)  # the route went away meanwhile: the keyed card is swept later
-        outcome = await self.loop.wait(hold)
-        if outcome.how != "answered" or outcome.answer is None:
+        def denial(applied: Applied, request: Event, answered: Event | None) -> Event | None:
+            if spec.decide(applied.option) != "deny":
+                return None
+            return _policy_denial(self.agent, spec, signal.payload, applied.text or DENY_MESSAGE, request, answered)
+
+        applied = await gate.decide(signal, spec.key(signal), self.gate_validator, follow=denial)
+        if applied is None:
             return self.neutral(signal)  # unanswered frees the hook with no decision (fail-open)
-        applied = permission_choice(outcome.answer, gate.options)
-        recorded = _recorded(applied.option, applied.text)
-        decision = gate.decide(applied.option)
+        decision = spec.decide(applied.option)
         if decision != "deny":
-            await self.loop.answered(hold, outcome, recorded)
-            return gate.reply(decision)
-        reason = applied.text or DENY_MESSAGE
-        await answered_then(self.loop, hold, outcome, recorded,
-                            lambda request, answered: _policy_denial(self.agent, gate, signal.payload, reason,
-                                                                     request, answered))
-        return gate.reply("deny", reason)
-
-
-def _recorded(option: str, text: str | None) -> dict[str, Any]:
-    """``attention.answered.answer`` records what was APPLIED (AEP-0008); guidance text rides along."""
-    return {"option": option, "text": text} if text else {"option": option}
+            return spec.reply(decision)
+        return spec.reply("deny", applied.text or DENY_MESSAGE)
 
 
 def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, request: Event,
@@ -275,33 +227,6 @@ def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, reques
         draft["run"] = request["run"]
     draft["cause"] = answered["id"] if answered is not None else request["id"]
     return draft
-
-
-class _Tap:
-    """One lane's pipeline, remembering what it stamped (the ids a follow-up event links to)."""
-
-    def __init__(self, pipeline: Any) -> None:
-        self.pipeline = pipeline
-        self.stamped: list[Event] = []
-
-    async def consume(self, batch: list[Any]) -> list[Event]:
-        out = await self.pipeline.consume(batch)
-        self.stamped.extend(out)
-        return out
-
-
-async def answered_then(loop: HeldLoop, hold: Hold, outcome: Outcome, recorded: dict[str, Any],
-                        follow: Callable[[Event, Event | None], Event]) -> None:
-    """``HeldLoop.answered``, then one more event per lane built by ``follow(request, answered)``.
-
-    The shared loop does not hand back the ``attention.answered`` it stamped, so each lane is
-    tapped for the duration of the call; the follow-up then cause-links to that lane's answer.
-    """
-    tapped = dataclasses.replace(hold, lanes=[(_Tap(p), request) for p, request in hold.lanes])
-    await loop.answered(tapped, outcome, recorded)
-    for tap, request in tapped.lanes:
-        answered = next((e for e in tap.stamped if e.get("type") == "attention.answered"), None)
-        await tap.pipeline.consume([follow(request, answered)])
 
 
 def _session(payload: Payload) -> str:

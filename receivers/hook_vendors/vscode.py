@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from pipeline.component import Factory, Kind
 from processors.mapping import vscode
+from receivers.gate import GateConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import Gate, GateConfig, HookVendorSurface, Spec, vendor_timeout
+from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec, vendor_timeout
 
 VENDOR = "vscode"
 HOOKS = tuple(vscode.HOOKS)  # the 8-event Preview surface
@@ -31,6 +32,7 @@ class VscodeConfig(GateConfig):
     endpoint: str = "127.0.0.1:8381"
     attention_timeout: float = 25.0
     """Seconds a gated PreToolUse waits for an operator: inside VS Code's default 30 s hook timeout."""
+    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
 SPEC = Spec(

@@ -33,10 +33,11 @@ from pipeline.model import Signal
 from processors.mapping import busfamily
 from processors.mapping.common import PERMISSION_OPTIONS, get_dict, get_str
 from receivers.forms import form_validator, form_values
+from receivers.gate import recorded
 from receivers.held import HeldLoop, permission_choice, permission_validator
 from receivers.hook_http import Deliver, HookServer
 
-from .common import CURRENT_REQUEST, need_name, sweep, unwrap, wait_or_gone
+from .common import need_name, sweep, unwrap
 
 log = logging.getLogger("aep.receiver.bus")
 
@@ -46,6 +47,10 @@ DIRECTORY_HEADER = "X-AEP-Directory"
 _HOOK_NAMES = {kind: hook for hook, kind in busfamily.HOOK_KINDS.items()}  # tool.before -> tool.execute.before
 _SETTLES = {"permission.replied": "permission", "question.replied": "question", "question.rejected": "question"}
 _KEPT = 1024  # sessions whose vendor server address is remembered
+
+
+def _never() -> bool:
+    return False
 
 
 def loopback_url(value: Any) -> str | None:
@@ -156,15 +161,12 @@ class BusSurface:
         hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
         if hold is None:
             return NEUTRAL_REPLY  # no operator reachable: the vendor's own prompt decides
-        outcome = await wait_or_gone(self.loop, hold, CURRENT_REQUEST.get())
+        outcome = await self.loop.wait(hold)  # a plugin that aborted its fetch dismisses it
         if outcome.how != "answered" or outcome.answer is None:
             return NEUTRAL_REPLY  # timeout/dismissal: output untouched, the vendor prompts the user
         applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        recorded: dict[str, Any] = {"option": applied.option}
-        if applied.text:
-            # The hook output carries only status: the guidance is visible on the stream alone.
-            recorded["text"] = applied.text
-        await self.loop.answered(hold, outcome, recorded)
+        # The hook output carries only status: any guidance text is visible on the stream alone.
+        await self.loop.answered(hold, outcome, recorded(applied))
         return self.mapping.permission_reply(applied.option)
 
     # -- Kilo >=7.4.6: bus asks answered over the vendor's REST routes --------------------------------
@@ -206,7 +208,9 @@ class BusSurface:
 
     async def _settle_over_route(self, hold: Hold, props: dict[str, Any], session: str, vendor_id: str,
                                  server: tuple[str, str | None], fields: list[dict[str, Any]] | None) -> None:
-        outcome = await self.loop.wait(hold)
+        # The plugin's POST was answered at once and its connection may close: the answer goes to
+        # Kilo's server, so a closed plugin connection is not a vendor hanging up (never gone).
+        outcome = await self.loop.wait(hold, gone=_never)
         if outcome.how != "answered" or outcome.answer is None:
             return  # timeout/dismissal/oob: nothing is sent, the vendor's own prompt stays
         assert hold.key is not None
@@ -216,17 +220,15 @@ class BusSurface:
                 applied = permission_choice(outcome.answer, self.mapping.REPLY_ROUTE_OPTIONS, refusing="reject")
                 path = self.mapping.permission_route(session, vendor_id)
                 body: dict[str, Any] = self.mapping.permission_route_body(applied.option, applied.text)
-                recorded: dict[str, Any] = {"option": applied.option}
-                if applied.text:
-                    recorded["text"] = applied.text  # delivered as the reject message (kilocode.json)
+                answer = recorded(applied)  # any text is delivered as the reject message (kilocode.json)
             else:
                 values = form_values(outcome.answer, fields)
                 path = self.mapping.question_route(vendor_id)
                 body = self.mapping.question_route_body(props.get("questions"), values)
-                recorded = {"values": values}
+                answer = {"values": values}
             problem = await self._post(server, path, body)
             if problem is None:
-                await self.loop.answered(hold, outcome, recorded, fields)
+                await self.loop.answered(hold, outcome, answer, fields)
                 return
             # Accepted but not applied: say so rather than claim an answer the vendor never got.
             if self.host is not None:

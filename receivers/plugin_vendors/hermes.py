@@ -23,10 +23,10 @@ from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import hermes as mapping
 from processors.mapping.common import get_dict, get_str
+from receivers.gate import GateConfig, ToolGate, gate_validator
 from receivers.hook_http import Deliver, HookServer
 
 from .common import need_name, observe, sweep, unwrap
-from .gate import GateConfig, ToolGate
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
@@ -47,6 +47,7 @@ class HermesSurface:
     def __init__(self, config: HermesConfig, component: str = "receiver/hermes") -> None:
         self.config = config
         self.gate = ToolGate(AGENT, component, config, mapping.GATE_OPTIONS)
+        self.validate = gate_validator(mapping.GATE_OPTIONS)  # empty / values / foreign: refused (§0.6)
 
     async def on_start(self, host: Host, server: HookServer) -> None:
         self.gate.bind(host, server)
@@ -66,7 +67,8 @@ class HermesSurface:
     async def handle(self, signal: Signal, deliver: Deliver) -> Any:
         p = signal.payload
         if signal.name == "pre_tool_call" and self.gate.gates(p.get("tool_name")):
-            applied = await self.gate.decide(signal, mapping.gate_key(get_str(get_dict(p, "extra"), "tool_call_id")))
+            key = mapping.gate_key(get_str(get_dict(p, "extra"), "tool_call_id"))
+            applied = await self.gate.decide(signal, key, self.validate)
             if applied is not None and applied.option == "deny":
                 return mapping.deny_reply(applied.text)  # the block directive; message never empty
             return NEUTRAL_REPLY

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from pipeline.component import Factory, Kind
 from processors.mapping import kilocode as mapping
-from receivers.hook_http import HookReceiverConfig, HookServer
+from receivers.gate import HeldConfig
+from receivers.hook_http import HookServer
 
 from .bus import BusSurface
 
@@ -21,7 +22,7 @@ AGENT = mapping.AGENT
 
 
 @dataclass
-class KiloCodeConfig(HookReceiverConfig):
+class KiloCodeConfig(HeldConfig):
     """Config of the ``kilocode`` receiver."""
 
     endpoint: str = "127.0.0.1:8391"
@@ -35,8 +36,6 @@ class KiloCodeConfig(HookReceiverConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.attention_timeout <= 0:
-            raise ValueError("attention_timeout must be positive")
         if self.reply_route_timeout <= 0:
             raise ValueError("reply_route_timeout must be positive")
 

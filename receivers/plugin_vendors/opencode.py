@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from pipeline.component import Factory, Kind
 from processors.mapping import opencode as mapping
-from receivers.hook_http import HookReceiverConfig, HookServer
+from receivers.gate import HeldConfig
+from receivers.hook_http import HookServer
 
 from .bus import BusSurface
 
@@ -19,17 +20,12 @@ AGENT = mapping.AGENT
 
 
 @dataclass
-class OpenCodeConfig(HookReceiverConfig):
+class OpenCodeConfig(HeldConfig):
     """Config of the ``opencode`` receiver."""
 
     endpoint: str = "127.0.0.1:8390"
     attention_timeout: float = 55.0
     """Seconds a held ``permission.ask`` waits for an operator before ``{}`` (the plugin waits longer)."""
-
-    def validate(self) -> None:
-        super().validate()
-        if self.attention_timeout <= 0:
-            raise ValueError("attention_timeout must be positive")
 
 
 FACTORY = Factory(

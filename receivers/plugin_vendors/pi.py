@@ -24,10 +24,10 @@ from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import pi as mapping
 from processors.mapping.common import get_dict, get_str
+from receivers.gate import GateConfig, ToolGate, gate_validator
 from receivers.hook_http import Deliver, HookServer
 
-from .common import need_name, observe, sweep, switch, unwrap
-from .gate import GateConfig, ToolGate
+from .common import need_name, observe, sweep, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
@@ -38,12 +38,8 @@ class PiConfig(GateConfig):
     """Config of the ``pi`` receiver (``control``, ``gate_tools``, ``attention_timeout``: the gate)."""
 
     endpoint: str = "127.0.0.1:8396"
-    deltas: bool | str = False
+    deltas: bool = False
     """Map stream updates (``x.pi.message.delta``, ``x.pi.tool.update``); off by default (fixture pi)."""
-
-    def validate(self) -> None:
-        super().validate()
-        self.deltas = switch(self.deltas, "deltas")
 
 
 class PiSurface:
@@ -53,8 +49,8 @@ class PiSurface:
 
     def __init__(self, config: PiConfig, component: str = "receiver/pi") -> None:
         self.config = config
-        self.deltas = switch(config.deltas, "deltas")
         self.gate = ToolGate(AGENT, component, config, mapping.GATE_OPTIONS)
+        self.validate = gate_validator(mapping.GATE_OPTIONS)  # empty / values / foreign: refused (§0.6)
 
     async def on_start(self, host: Host, server: HookServer) -> None:
         self.gate.bind(host, server)
@@ -66,7 +62,7 @@ class PiSurface:
         body, given = unwrap(payload, request)
         own = get_str(get_dict(body, "event"), "type")
         signal = Signal(agent=AGENT, name=need_name(own or given, "event.type"), payload=body)
-        signal.attrs["deltas"] = self.deltas  # the mapping's stream-update switch, per receiver
+        signal.attrs["deltas"] = self.config.deltas  # the mapping's stream-update switch, per receiver
         return signal
 
     def neutral(self, signal: Signal | None) -> Any:
@@ -76,7 +72,7 @@ class PiSurface:
         event = get_dict(signal.payload, "event")
         if signal.name == "tool_call":
             if self.gate.gates(get_str(event, "toolName")):
-                applied = await self.gate.decide(signal, mapping.gate_key(get_str(event, "toolCallId")))
+                applied = await self.gate.decide(signal, mapping.gate_key(get_str(event, "toolCallId")), self.validate)
                 if applied is not None and applied.option == "deny":
                     return mapping.deny_reply(applied.text)  # {block: true, reason}
             else:
