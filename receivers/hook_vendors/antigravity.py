@@ -50,11 +50,10 @@ def registration(url: str | None, cfg: Any) -> str:
     events a flat list of handlers ``{type: "command", command, timeout}`` (whole seconds, default
     30). An unknown key is dropped silently and a malformed file loads nothing.
     """
-    target = blocks.receiver_url(VENDOR, url, cfg)
     events: dict[str, Any] = {}
     for name in HOOKS:
-        handler = {"type": "command", "command": blocks.shim_command(VENDOR, name, target),
-                   "timeout": blocks.SHORT_TIMEOUT}
+        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg)
+        handler = {"type": "command", "command": command, "timeout": timeout}
         events[name] = [{"matcher": "*", "hooks": [handler]}] if name in TOOL_HOOKS else [handler]
     return ("// Merge into <workspace>/.agents/hooks.json (or ~/.gemini/config/hooks.json); CLI >= 1.0.16:\n"
             + json.dumps({"aep-collector": events}, indent=2))

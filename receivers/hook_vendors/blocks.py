@@ -3,61 +3,29 @@
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from pipeline import shim
-from receivers.hook_vendors.surface import hold_wait
+from receivers.hook_vendors.surface import vendor_timeout
+from receivers.registration import hold_wait, shim_command
+from receivers.registration import shim_argv as shim_argv  # re-exported: bench/bench_shim.py imports it here
 
 SHORT_TIMEOUT = 10
 """Seconds a vendor allows a hook that is never held (above the shim's ``SHORT_WAIT``)."""
 
 
-def receiver_url(vendor: str, url: str | None, cfg: Any) -> str | None:
-    """The receiver URL the shim must be told about, or ``None`` when it is the vendor's default."""
+def shim_hook(vendor: str, event: str, url: str | None, cfg: Any, hold: float | None = None) -> tuple[str, int]:
+    """One registered hook: the shim's command line and the vendor-side timeout (seconds).
+
+    ``url`` (``--url``) or else the config's endpoint is passed on unless it is the shim's default.
+    ``hold`` is the hold window of a hook the receiver may hold: the shim waits past it and the
+    vendor's timeout leaves room above both; ``None`` for a hook that is never held.
+    """
     if url is None and cfg is not None:
         url = f"http://{cfg.endpoint}"
-    default = f"http://127.0.0.1:{shim.VENDORS[vendor].port}"
-    if url is None or url.rstrip("/") in (default, default + "/hook"):
-        return None
-    return url
-
-
-def _quote(parts: list[str]) -> str:
-    if os.name == "nt":  # cmd.exe / PowerShell command lines
-        return subprocess.list2cmdline(parts)
-    return " ".join(shlex.quote(p) for p in parts)
-
-
-def shim_argv(vendor: str, event: str | None = None, url: str | None = None,
-              wait: float | None = None) -> list[str]:
-    """The hook command as argv: this interpreter, ``-S -I`` (no site, no environment), importing the shim.
-
-    The shim needs only the standard library, so it runs without the venv's site machinery; it
-    is imported (from its cached bytecode) rather than run as a file (compiled on every start),
-    the fastest way to start it (``bench/bench_shim.py``). Absolute paths keep it independent of
-    the vendor's PATH; ``aep-collector-hook VENDOR [EVENT]`` is the same program as a console script.
-    """
-    root = str(Path(shim.__file__).resolve().parent.parent)
-    code = f"import sys;sys.path[:0]=[{json.dumps(root)}];import pipeline.shim as s;sys.exit(s.main())"
-    parts = [sys.executable, "-S", "-I", "-c", code, vendor]
-    if event:
-        parts.append(event)
-    if url:
-        parts += ["--url", url]
-    if wait is not None:
-        parts += ["--wait", f"{wait:g}"]
-    return parts
-
-
-def shim_command(vendor: str, event: str | None = None, url: str | None = None,
-                 wait: float | None = None) -> str:
-    """``shim_argv`` as one command line for the vendor's shell."""
-    return _quote(shim_argv(vendor, event, url, wait))
+    if hold is None:
+        return shim_command(vendor, event, url), SHORT_TIMEOUT
+    return shim_command(vendor, event, url, held_wait(vendor, cfg)), vendor_timeout(hold)
 
 
 def toml_str(text: str) -> str:

@@ -16,7 +16,7 @@ from processors.mapping import codex
 from receivers.gate import HeldConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec, vendor_timeout
+from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
 
 VENDOR = "codex"
 HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps
@@ -45,16 +45,13 @@ def registration(url: str | None, cfg: Any) -> str:
     ``[[hooks.<Event>.hooks]]`` handlers ``{type = "command", command, timeout}``; timeout is in
     seconds (default 600); a group without ``matcher`` runs for every tool.
     """
-    target = blocks.receiver_url(VENDOR, url, cfg)
     hold = cfg.attention_timeout if cfg is not None else CodexConfig.attention_timeout
     lines = ["# Append to ~/.codex/config.toml (or <repo>/.codex/config.toml), then review and trust",
              "# the hooks with Codex's /hooks command. Receiver: aep-collector (receiver type codex)."]
     for name in HOOKS:
-        held = name in HELD_HOOKS
-        command = blocks.shim_command(VENDOR, name, target, blocks.held_wait(VENDOR, cfg) if held else None)
+        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         lines += ["", f"[[hooks.{name}]]", f"[[hooks.{name}.hooks]]", 'type = "command"',
-                  f"command = {blocks.toml_str(command)}",
-                  f"timeout = {vendor_timeout(hold) if held else blocks.SHORT_TIMEOUT}"]
+                  f"command = {blocks.toml_str(command)}", f"timeout = {timeout}"]
     return "\n".join(lines)
 
 

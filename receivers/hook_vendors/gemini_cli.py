@@ -39,10 +39,11 @@ def registration(url: str | None, cfg: Any) -> str:
     timeout is in MILLISECONDS (default 60000); no matcher runs for every tool. Stable-channel
     builds need ``hooksConfig.enabled``.
     """
-    target = blocks.receiver_url(VENDOR, url, cfg)
-    hooks = {name: [{"hooks": [{"type": "command", "name": "aep-collector",
-                                "command": blocks.shim_command(VENDOR, name, target),
-                                "timeout": blocks.SHORT_TIMEOUT * 1000}]}] for name in HOOKS}
+    hooks = {}
+    for name in HOOKS:
+        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg)
+        hooks[name] = [{"hooks": [{"type": "command", "name": "aep-collector", "command": command,
+                                   "timeout": timeout * 1000}]}]
     block = {"hooksConfig": {"enabled": True}, "hooks": hooks}
     return ("// Merge into ~/.gemini/settings.json (or .gemini/settings.json in a project):\n"
             + json.dumps(block, indent=2))

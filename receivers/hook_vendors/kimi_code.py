@@ -17,7 +17,7 @@ from processors.mapping import kimi_code
 from receivers.gate import GateConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec, vendor_timeout
+from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
 
 VENDOR = "kimi-code"
 # The 16 events of Kimi's external-hooks surface (Annex A.6). Kimi refuses the WHOLE config for an
@@ -53,15 +53,13 @@ def registration(url: str | None, cfg: Any) -> str:
     only ``event``, ``matcher``, ``command``, ``timeout`` (integer seconds 1-600, default 30); no
     matcher matches everything. Anything else in a table breaks the whole file.
     """
-    target = blocks.receiver_url(VENDOR, url, cfg)
     hold = cfg.attention_timeout if cfg is not None else KimiCodeConfig.attention_timeout
     lines = ["# Append at the very END of ~/.kimi-code/config.toml ($KIMI_CODE_HOME relocates it):",
              "# a key written below a [[hooks]] table belongs to that table and breaks the hooks section."]
     for name in HOOKS:
-        held = name in HELD_HOOKS
-        command = blocks.shim_command(VENDOR, name, target, blocks.held_wait(VENDOR, cfg) if held else None)
+        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         lines += ["", "[[hooks]]", f"event = {blocks.toml_str(name)}", f"command = {blocks.toml_str(command)}",
-                  f"timeout = {vendor_timeout(hold) if held else blocks.SHORT_TIMEOUT}"]
+                  f"timeout = {timeout}"]
     return "\n".join(lines)
 
 

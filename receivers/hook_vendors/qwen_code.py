@@ -17,6 +17,7 @@ from receivers.gate import HeldConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec, vendor_timeout
+from receivers.registration import hook_url
 
 VENDOR = "qwen-code"
 HOOKS = tuple(qwen_code.HOOKS)
@@ -46,14 +47,11 @@ def registration(url: str | None, cfg: Any) -> str:
     Format (Qwen Code docs, users/features/hooks "HTTP Hooks"): ``{type: "http", url, timeout,
     name}``, timeout in SECONDS (default 600); loopback URLs pass its SSRF guard.
     """
-    endpoint = cfg.endpoint if cfg is not None else QwenCodeConfig.endpoint
-    hook_url = url or f"http://{endpoint}/hook"
-    if not hook_url.rstrip("/").endswith("/hook"):
-        hook_url = hook_url.rstrip("/") + "/hook"
+    target = hook_url(url, cfg.endpoint if cfg is not None else QwenCodeConfig.endpoint)
     hold = cfg.attention_timeout if cfg is not None else QwenCodeConfig.attention_timeout
     hooks: dict[str, Any] = {}
     for name in HOOKS:
-        handler = {"type": "http", "url": hook_url, "name": "aep-collector",
+        handler = {"type": "http", "url": target, "name": "aep-collector",
                    "timeout": vendor_timeout(hold) if name in HELD_HOOKS else blocks.SHORT_TIMEOUT}
         entry: dict[str, Any] = {"hooks": [handler]}
         if name in TOOL_HOOKS:

@@ -33,6 +33,7 @@ from processors.mapping.common import PERMISSION_OPTIONS, get_str, tool_ref
 from receivers.gate import GateConfig, ToolGate, recorded
 from receivers.held import DENY_MESSAGE, Applied, HeldLoop, permission_choice, permission_validator
 from receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
+from receivers.registration import hold_wait as hold_wait  # re-exported: tests/test_shim.py reads it here
 
 MAX_VENDOR_TIMEOUT = 600
 """Seconds: the largest hook timeout Kimi accepts; hold windows must leave room under it."""
@@ -81,11 +82,6 @@ class Spec:
     session_end: frozenset[str] = frozenset()
     """Hooks that end a session: pending holds are dismissed before they are delivered."""
     gate: Gate | None = None
-
-
-def hold_wait(attention_timeout: float) -> float:
-    """Seconds the command shim waits on a held hook (tracks ``pipeline.shim.VENDORS[...].wait``)."""
-    return attention_timeout + 5
 
 
 def vendor_timeout(attention_timeout: float) -> int:

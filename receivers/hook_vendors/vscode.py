@@ -18,7 +18,7 @@ from processors.mapping import vscode
 from receivers.gate import GateConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec, vendor_timeout
+from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
 
 VENDOR = "vscode"
 HOOKS = tuple(vscode.HOOKS)  # the 8-event Preview surface
@@ -52,15 +52,11 @@ def registration(url: str | None, cfg: Any) -> str:
     SECONDS (default 30). PreToolUse gets room above the hold window even while the gate is off,
     so turning it on needs no re-registration.
     """
-    target = blocks.receiver_url(VENDOR, url, cfg)
     hold = cfg.attention_timeout if cfg is not None else VscodeConfig.attention_timeout
     hooks = {}
     for name in HOOKS:
-        held = name in HELD_HOOKS
-        hooks[name] = [{"type": "command",
-                        "command": blocks.shim_command(VENDOR, name, target,
-                                                       blocks.held_wait(VENDOR, cfg) if held else None),
-                        "timeout": vendor_timeout(hold) if held else blocks.SHORT_TIMEOUT}]
+        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
+        hooks[name] = [{"type": "command", "command": command, "timeout": timeout}]
     return ("// Save as .github/hooks/aep-collector.json in the workspace. VS Code also reads\n"
             "// .claude/settings.json hooks: a workspace wired for Claude Code reports there too.\n"
             + json.dumps({"hooks": hooks}, indent=2))

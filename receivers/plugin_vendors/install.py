@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
-import sys
 from pathlib import Path
 from typing import Any
+
+from receivers.registration import hold_wait, hook_url, shim_command
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 JS_FILES = {"opencode": "opencode-plugin.js", "kilocode": "kilocode-plugin.js", "pi": "pi-extension.js"}
@@ -42,35 +42,12 @@ def js_path(vendor: str) -> Path:
 
 def receiver_url(vendor: str, url: str | None, cfg: Any) -> str:
     """The receiver's ``/hook`` URL: ``--url``, else the config's endpoint, else the reference port."""
-    if url is None:
-        endpoint = getattr(cfg, "endpoint", None) or f"127.0.0.1:{PORTS[vendor]}"
-        url = f"http://{endpoint}"
-    url = url.rstrip("/")
-    return url if url.endswith("/hook") else url + "/hook"
-
-
-def is_default(vendor: str, url: str) -> bool:
-    return url == f"http://127.0.0.1:{PORTS[vendor]}/hook"
+    return hook_url(url, getattr(cfg, "endpoint", None) or f"127.0.0.1:{PORTS[vendor]}")
 
 
 def hold_ms(cfg: Any) -> int:
     """The plugin's bound on a held request: the collector's attention window plus a margin."""
     return int((getattr(cfg, "attention_timeout", DEFAULT_ATTENTION) + HOLD_MARGIN) * 1000)
-
-
-def shim_command(vendor: str, url: str, wait: float | None = None) -> str:
-    """``aep-collector-hook VENDOR [--url] [--wait]``, by absolute path when it can be found."""
-    found = shutil.which("aep-collector-hook")
-    if found is None:
-        beside = Path(sys.executable).with_name("aep-collector-hook")
-        found = str(beside) if beside.exists() else None
-    parts = [found] if found else [sys.executable, "-m", "pipeline.shim"]
-    parts.append(vendor)
-    if not is_default(vendor, url):
-        parts += ["--url", url]
-    if wait is not None:
-        parts += ["--wait", f"{wait:g}"]
-    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _opencode(url: str, cfg: Any) -> str:
@@ -114,7 +91,7 @@ def _pi(url: str, cfg: Any) -> str:
 
 
 def _cline(url: str, cfg: Any) -> str:
-    command = shim_command("cline", url)
+    command = shim_command("cline", url=url, posix=True)  # the hook file is a /bin/sh script
     script = f"#!/bin/sh\nexec {command}\n"
     lines = [
         "# Cline runs one hook file per event from .cline/hooks/ (project) or ~/.cline/hooks/ (global).",
@@ -130,7 +107,7 @@ def _cline(url: str, cfg: Any) -> str:
 
 def _hermes(url: str, cfg: Any) -> str:
     attention = getattr(cfg, "attention_timeout", DEFAULT_ATTENTION)
-    held_wait = attention + 5  # what the shim waits for a held pre_tool_call
+    held_wait = hold_wait(attention)  # what the shim waits for a held pre_tool_call
     held_timeout = min(HERMES_MAX_TIMEOUT, int(held_wait) + 25)  # the vendor kills the hook after this
     out = ["# Merge into ~/.hermes/config.yaml. Hermes asks once per (event, command) before running a",
            "# hook: approve at the prompt, or start it with --accept-hooks. pre_tool_call may be held",
@@ -138,7 +115,7 @@ def _hermes(url: str, cfg: Any) -> str:
            "hooks:"]
     for hook in HERMES_HOOKS:
         held = hook == "pre_tool_call"
-        command = shim_command("hermes", url, held_wait if held else None)
+        command = shim_command("hermes", url=url, wait=held_wait if held else None)
         out += [f"  {hook}:", f"    - command: {json.dumps(command)}",
                 f"      timeout: {held_timeout if held else HERMES_SHORT_TIMEOUT}"]
     if held_timeout < held_wait + 5:
