@@ -3,13 +3,14 @@
 Codex, Gemini CLI, Qwen Code, VS Code agent, Kimi Code and Antigravity all hand the shared
 ``HookServer`` one JSON object per hook firing. What differs is data: where the hook name is
 (the payload's ``hook_event_name``, or ``?hook=`` for Antigravity), the neutral reply, and the
-control posture. The two held loops live here once:
+control posture. Two held loops:
 
-* the permission card (Codex, Qwen Code): a ``PermissionRequest`` is held while a control route
-  is live, as Claude Code's is (reference stack §1.2, §1.4);
-* the opt-in PreToolUse gate (VS Code agent, Kimi Code): off by default; on, a PreToolUse whose
-  tool name matches ``gate_tools`` is held as a permission card; a commanded deny also emits
-  ``tool.denied{by: "policy"}`` cause-linked to the answer (§1.5, §1.6).
+* the permission card (Codex, Qwen Code), here: a ``PermissionRequest`` is held while a control
+  route is live, as Claude Code's is (reference stack §1.2, §1.4);
+* the opt-in PreToolUse gate (VS Code agent, Kimi Code): the shared ``receivers.gate.ToolGate``
+  (also Hermes' and pi's), off by default; on, a PreToolUse whose tool name matches
+  ``gate_tools`` is held as a permission card; a commanded deny also emits
+  ``tool.denied{by: "policy"}`` cause-linked to the answer (§1.5, §1.6), built here.
 
 Gemini CLI and Antigravity are observe-only: no control leg at all.
 """
