@@ -121,6 +121,8 @@ class HeldLoop:
 
         If the vendor hangs up first (``gone()``: a shim gave up, a plugin aborted its fetch),
         nobody will read the reply: the request is resolved ``dismissed`` and a later answer refused.
+        A holder whose vendor is not on the current request (a background hold) passes its own
+        ``gone`` (or one that is always false).
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
@@ -183,6 +185,11 @@ class HeldLoop:
             return False
         await self.emit(hold, "attention.resolved", {"resolution": "dismissed"}, cause_request=True)
         return True
+
+    async def sweep(self, session: str | None) -> None:
+        """AEP-0002 §7.1: dismiss every hold of ``session`` before its ``session.ended`` is delivered."""
+        for hold in self.pending(session or "unknown"):
+            await self.dismiss(hold)
 
     def settle_oob(self, hold: Hold) -> bool:
         """The answer came through the agent's own UI; the mapping already emitted its legs."""

@@ -97,9 +97,7 @@ class ClaudeCodeSurface:
             if hold is not None:
                 await self.loop.dismiss(hold)
         elif name == "SessionEnd":
-            # AEP-0002 §7.1: close every pending request before session.ended.
-            for hold in self.loop.pending(session):
-                await self.loop.dismiss(hold)
+            await self.loop.sweep(session)  # AEP-0002 §7.1: nothing left open at session.ended
         await deliver([signal])
         if name == "ElicitationResult":
             key = cc.elicitation_key(p)

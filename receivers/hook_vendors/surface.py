@@ -163,9 +163,7 @@ class HookVendorSurface:
             if hold is not None:
                 await self.loop.dismiss(hold)
         elif name in self.spec.session_end:
-            # AEP-0002 §7.1: every pending request closes before session.ended.
-            for hold in self.loop.pending(session):
-                await self.loop.dismiss(hold)
+            await self.loop.sweep(session)  # AEP-0002 §7.1: nothing left open at session.ended
         await deliver([signal])
         return self.neutral(signal)
 

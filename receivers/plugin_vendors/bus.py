@@ -37,7 +37,7 @@ from receivers.gate import recorded
 from receivers.held import HeldLoop, permission_choice, permission_validator
 from receivers.hook_http import Deliver, HookServer
 
-from .common import need_name, sweep, unwrap
+from .common import need_name, unwrap
 
 log = logging.getLogger("aep.receiver.bus")
 
@@ -149,7 +149,7 @@ class BusSurface:
                     self.loop.settle_oob(hold)  # answered in the vendor's own prompt
             return NEUTRAL_REPLY
         if bus_type == "session.deleted":
-            await sweep(self.loop, session)
+            await self.loop.sweep(session)
             self.servers.pop(session or "", None)
         await deliver([signal])
         return NEUTRAL_REPLY

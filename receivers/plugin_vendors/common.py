@@ -7,7 +7,6 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.model import Signal
-from receivers.held import HeldLoop
 from receivers.hook_http import Deliver, HookError
 
 NAME_PARAMS = ("name", "hook")
@@ -34,10 +33,6 @@ def need_name(name: str | None, what: str) -> str:
     return name
 
 
-async def sweep(loop: HeldLoop, session: str | None) -> None:
-    """AEP-0002 §7.1: free every hold of ``session`` before its ``session.ended`` is delivered."""
-    for hold in loop.pending(session or "unknown"):
-        await loop.dismiss(hold)
 
 
 async def observe(signal: Signal, deliver: Deliver, reply: Any) -> Any:

@@ -26,7 +26,7 @@ from processors.mapping.common import get_dict, get_str
 from receivers.gate import GateConfig, ToolGate, gate_validator
 from receivers.hook_http import Deliver, HookServer
 
-from .common import need_name, observe, sweep, unwrap
+from .common import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
@@ -73,7 +73,7 @@ class HermesSurface:
                 return mapping.deny_reply(applied.text)  # the block directive; message never empty
             return NEUTRAL_REPLY
         if signal.name == "on_session_finalize":
-            await sweep(self.gate.loop, get_str(p, "session_id"))
+            await self.gate.loop.sweep(get_str(p, "session_id"))
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 

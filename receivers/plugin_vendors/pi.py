@@ -27,7 +27,7 @@ from processors.mapping.common import get_dict, get_str
 from receivers.gate import GateConfig, ToolGate, gate_validator
 from receivers.hook_http import Deliver, HookServer
 
-from .common import need_name, observe, sweep, unwrap
+from .common import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
@@ -79,7 +79,7 @@ class PiSurface:
                 await deliver([signal])  # maps to nothing: tool_execution_start already said it
             return NEUTRAL_REPLY
         if signal.name == "session_shutdown":
-            await sweep(self.gate.loop, get_str(get_dict(signal.payload, "session"), "id"))
+            await self.gate.loop.sweep(get_str(get_dict(signal.payload, "session"), "id"))
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
