@@ -42,7 +42,8 @@ payload = st.fixed_dictionaries({}, optional={k: json_value for k in KNOWN_KEYS}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("adversarial")
-    receivers = {t: {"endpoint": "127.0.0.1:0"} for t in HOOK_RECEIVERS}
+    receivers: dict = {t: {"endpoint": "127.0.0.1:0"} for t in HOOK_RECEIVERS}
+    receivers["otlp/vscode"] = {"profile": "vscode", "mode": "primary", "http": {"endpoint": "127.0.0.1:0"}}
     cfg = {"receivers": receivers,
            "processors": {"mapping": None, "runs": None, "capture": None},
            "exporters": {"jsonl": {"directory": str(tmp / "logs"), "fsync": "never"}},
@@ -107,6 +108,26 @@ def test_huge_deep_and_non_utf8_bodies(stack, receiver):
     status, _ = post(port, json.dumps({"hook_event_name": "SessionStart", "session_id": "alive"}).encode(),
                      "?hook=SessionStart")
     assert status == 200
+
+
+def post_otlp(port: int, data: bytes, ctype: str) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/logs", data=data, headers={"Content-Type": ctype})
+    try:
+        with urllib.request.urlopen(req, timeout=15) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=json_value, raw=st.binary(max_size=400),
+       ctype=st.sampled_from(["application/json", "application/x-protobuf", "text/plain"]))
+def test_the_otlp_receiver_never_5xx(stack, body, raw, ctype):
+    c, _ = stack
+    port = c.ports["receiver/otlp/vscode:http"]
+    for data in (json.dumps(body).encode(), raw,
+                 json.dumps({"resourceLogs": [{"resource": {"attributes": body}, "scopeLogs": body}]}).encode()):
+        assert post_otlp(port, data, ctype) in (200, 400, 413, 415)
 
 
 def test_every_emitted_event_is_valid(stack):
