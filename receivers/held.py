@@ -102,11 +102,16 @@ class HeldLoop:
         r = self.router
         return r is not None and r.route_live(self.agent) and RESPOND in (r.accepts(self.agent) or [])
 
-    async def request(self, signal: Signal, validate: Validator, key: str | None = None) -> Hold | None:
-        """Deliver ``signal``; if it became an attention request and a route is live, hold it."""
+    async def request(self, signal: Signal, validate: Validator, key: str | None = None,
+                      vendor_ui: bool = False) -> Hold | None:
+        """Deliver ``signal``; if it became an attention request and a route is live, hold it.
+
+        ``vendor_ui``: the agent shows its own prompt for this request at the same time (Kilo's
+        bus asks), so the request is answerable both ways: ``respond_via: ["control", "oob"]``.
+        """
         live = self.live() and self.router is not None and self.router.can_hold()
         # AEP-0008 respond_via is authoritative: without a route only the agent's own UI can answer.
-        signal.attrs["respond_via"] = ["control"] if live else ["oob"]
+        signal.attrs["respond_via"] = (["control", "oob"] if vendor_ui else ["control"]) if live else ["oob"]
         lanes = await self.deliver.lanes([signal])
         if not live or lanes is None or self.router is None:
             return None

@@ -187,7 +187,7 @@ async def test_kilo_permission_asked_is_answered_over_the_reply_route(env: Env, 
     events = env.session("kilocode", SID)
     request = next(e for e in events if e["id"] == rid)
     assert request["data"]["options"] == KILO["permission_asked"]["expected"]["data"]["options"]
-    assert request["data"]["respond_via"] == ["control"]
+    assert request["data"]["respond_via"] == ["control", "oob"]  # Kilo shows its own prompt meanwhile
     assert legs(env, "kilocode", rid)[-2:] == [("attention.answered", {"answer": recorded, "via": "control"}),
                                                ("attention.resolved", legs(env, "kilocode", rid)[-1][1])]
     # Kilo publishes permission.replied after our POST: the echo adds nothing.

@@ -198,7 +198,7 @@ class BusSurface:
             card = self.mapping.map_moment({"kind": "bus", "event": event}) or {}
             fields = get_dict(card, "data").get("fields") or []
             validate = form_validator(fields, legacy=len(fields) == 1)
-        hold = await self.loop.request(signal, validate, key)
+        hold = await self.loop.request(signal, validate, key, vendor_ui=True)  # Kilo prompts in parallel
         if hold is not None:
             # The plugin's event hook is observation: answer it now and settle in the background.
             task = asyncio.ensure_future(self._settle_over_route(hold, props, session, vendor_id, server, fields))
