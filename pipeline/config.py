@@ -353,6 +353,13 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
             raise ConfigError(file, f"{where}.exporters", "a pipeline needs at least one exporter")
         cfg.pipelines[str(name)] = PipelineSpec(str(name), lists["receivers"], lists["processors"],
                                                 lists["exporters"])
+    for pname, spec in cfg.pipelines.items():
+        procs = spec.processors
+        if not procs or cfg.processors[procs[-1]][0].type != "capture":
+            cfg.warnings.append(
+                f"{file}: service.pipelines.{pname}.processors: does not end with a capture processor; "
+                "one is appended (the pipeline's last capture config, else the metadata default) so "
+                "nothing leaves it ungated")
     for kind in Kind:
         for cid in cfg.components(kind):
             if (kind, cid) not in used:

@@ -19,6 +19,8 @@ from .component import Factory, Registry
 log = logging.getLogger("aep.registry")
 
 ENTRY_POINT_GROUP = "aep_collector.components"
+CAPTURE_TYPE = "capture"
+"""The processor type every pipeline ends with (the service appends one if a config does not)."""
 
 # Built-in component modules, each exposing FACTORY (or FACTORIES). Listed, not discovered, so
 # a missing module is an error here and not a silently absent component type.

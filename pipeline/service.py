@@ -17,6 +17,25 @@ from .pipeline import Fanout, Pipeline, QueuedExporter
 log = logging.getLogger("aep.service")
 
 
+def final_gate(cfg: ServiceConfig, spec: Any) -> tuple[Any, Any] | None:
+    """The capture gate the service appends when a pipeline does not end with one.
+
+    Every exported byte must honour a capture ceiling, whatever a config (or a plug-in processor
+    placed after the gate) does: a pipeline whose last processor is not ``capture`` gets one, with
+    the config of its last listed capture processor, or the defaults (``metadata``) if it has none.
+    """
+    from .registry import CAPTURE_TYPE
+
+    listed = [cfg.processors[pid] for pid in spec.processors if cfg.processors[pid][0].type == CAPTURE_TYPE]
+    if spec.processors and cfg.processors[spec.processors[-1]][0].type == CAPTURE_TYPE:
+        return None
+    if listed:
+        return listed[-1]
+    from processors.capture import FACTORY
+
+    return FACTORY, FACTORY.default_config()
+
+
 class Service:
     """Owns every component. Start: exporters, processors, receivers. Stop: the reverse."""
 
@@ -54,6 +73,12 @@ class Service:
                 factory, pcfg = cfg.processors[pid]
                 proc = factory.create(CreateSettings(id=pid, pipeline=name), pcfg)
                 self.processors[(name, pid)] = proc
+                procs.append(proc)
+            gate = final_gate(cfg, spec)
+            if gate is not None:  # privacy is structural: nothing leaves a pipeline ungated
+                factory, pcfg = gate
+                proc = factory.create(CreateSettings(id="capture/final", pipeline=name), pcfg)
+                self.processors[(name, "capture/final")] = proc
                 procs.append(proc)
             durable, queued = [], []
             for eid in spec.exporters:

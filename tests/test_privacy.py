@@ -142,3 +142,32 @@ def test_payload_text_never_reaches_the_log_verbatim(caplog):
         hermes.map_signal(Signal("hermes", "on_session_start", payload), state)
     assert "AKIA" not in caplog.text and "/home/alice" not in caplog.text
     assert len(state.drift_logged) <= 32
+
+
+async def test_a_pipeline_without_a_capture_processor_is_still_gated(tmp_path):
+    import aiohttp
+
+    from tests.helpers import base_config, read_jsonl, running
+
+    cfg = base_config(tmp_path)
+    cfg["service"]["pipelines"]["agents"]["processors"] = ["mapping", "runs"]  # no capture listed
+    async with running(cfg) as service:
+        port = service.receivers["claude_code"].port
+        async with aiohttp.ClientSession() as s:
+            body = {"session_id": "g", "hook_event_name": "UserPromptSubmit", "prompt": "password=hunter2 PLANTED"}
+            async with s.post(f"http://127.0.0.1:{port}/hook", json=body) as r:
+                assert r.status == 200
+    (ev,) = read_jsonl(tmp_path / "logs" / "claude-code" / "g.jsonl")
+    assert ev["capture"] == "metadata" and "prompt" not in ev["data"]
+
+
+def test_the_config_warns_about_a_missing_final_gate():
+    from pipeline.config import parse
+    from pipeline.registry import build_registry
+
+    reg, _ = build_registry(load_plugins=False)
+    raw = {"receivers": {"claude_code": None}, "processors": {"mapping": None}, "exporters": {"jsonl": None},
+           "service": {"pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping"],
+                                           "exporters": ["jsonl"]}}}}
+    cfg = parse(raw, reg, "m.yaml")
+    assert any("does not end with a capture processor" in w for w in cfg.warnings)
