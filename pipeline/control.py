@@ -23,7 +23,6 @@ from .model import Event
 
 log = logging.getLogger("aep.control")
 
-ACK_TYPES = frozenset({"control.accepted", "control.rejected"})
 RESPOND = "control.attention.respond"
 Validator = Callable[[dict[str, Any]], "str | None"]
 

@@ -14,8 +14,12 @@ Internal hints understood by the built-in processors:
 ``_capture``     {dotted.path: level}: capture minimum of vendor fields the schema does not annotate.
 ``_structural``  {dotted.path: value}: the structural value a ``[metadata*]`` field takes below
                  ``redacted`` (e.g. ``{"prompt": "claude-code requests input (4 fields)"}``).
+``_fields``      the field specs an ``answer.values`` is gated against.
+``_attention_key`` the vendor's correlation key of an attention request and its legs.
 ``_hold``        an opaque token a receiver uses to find the stamped event that it holds open.
-``_runs``        run-synthesis directive for this draft: ``"open"``, ``"close"``, ``"none"``.
+``_runs``        ``"none"`` opts a draft out of run synthesis (OTLP channels).
+``_drain``       ``"cancelled"`` on ``run.started``: close a still-open run as ``run.cancelled``.
+``_lane``        a nested agent loop's own run lane within a shared session.
 """
 
 from __future__ import annotations
@@ -48,7 +52,3 @@ class Signal:
 Batch = list[Signal | Event]
 """What passes between components: signals before mapping, drafts after."""
 
-
-def is_draft(item: Signal | Event) -> bool:
-    """True for an event draft (a dict), false for a not-yet-mapped signal."""
-    return isinstance(item, dict)

@@ -278,10 +278,12 @@ async def test_elicitation_answer_accepts_with_content(env):
     status, reply = await asyncio.wait_for(task, 10)
     assert reply == {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept",
                                             "content": {"env": "prd", "replicas": 3, "dry": False}}}
-    # Claude Code's own ElicitationResult afterwards is an echo: nothing more is emitted.
+    # Claude Code's own ElicitationResult afterwards is an echo: nothing more is emitted, and the
+    # two legs it would have produced are counted as orphans (dropped by rule, not silently).
     await env.post({"session_id": SID, "hook_event_name": "ElicitationResult", "mcp_server_name": "deploy",
                     "action": "accept", "content": {"env": "prd"}})
     assert [e["type"] for e in env.jsonl()].count("attention.answered") == 1
+    assert env.service.health.counters[("processor/mapping", "orphaned")] == 2
 
 
 async def test_elicitation_result_while_pending_is_answered_oob(env):

@@ -26,3 +26,4 @@ async def test_metrics_count_accepted_exported_and_refused(tmp_path):
     assert 'aep_collector_items_total{component="receiver/claude_code",outcome="refused"} 1' in text
     assert "aep_collector_up 1" in text and "aep_collector_relay_connected 0" in text
     assert "aep_collector_sessions 1" in text
+

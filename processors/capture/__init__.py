@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.component import Factory, Kind
 from pipeline.model import Batch, Event
@@ -106,12 +107,18 @@ def _is_stamped(item: Event) -> bool:
 class CaptureProcessor:
     """Gates every draft of a batch; signals pass through untouched."""
 
-    def __init__(self, config: CaptureConfig | None = None) -> None:
+    def __init__(self, config: CaptureConfig | None = None, component: str = "processor/capture") -> None:
         self.config = config or CaptureConfig()
         self.config.validate()
         self.policy = self.config.policy()
         self.redactor = self.config.redactor()
         self.failures = 0
+        self.component = component
+        self.health: Any = None
+
+    async def start(self, host: Any) -> None:
+        """Failures are counted and shown in ``/healthz`` and the metrics, not only logged."""
+        self.health = host.health
 
     def __call__(self, batch: Batch) -> Batch:
         out: Batch = []
@@ -132,7 +139,10 @@ class CaptureProcessor:
             return gate_draft(draft, self.policy, self.redactor)
         except Exception as exc:  # fail closed: the moment survives, its content never leaks
             self.failures += 1
-            log.error("capture gating of %s failed: %s: %s", draft.get("type"), type(exc).__name__, exc)
+            log.error("capture gating of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)
+            if self.health is not None:
+                self.health.count(self.component, "failed")
+                self.health.fail(self.component, "gating-failed", f"{type(exc).__name__} (data dropped)")
             kept = {k: v for k, v in draft.items() if k != "data" and k not in GATE_HINTS}
             kept["capture"] = "none"
             return kept
@@ -142,6 +152,6 @@ FACTORY = Factory(
     kind=Kind.PROCESSOR,
     type="capture",
     config_class=CaptureConfig,
-    create=lambda settings, cfg: CaptureProcessor(cfg),
+    create=lambda settings, cfg: CaptureProcessor(cfg, f"processor/{settings.id}"),
     description="Gates event payloads to the capture ceiling: drops fields above it, redacts, synthesizes",
 )

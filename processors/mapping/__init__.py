@@ -70,13 +70,19 @@ class MappingConfig:
 class MappingProcessor:
     """Maps every ``Signal`` of a batch; drafts already in the batch pass through unchanged."""
 
-    def __init__(self, config: MappingConfig | None = None) -> None:
+    def __init__(self, config: MappingConfig | None = None, component: str = "processor/mapping") -> None:
+        self.component = component
+        self.health: Any = None
         self.config = config or MappingConfig()
         self.states: dict[str, Any] = {}
         self._modules: dict[str, ModuleType] = {}
         self.failures = 0
         self._logged: set[tuple[str, str, str]] = set()
         self.attention = AttentionBook()
+
+    async def start(self, host: Any) -> None:
+        """Mapping failures and orphan attention legs are counted where ``/healthz`` and metrics see them."""
+        self.health = host.health
 
     def module(self, agent: str) -> ModuleType:
         mod = self._modules.get(agent)
@@ -96,7 +102,12 @@ class MappingProcessor:
                 drafts.append(item)  # e.g. lifecycle legs a held control loop emits
             else:
                 passthrough.append(item)
-        return [*self.attention.apply(drafts), *passthrough]
+        orphans = self.attention.orphans
+        out = [*self.attention.apply(drafts), *passthrough]
+        if self.attention.orphans != orphans and self.health is not None:
+            # Legs of a request never seen (or already settled) are dropped by rule, and counted.
+            self.health.count(self.component, "orphaned", self.attention.orphans - orphans)
+        return out
 
     def map_one(self, signal: Signal) -> list[Event]:
         try:
@@ -117,6 +128,8 @@ class MappingProcessor:
 
     def _failure(self, signal: Signal, exc: Exception) -> Event:
         self.failures += 1
+        if self.health is not None:
+            self.health.count(self.component, "failed")
         key = (signal.agent, signal.name, type(exc).__name__)
         if key not in self._logged:  # once per cause, not once per event
             self._logged.add(key)
@@ -140,6 +153,6 @@ FACTORY = Factory(
     kind=Kind.PROCESSOR,
     type="mapping",
     config_class=MappingConfig,
-    create=lambda settings, cfg: MappingProcessor(cfg),
+    create=lambda settings, cfg: MappingProcessor(cfg, f"processor/{settings.id}"),
     description="Maps vendor hook calls and log records to AEP event drafts (one pure module per vendor)",
 )

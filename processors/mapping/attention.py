@@ -18,7 +18,6 @@ from pipeline.envelope import Ulid
 from pipeline.model import Event
 
 LEGS = frozenset({"attention.answered", "attention.resolved", "attention.timeout"})
-TERMINAL_LEGS = frozenset({"attention.resolved", "attention.timeout"})
 
 Key = tuple[str, str, str]  # (agent, session, vendor key)
 
