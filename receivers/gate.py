@@ -145,3 +145,29 @@ class ToolGate:
         then = None if follow is None else (lambda request, answered: follow(applied, request, answered))
         await self.loop.answered(hold, outcome, recorded(applied), follow=then)
         return applied
+
+
+class StrictGateSurface:
+    """The parts of a ``HookSurface`` every receiver built around a strict (§0.6) gate shares.
+
+    Hermes and pi: observe-only unless the gate is on; an empty answer, form values or a foreign
+    option is refused ``invalid``. Subclasses set ``agent`` and ``neutral_reply`` and write
+    ``signal`` and ``handle``.
+    """
+
+    agent: ClassVar[str]
+    neutral_reply: ClassVar[Any]
+
+    def __init__(self, config: GateConfig, component: str, options: list[dict[str, str]]) -> None:
+        self.config = config
+        self.gate = ToolGate(self.agent, component, config, options)
+        self.validate = gate_validator(options)
+
+    async def on_start(self, host: Host, server: HookServer) -> None:
+        self.gate.bind(host, server)
+
+    def health_extra(self) -> dict[str, Any]:
+        return self.gate.health()
+
+    def neutral(self, signal: Signal | None) -> Any:
+        return self.neutral_reply

@@ -19,11 +19,10 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.component import Factory, Kind
-from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import hermes as mapping
 from processors.mapping.common import get_dict, get_str
-from receivers.gate import GateConfig, ToolGate, gate_validator
+from receivers.gate import GateConfig, StrictGateSurface
 from receivers.hook_http import Deliver, HookServer
 
 from .common import need_name, observe, unwrap
@@ -39,30 +38,20 @@ class HermesConfig(GateConfig):
     endpoint: str = "127.0.0.1:8393"
 
 
-class HermesSurface:
+class HermesSurface(StrictGateSurface):
     """Hermes' side of the shared hook server, with the opt-in operator-deny gate."""
 
     agent = AGENT
+    neutral_reply = NEUTRAL_REPLY
 
     def __init__(self, config: HermesConfig, component: str = "receiver/hermes") -> None:
-        self.config = config
-        self.gate = ToolGate(AGENT, component, config, mapping.GATE_OPTIONS)
-        self.validate = gate_validator(mapping.GATE_OPTIONS)  # empty / values / foreign: refused (§0.6)
-
-    async def on_start(self, host: Host, server: HookServer) -> None:
-        self.gate.bind(host, server)
-
-    def health_extra(self) -> dict[str, Any]:
-        return self.gate.health()
+        super().__init__(config, component, mapping.GATE_OPTIONS)
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         body, given = unwrap(payload, request)
         own = body.get("hook_event_name")
         name = own if isinstance(own, str) and own else given
         return Signal(agent=AGENT, name=need_name(name, "hook_event_name"), payload=body)
-
-    def neutral(self, signal: Signal | None) -> Any:
-        return NEUTRAL_REPLY
 
     async def handle(self, signal: Signal, deliver: Deliver) -> Any:
         p = signal.payload

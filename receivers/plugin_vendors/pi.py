@@ -20,11 +20,10 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.component import Factory, Kind
-from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import pi as mapping
 from processors.mapping.common import get_dict, get_str
-from receivers.gate import GateConfig, ToolGate, gate_validator
+from receivers.gate import GateConfig, StrictGateSurface
 from receivers.hook_http import Deliver, HookServer
 
 from .common import need_name, observe, unwrap
@@ -42,21 +41,15 @@ class PiConfig(GateConfig):
     """Map stream updates (``x.pi.message.delta``, ``x.pi.tool.update``); off by default (fixture pi)."""
 
 
-class PiSurface:
+class PiSurface(StrictGateSurface):
     """pi's side of the shared hook server, with the opt-in ``tool_call`` gate."""
 
     agent = AGENT
+    neutral_reply = NEUTRAL_REPLY
 
     def __init__(self, config: PiConfig, component: str = "receiver/pi") -> None:
-        self.config = config
-        self.gate = ToolGate(AGENT, component, config, mapping.GATE_OPTIONS)
-        self.validate = gate_validator(mapping.GATE_OPTIONS)  # empty / values / foreign: refused (§0.6)
-
-    async def on_start(self, host: Host, server: HookServer) -> None:
-        self.gate.bind(host, server)
-
-    def health_extra(self) -> dict[str, Any]:
-        return self.gate.health()
+        super().__init__(config, component, mapping.GATE_OPTIONS)
+        self.config: PiConfig = config
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         body, given = unwrap(payload, request)
@@ -64,9 +57,6 @@ class PiSurface:
         signal = Signal(agent=AGENT, name=need_name(own or given, "event.type"), payload=body)
         signal.attrs["deltas"] = self.config.deltas  # the mapping's stream-update switch, per receiver
         return signal
-
-    def neutral(self, signal: Signal | None) -> Any:
-        return NEUTRAL_REPLY
 
     async def handle(self, signal: Signal, deliver: Deliver) -> Any:
         event = get_dict(signal.payload, "event")
