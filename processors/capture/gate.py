@@ -41,9 +41,12 @@ _OVERRIDE_KEY = re.compile(r"^(x\.[a-z0-9_-]+|[a-z0-9_]+)(\.[a-z0-9_]+)*(\.\*)?$
 Annotations = Mapping[str, str]
 
 
+_RANK = {level: i for i, level in enumerate(LEVELS)}
+
+
 def rank(level: str) -> int:
     """Position of a capture level in ``none < metadata < redacted < full``."""
-    return LEVELS.index(level)
+    return _RANK[level]
 
 
 def check_level(level: Any, what: str) -> str:
@@ -161,10 +164,22 @@ def hop_values(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def _level_at(ann: Annotations, path: str, inherited: int) -> int:
     # A child can never be shown where its parent may not be: effective level is the max.
-    return max(inherited, rank(ann.get(path, "metadata")))
+    level = _RANK[ann.get(path, "metadata")]
+    return level if level > inherited else inherited
 
 
 _ATOMS = (str, int, float, bool, type(None))
+_CREDENTIAL_KEYS: dict[Any, bool] = {}
+
+
+def _credential(key: Any) -> bool:
+    """``is_credential_key``, cached: the same few key names come by on every event."""
+    hit = _CREDENTIAL_KEYS.get(key)
+    if hit is None:
+        hit = is_credential_key(key)
+        if len(_CREDENTIAL_KEYS) < 8192 and isinstance(key, str):
+            _CREDENTIAL_KEYS[key] = hit
+    return hit
 
 
 def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
@@ -184,7 +199,7 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
                 level = _level_at(ann, sub, inherited)
             if level > limit:
                 continue
-            if scrub and item is not None and is_credential_key(key):
+            if scrub and item is not None and _credential(key):
                 out[key] = SECRET  # below full a credential-named key never carries its value
                 continue
             kept = _prune(item, sub, ann, limit, level, on_redacted, scrub)

@@ -9,7 +9,6 @@ mechanical fallback (AEP-0001 §6). Drafts carry full content; the capture proce
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +19,7 @@ from processors.mapping.common import (
     draft,
     get_str,
     hook_fallback,
+    json_copy,
     permission_prompt,
     tool_ref,
 )
@@ -115,7 +115,7 @@ def tool_requested(payload: Payload, _state: Any = None, *, call_ids: bool = Tru
         raw = payload["tool_input"]
         data["args_digest"] = digest(raw)  # AEP-0003 §9.3: over the original, before redaction
         if isinstance(raw, dict):  # the schema's `args` is an object; a bare string is digest-only
-            data["args"] = copy.deepcopy(raw)
+            data["args"] = json_copy(raw)
     return draft("tool.requested", data, tool["name"])
 
 
@@ -127,7 +127,7 @@ def tool_completed(payload: Payload, _state: Any = None, *, call_ids: bool = Tru
         raw = payload["tool_response"]
         data["result_digest"] = digest(raw)
         if isinstance(raw, (dict, str)):  # the schema's `result` is an object or a string
-            data["result"] = copy.deepcopy(raw)
+            data["result"] = json_copy(raw)
     return draft("tool.completed", data, tool["name"])
 
 
