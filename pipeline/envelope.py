@@ -7,7 +7,6 @@ persisted and bumped once per process start. Absent optionals are omitted, never
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import hashlib
@@ -50,7 +49,9 @@ class StampError(ValueError):
     """A draft cannot become a valid envelope (a mapping bug, never the vendor's fault)."""
 
 
-_B32_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD.encode())
+# Two Crockford characters per 10 bits: a 130-bit ULID is 13 table lookups.
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+_SHIFTS = (120, 110, 100, 90, 80, 70, 60, 50, 40, 30, 20, 10, 0)
 
 
 class Ulid:
@@ -71,10 +72,8 @@ class Ulid:
             else:
                 rand = int.from_bytes(os.urandom(10), "big")
             self._last_ms, self._last_rand = ms, rand
-        # 128 bits in 20 bytes -> 32 base32 chars whose first 6 are zero padding: the other 26 are
-        # the ULID (RFC 4648 alphabet translated to Crockford's, all in C).
-        raw = base64.b32encode(((ms << 80) | rand).to_bytes(20, "big"))
-        return raw[6:].translate(_B32_TO_CROCKFORD).decode("ascii")
+        value = (ms << 80) | rand
+        return "".join([_PAIRS[(value >> s) & 1023] for s in _SHIFTS])
 
 
 def rfc3339_ms(ts: float) -> str:
