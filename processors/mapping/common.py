@@ -8,7 +8,7 @@ from typing import Any
 from pipeline.canonical import digest
 from pipeline.model import Event
 
-__all__ = ["json_copy", "digest", "draft", "snake_case", "hook_fallback", "PERMISSION_OPTIONS", "get_str",
+__all__ = ["gate_card", "json_copy", "digest", "draft", "snake_case", "hook_fallback", "PERMISSION_OPTIONS", "get_str",
            "get_dict", "tool_ref", "permission_prompt"]
 
 # Taxonomy digest §2.5: the standard options of a held binary gate.
@@ -93,3 +93,13 @@ def permission_prompt(tool: str, detail: str | None, description: str | None = N
     if description:
         text += f" ({description})"
     return text
+
+
+def gate_card(tool: str, detail: str | None, options: list[dict[str, str]], description: str | None = None,
+              expires_at: str | None = None) -> dict[str, Any]:
+    """The data of the answerable permission card an opt-in tool gate raises (every gated vendor)."""
+    data: dict[str, Any] = {"kind": "permission", "prompt": permission_prompt(tool, detail, description),
+                            "options": [dict(o) for o in options], "respond_via": ["control"]}
+    if expires_at:
+        data["expires_at"] = expires_at
+    return data

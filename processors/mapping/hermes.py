@@ -19,7 +19,15 @@ from typing import Any
 
 from pipeline.model import Event, Signal
 
-from .common import PERMISSION_OPTIONS, digest, draft, get_dict, get_str, permission_prompt, tool_ref
+from .common import (
+    PERMISSION_OPTIONS,
+    digest,
+    draft,
+    gate_card,
+    get_dict,
+    get_str,
+    tool_ref,
+)
 from .shellfamily import ABSENT, dotted_fallback, number, tool_completed, tool_failed, tool_requested
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
@@ -110,10 +118,7 @@ def gate_request(payload: Any, expires_at: str | None = None) -> Event:
     extra = get_dict(p, "extra")
     name = get_str(p, "tool_name")
     detail = get_str(get_dict(p, "tool_input"), "command")
-    data: dict[str, Any] = {"kind": "permission", "prompt": permission_prompt(name or "tool", detail),
-                            "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]}
-    if expires_at:
-        data["expires_at"] = expires_at
+    data = gate_card(name or "tool", detail, GATE_OPTIONS, expires_at=expires_at)
     call_id = get_str(extra, "tool_call_id")
     return draft("attention.requested", data, subject=name or "tool", severity="notice",
                  session=get_str(p, "session_id"), run=get_str(extra, "turn_id"), _attention_key=gate_key(call_id))

@@ -14,7 +14,17 @@ from typing import Any
 
 from pipeline.model import Event, Signal
 
-from .common import digest, draft, get_dict, get_str, hook_fallback, permission_prompt, snake_case, tool_ref
+from .common import (
+    digest,
+    draft,
+    gate_card,
+    get_dict,
+    get_str,
+    hook_fallback,
+    permission_prompt,
+    snake_case,
+    tool_ref,
+)
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "GATE_OPTIONS", "WS_MODES", "KimiState", "new_state", "map_hook",
            "map_ws_frame", "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
@@ -227,10 +237,8 @@ def gate_request(payload: Any, key: str | None = None) -> Event:
     p = payload if isinstance(payload, dict) else {}
     tool_name = get_str(p, "tool_name")
     detail = get_str(get_dict(p, "tool_input"), "command")
-    d = draft("attention.requested",
-              {"kind": "permission", "prompt": permission_prompt(tool_name or "tool", detail),
-               "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]},
-              tool_name, _attention_key=key)
+    d = draft("attention.requested", gate_card(tool_name or "tool", detail, GATE_OPTIONS), tool_name,
+              _attention_key=key)
     d["session"] = get_str(p, "session_id")
     return d
 

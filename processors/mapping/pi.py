@@ -21,9 +21,9 @@ from .common import (
     PERMISSION_OPTIONS,
     digest,
     draft,
+    gate_card,
     get_dict,
     get_str,
-    permission_prompt,
     snake_case,
     tool_ref,
 )
@@ -69,10 +69,7 @@ def gate_request(payload: Any, expires_at: str | None = None) -> Event:
     event = get_dict(p, "event")
     name = get_str(event, "toolName")
     detail = get_str(get_dict(event, "input"), "command")
-    data: dict[str, Any] = {"kind": "permission", "prompt": permission_prompt(name or "tool", detail),
-                            "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]}
-    if expires_at:
-        data["expires_at"] = expires_at
+    data = gate_card(name or "tool", detail, GATE_OPTIONS, expires_at=expires_at)
     return draft("attention.requested", data, subject=name or "tool", severity="notice",
                  session=get_str(get_dict(p, "session"), "id"), _attention_key=gate_key(get_str(event, "toolCallId")))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.model import Event, Signal
 from processors.mapping import hookfamily as hf
-from processors.mapping.common import digest, draft, get_str, permission_prompt
+from processors.mapping.common import digest, draft, gate_card, get_str
 
 AGENT = "vscode"
 
@@ -86,11 +86,8 @@ def gate_request(payload: Any, key: str | None = None) -> Event:
     p = payload if isinstance(payload, dict) else {}
     tool = get_str(p, "tool_name") or "unknown"
     detail, description = hf.permission_detail(p.get("tool_input"))
-    d = draft("attention.requested",
-              {"kind": "permission", "prompt": permission_prompt(tool, detail, description),
-               "options": [dict(o) for o in GATE_OPTIONS], "respond_via": ["control"]},
-              tool, _attention_key=key)
-    return d
+    return draft("attention.requested", gate_card(tool, detail, GATE_OPTIONS, description), tool,
+                 _attention_key=key)
 
 
 def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
