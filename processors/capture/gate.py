@@ -23,6 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from .redact import SECRET, Redactor, is_credential_key
+from .structure import (
+    ENVELOPE_IDS,
+    ENVELOPE_TOKEN,
+    EXTENSION_DEFAULT,
+    FIELD_CLASSES,
+    TOKEN,
+    WILDCARD,
+    is_token,
+    opaque,
+)
 
 LEVELS = ("none", "metadata", "redacted", "full")
 NONE, METADATA, REDACTED, FULL = range(4)
@@ -42,6 +52,8 @@ Annotations = Mapping[str, str]
 
 
 _RANK = {level: i for i, level in enumerate(LEVELS)}
+# A `token` path is gated like a metadata one, and its value is checked (structure.py).
+_CLASS_RANK = {**_RANK, TOKEN: METADATA}
 
 
 def rank(level: str) -> int:
@@ -162,10 +174,25 @@ def hop_values(values: Mapping[str, Any]) -> dict[str, Any]:
 # --- the walk ---------------------------------------------------------------------------------
 
 
+def _class_at(ann: Annotations, path: str) -> str:
+    """The class of a path: its own entry, else the table's wildcard, else ``metadata`` (schema default)."""
+    return ann.get(path) or ann.get(WILDCARD, "metadata")
+
+
 def _level_at(ann: Annotations, path: str, inherited: int) -> int:
     # A child can never be shown where its parent may not be: effective level is the max.
-    level = _RANK[ann.get(path, "metadata")]
+    level = _CLASS_RANK[_class_at(ann, path)]
     return level if level > inherited else inherited
+
+
+def _stricter(new: str, old: str) -> bool:
+    """True when class ``new`` gates harder than ``old`` (``token`` refines ``metadata``)."""
+    a, b = _CLASS_RANK[new], _CLASS_RANK[old]
+    return a > b or (a == b and new == TOKEN and old != TOKEN)
+
+
+Screen = Callable[[str, bool], Any]
+"""(a string kept as structure, whether its path is token-classed) -> what may leave in its place."""
 
 
 _ATOMS = (str, int, float, bool, type(None))
@@ -183,11 +210,12 @@ def _credential(key: Any) -> bool:
 
 
 def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
-           on_redacted: Callable[[Any], Any] | None, scrub: bool = False) -> Any:
+           on_redacted: Callable[[Any], Any] | None, scrub: bool = False, screen: Screen | None = None) -> Any:
     """``value`` without the parts gated above ``limit``; redacted-gated subtrees pass ``on_redacted``.
 
     Always returns fresh containers (callers then edit the result in place), sharing only
-    immutable leaves; with ``scrub``, credential-named keys lose their values on the way.
+    immutable leaves; with ``scrub``, credential-named keys lose their values on the way; with
+    ``screen``, every string kept at metadata level passes it (structure or its stand-in).
     """
     if isinstance(value, dict):
         out: dict[str, Any] = {}
@@ -202,7 +230,7 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
             if scrub and item is not None and _credential(key):
                 out[key] = SECRET  # below full a credential-named key never carries its value
                 continue
-            kept = _prune(item, sub, ann, limit, level, on_redacted, scrub)
+            kept = _prune(item, sub, ann, limit, level, on_redacted, scrub, screen)
             if on_redacted is not None and level == REDACTED and inherited < REDACTED:
                 kept = on_redacted(kept)
             out[key] = kept
@@ -212,10 +240,12 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
         level = _level_at(ann, sub, inherited)
         if level > limit:
             return []
-        items = [_prune(item, sub, ann, limit, level, on_redacted, scrub) for item in value]
+        items = [_prune(item, sub, ann, limit, level, on_redacted, scrub, screen) for item in value]
         if on_redacted is not None and level == REDACTED and inherited < REDACTED:
             items = [on_redacted(item) for item in items]
         return items
+    if isinstance(value, str) and screen is not None and inherited <= METADATA:
+        return screen(value, _class_at(ann, path) == TOKEN)
     return value if isinstance(value, _ATOMS) else copy.deepcopy(value)
 
 
@@ -331,13 +361,29 @@ def _merge(event_type: str, hint: Any, data: Mapping[str, Any]) -> dict[str, str
         # AEP-0002 §4.3: the reserved message sub-profile is content-bearing, redacted minimum;
         # with no schema to say which field is which, every field is treated as content.
         ann.update({key: "redacted" for key in data if isinstance(key, str)})
+    if event_type.startswith("x."):
+        # AEP-0001 §6 extension types have no schema: a string is structure only as a token.
+        ann.setdefault(WILDCARD, EXTENSION_DEFAULT)
+    for path, cls in FIELD_CLASSES.get(event_type, {}).items():
+        if _stricter(cls, _class_at(ann, path)):
+            ann[path] = cls
     if isinstance(hint, dict):
+        base = ann.get(WILDCARD, "metadata")
         for path, level in hint.items():
-            if level not in LEVELS:
+            if level not in _CLASS_RANK:
                 level = "full"  # a mapping bug must fail closed: an unreadable minimum is the highest
-            # A hint can raise a schema minimum, never lower it: that would smuggle content.
-            if path not in ann or rank(level) > rank(ann[path]):
+            if path == WILDCARD:
+                continue
+            current = ann.get(path, base)
+            # A hint can raise a schema minimum, never lower it: that would smuggle content. Naming
+            # an unnamed path at the default class declares it, so the hint's own `*` leaves it be.
+            if _stricter(level, current) or (path not in ann and level == current):
                 ann[path] = level
+        wildcard = hint.get(WILDCARD)
+        if wildcard is not None:
+            wildcard = wildcard if wildcard in _CLASS_RANK else "full"
+            if _stricter(wildcard, base):
+                ann[WILDCARD] = wildcard
     return ann
 
 
@@ -359,15 +405,20 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     if declared in LEVELS and rank(declared) < level:
         level = rank(declared)  # a draft already at a lower level is never up-levelled
     out["capture"] = LEVELS[level]
+    detector = redactor or default_redactor()
+    screen = _screen(level, detector)
+    if screen is not None:
+        _screen_envelope(out, screen, detector)  # before `none` returns: the envelope always leaves
     if level == NONE or not isinstance(out.get("data"), dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
         return out
     ann = _merged_annotations(event_type, hint, out["data"])
-    red = (redactor or default_redactor()) if level == REDACTED else None
+    red = detector if level == REDACTED else None
     data: dict[str, Any] = out["data"]
     if red is not None:
         data = _twins(data, "", ann, red.value)
-    data = _prune(data, "", ann, level, NONE, red.value if red is not None else None, scrub=level < FULL)
+    data = _prune(data, "", ann, level, NONE, red.value if red is not None else None, scrub=level < FULL,
+                  screen=screen)
     if event_type == "attention.requested":
         if level >= REDACTED and red is not None:
             _redact_request(data, red)
@@ -378,9 +429,42 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
         _gate_answer_values(data, fields, level, red)
     if level < REDACTED and isinstance(structural, dict):
         for path, value in structural.items():
-            _set_path(data, path, value)
+            # A mapping's structural value may still quote its vendor: it passes the screen too.
+            _set_path(data, path, screen(value, False) if screen is not None and isinstance(value, str) else value)
     out["data"] = data
     return out
+
+
+def _screen(level: int, detector: Redactor) -> Screen | None:
+    """What a string kept as structure becomes at ``level`` (None at ``full``: verbatim is allowed).
+
+    Content found in a structural place (a detector hit anywhere, or a token-classed value that
+    is not a token) becomes its opaque digest below ``redacted`` and passes the §9.4 pipeline at
+    ``redacted``, exactly like any other redacted-gated text.
+    """
+    if level >= FULL:
+        return None
+    if level == REDACTED:
+        def to_redacted(value: str, token: bool) -> Any:
+            return detector.text(value) if (token and not is_token(value)) or detector.sensitive(value) else value
+        return to_redacted
+
+    def to_structure(value: str, token: bool) -> Any:
+        return opaque(value) if (token and not is_token(value)) or detector.sensitive(value) else value
+    return to_structure
+
+
+def _screen_envelope(out: dict[str, Any], screen: Screen, detector: Redactor) -> None:
+    """The envelope's free-form attributes under the same rule as ``data`` (structure.py)."""
+    for key in ENVELOPE_TOKEN:
+        if isinstance(out.get(key), str):
+            out[key] = screen(out[key], True)
+    for key in ENVELOPE_IDS:
+        # Identifiers keep their shape; only a detector hit is replaced, by the same stand-in at
+        # every level below full, so the stream still correlates.
+        value = out.get(key)
+        if isinstance(value, str) and detector.sensitive(value):
+            out[key] = opaque(value)
 
 
 def _gate_answer_values(data: dict[str, Any], fields: Any, level: int, red: Redactor | None) -> None:

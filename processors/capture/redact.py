@@ -31,6 +31,10 @@ _TOKEN_SHAPES = re.compile(
     r"|\bnpm_[A-Za-z0-9]{30,}"
     r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
 )
+# A bare AWS secret access key: 40 base64 characters with no prefix to anchor on (issue #12). The
+# run is bounded by non-base64 characters; the composition test in ``_aws_secret`` keeps hex
+# digests and commit ids (no upper case), CamelCase names (no digit) and paths (many slashes) out.
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
 # RFC 6750: the scheme is case-insensitive; 8+ token chars keep prose ("the bearer of good news").
 _AUTH_SCHEME = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
 # user:password@host inside URLs.
@@ -79,6 +83,18 @@ def _assignment(match: re.Match[str]) -> str:
     return head + SECRET
 
 
+def _is_aws_secret(text: str) -> bool:
+    upper = sum(ch.isupper() for ch in text)
+    lower = sum(ch.islower() for ch in text)
+    digits = sum(ch.isdigit() for ch in text)
+    separators = text.count("/") + text.count("+")
+    return upper >= 4 and lower >= 4 and digits >= 1 and separators <= 4 and text[0] != "/" and text[-1] != "/"
+
+
+def _aws_secret(match: re.Match[str]) -> str:
+    return SECRET if _is_aws_secret(match.group(0)) else match.group(0)
+
+
 def _phone(match: re.Match[str]) -> str:
     text = match.group(0)
     digits = sum(ch.isdigit() for ch in text)
@@ -104,6 +120,7 @@ class Redactor:
         """Redact one string: (a) secrets, (b) configured values, (c) home paths, (d) PII."""
         out = _PEM.sub(SECRET, value)
         out = _TOKEN_SHAPES.sub(SECRET, out)
+        out = _AWS_SECRET.sub(_aws_secret, out)
         out = _AUTH_SCHEME.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET}", out)
         out = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{SECRET}@", out)
         out = _ASSIGNMENT.sub(_assignment, out)
@@ -116,6 +133,21 @@ class Redactor:
             out = _EMAIL.sub(PII, out)
             out = _PHONE.sub(_phone, out)
         return out
+
+    def sensitive(self, value: str) -> bool:
+        """True when ``text`` would redact a secret, a configured value, a home path or an email.
+
+        The gate asks this of every string it keeps as structure below ``full``: such a value is
+        content whatever field it sits in. Phone numbers are left out on purpose: ids and counts
+        made of digits look like phones, and rule (d) still runs on content at ``redacted``.
+        """
+        if (_PEM.search(value) or _TOKEN_SHAPES.search(value) or _AUTH_SCHEME.search(value)
+                or _URL_CREDENTIALS.search(value) or _ASSIGNMENT.search(value) or _EMAIL.search(value)
+                or _HOMES.search(value) or (self._home is not None and self._home.search(value))):
+            return True
+        if any(_is_aws_secret(m.group(0)) for m in _AWS_SECRET.finditer(value)):
+            return True
+        return any(secret in value for secret in self.secret_values)
 
     def value(self, obj: Any) -> Any:
         """Redact a JSON value: strings through ``text``, recursing into lists and dicts.

@@ -102,6 +102,23 @@ PROFILE = Profile(
         "user.account_id": "full",
     },
     known={f"codex.{suffix}": suffix for suffix in KNOWN_SUFFIXES},
+    # Declared structure per record: the fixture's pinned keys plus the ids, counts and statuses
+    # the vendor documents for the same records. Everything else (the prompt, error text, tool
+    # arguments and output, account identity) is content.
+    structural={
+        "conversation_starts": frozenset({"model", "provider_name", "approval_policy", "sandbox_policy",
+                                          "reasoning_effort", "reasoning_summary", "context_window",
+                                          "max_output_tokens", "auto_compact_token_limit"}),
+        "api_request": frozenset({"status", "duration_ms", "attempts"}),
+        "sse_event": frozenset({"kind", "success", "duration_ms", "input_token_count", "output_token_count",
+                                "cached_token_count", "reasoning_token_count", "tool_token_count"}),
+        "websocket_request": frozenset({"status", "success", "duration_ms"}),
+        "websocket_event": frozenset({"kind", "success", "duration_ms"}),
+        "user_prompt": frozenset({"prompt_length"}),
+        "tool_decision": frozenset({"tool_name", "call_id", "decision", "source"}),
+        "tool_result": frozenset({"tool_name", "call_id", "success", "duration_ms"}),
+        "unknown": frozenset({"event.name"}),
+    },
     primary={
         "codex.conversation_starts": _session_started,
         "codex.tool_decision": _tool_decision,

@@ -6,8 +6,14 @@ Both channels deliver flattened OTLP log records (see ``receivers/otlp/flatten.p
      "severity_number"?: int, "trace_id"?: hex, "span_id"?: hex, "flags"?: int, ...}
 
 A profile names the session key, the identity keys that never reach ``data``, the capture
-minimum of content keys, the KNOWN ``event.name`` set (with its companion suffix) and the
-primary-mode core mapping. ``map_record`` is the one pure mapper both profiles run.
+minimum of content keys, the KNOWN ``event.name`` set (with its companion suffix), the attribute
+keys each record declares structural, and the primary-mode core mapping. ``map_record`` is the one
+pure mapper both profiles run.
+
+The attribute set of an OTel record is open (vendors add keys between releases, users add their
+own), so the companion family is closed by declaration: a key a record does not declare
+structural is content (``redacted`` minimum) whatever it looks like, and a declared key still
+passes the gate's token check (processors/capture/structure.py).
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class Profile:
     """Capture minimum of content-bearing attribute keys (everything else is metadata)."""
     known: dict[str, str]
     """KNOWN ``event.name`` -> companion suffix; any other name is ``unknown``."""
+    structural: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Companion suffix -> the attribute keys declared structure (names, ids, counts, statuses)."""
     primary: dict[str, PrimaryRule] = field(default_factory=dict)
     """``event.name`` -> primary-mode rule; names absent here stay companion in primary too."""
     scrub: Callable[[dict[str, Any]], dict[str, Any]] | None = None
@@ -59,6 +67,16 @@ class Profile:
 
     def family(self, suffix: str) -> str:
         return f"x.{self.agent}.otel.{suffix}"
+
+    def capture_hint(self, suffix: str) -> dict[str, str]:
+        """The ``_capture`` hint of a companion record: declared keys are tokens, all else content.
+
+        Constant per suffix (it names every declared and content key, present or not), so the
+        gate sees one classification table per type.
+        """
+        hint = {"*": "redacted", **{key: "token" for key in self.structural.get(suffix, ())}}
+        hint.update(self.capture)  # content keys keep their own minimum (full beats a declaration)
+        return hint
 
 
 def attributes_of(flat: Any) -> dict[str, Any]:
@@ -147,20 +165,25 @@ def add_result(data: dict[str, Any], value: Any) -> None:
 
 
 def companion_draft(profile: Profile, suffix: str, attrs: dict[str, Any]) -> Event:
-    """The channel-family draft: every non-identity attribute verbatim, content keys gated."""
+    """The channel-family draft: every non-identity attribute, classed by the record's declaration.
+
+    Undeclared attributes ride at their content minimum, so the capture processor drops them at
+    ``metadata`` and redacts them at ``redacted`` (issue #12: a ``prompt`` or ``user.email`` the
+    fixture never pinned must not leave verbatim at the default ceiling).
+    """
     data = {k: v for k, v in attrs.items() if k not in profile.identity_keys}
     if profile.scrub is not None:
         data = profile.scrub(data)
     out = draft(profile.family(suffix), data)
-    gated = {k: level for k, level in profile.capture.items() if k in data}
-    if gated:
-        out["_capture"] = gated
+    out["_capture"] = profile.capture_hint(suffix)
     return out
 
 
 def unknown_draft(profile: Profile, name: str | None) -> Event:
     """Bridges digest §1.3: a record outside the KNOWN set carries its event name and nothing else."""
-    return draft(profile.family("unknown"), {"event.name": name} if name else {})
+    out = draft(profile.family("unknown"), {"event.name": name} if name else {})
+    out["_capture"] = profile.capture_hint("unknown")
+    return out
 
 
 def map_record(profile: Profile, flat: Any, mode: str = COMPANION) -> list[Event]:

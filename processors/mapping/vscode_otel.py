@@ -72,6 +72,21 @@ PROFILE = Profile(
         # Fixture inference_details: a fixed suffix, not derived from the GenAI event name.
         "gen_ai.client.inference.operation.details": "inference_details",
     },
+    # Declared structure per record (names, ids, counts, durations, statuses): the fixture's pinned
+    # keys plus the OTel GenAI semconv ids and counts of the same records. Everything else a
+    # record carries (a `prompt`, `user.email`, `error.message`, `file.path`, …) is content.
+    structural={
+        "session.start": frozenset({"gen_ai.request.model", "gen_ai.agent.name"}),
+        "tool.call": frozenset({"gen_ai.tool.name", "gen_ai.tool.call.id", "duration_ms", "success", "error.type"}),
+        "agent.turn": frozenset({"turn.index", "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens",
+                                 "tool_call_count", "gen_ai.request.model", "gen_ai.response.model"}),
+        "inference_details": frozenset({"gen_ai.operation.name", "gen_ai.request.model", "gen_ai.response.model",
+                                        "gen_ai.response.id", "gen_ai.response.finish_reasons",
+                                        "gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"}),
+        "edit.feedback": frozenset({"outcome", "language_id", "participant", "request_id", "edit_surface",
+                                    "has_remaining_edits", "is_notebook"}),
+        "unknown": frozenset({"event.name"}),
+    },
     primary={
         "copilot_chat.session.start": _session_started,
         "copilot_chat.tool.call": _tool_outcome,
