@@ -32,8 +32,9 @@ _TOKEN_SHAPES = re.compile(
     r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
 )
 # A bare AWS secret access key: 40 base64 characters with no prefix to anchor on (issue #12). The
-# run is bounded by non-base64 characters; the composition test in ``_aws_secret`` keeps hex
-# digests and commit ids (no upper case), CamelCase names (no digit) and paths (many slashes) out.
+# run is bounded by non-base64 characters; ``_is_aws_secret`` asks for the mix random base64 has
+# (both cases; a digit, a `/` or `+`, or many capitals) and keeps hex digests and commit ids (no
+# capitals), CamelCase names (no digit, few capitals) and paths (many slashes) out.
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
 # RFC 6750: the scheme is case-insensitive; 8+ token chars keep prose ("the bearer of good news").
 _AUTH_SCHEME = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
@@ -88,7 +89,8 @@ def _is_aws_secret(text: str) -> bool:
     lower = sum(ch.islower() for ch in text)
     digits = sum(ch.isdigit() for ch in text)
     separators = text.count("/") + text.count("+")
-    return upper >= 4 and lower >= 4 and digits >= 1 and separators <= 4 and text[0] != "/" and text[-1] != "/"
+    mixed = digits > 0 or separators > 0 or upper >= 10
+    return upper >= 4 and lower >= 4 and mixed and separators <= 8
 
 
 def _aws_secret(match: re.Match[str]) -> str:
