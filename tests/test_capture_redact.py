@@ -80,3 +80,32 @@ def test_a_large_identifier_like_blob_is_redacted_in_one_pass() -> None:
     blob = "QUJD" * 25_000 + " token=abc123def " + "a." * 25_000
     out = R.text(blob)
     assert "abc123def" not in out and out.startswith("QUJD") and SECRET in out
+
+
+@pytest.mark.parametrize("text", [
+    "aws_secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY in env",
+    "X=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    '{"SecretAccessKey": "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"}',
+])
+def test_a_bare_aws_secret_access_key_is_a_secret(text: str) -> None:
+    out = R.text(text)
+    assert "EXAMPLEKEY" not in out and SECRET in out and R.sensitive(text)
+
+
+@pytest.mark.parametrize("text", [
+    "commit 3f786850e387550fdab836ed7e6dc881de23001b",  # a sha1: no capitals
+    "AbstractSingletonProxyFactoryBeanBuilder",  # 40 letters of CamelCase, no digit
+    "src/components/Button/ButtonGroup2/index",  # a path
+    "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEYS",  # 41 characters: part of something longer
+])
+def test_forty_character_lookalikes_are_left_alone(text: str) -> None:
+    assert R.text(text) == text and not R.sensitive(text)
+
+
+@given(st.integers(0, 2**32 - 1))
+def test_random_aws_secrets_are_caught(seed: int) -> None:
+    import base64
+    import random
+
+    secret = base64.b64encode(random.Random(seed).randbytes(30)).decode()  # how AWS mints them
+    assert secret not in R.text(f"key {secret} end")
