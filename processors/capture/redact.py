@@ -33,8 +33,9 @@ _TOKEN_SHAPES = re.compile(
 )
 # A bare AWS secret access key: 40 base64 characters with no prefix to anchor on (issue #12). The
 # run is bounded by non-base64 characters; ``_is_aws_secret`` asks for the mix random base64 has
-# (both cases; a digit, a `/` or `+`, or many capitals) and keeps hex digests and commit ids (no
-# capitals), CamelCase names (no digit, few capitals) and paths (many slashes) out.
+# (both cases; a digit, a `/` or `+`, or many capitals), which keeps hex digests and commit ids
+# (no capitals), CamelCase names (no digit, few capitals) and deep paths (many slashes) out.
+# §9.4 allows redacting more: a 40-character mixed-case run with a digit is taken for a key.
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
 # RFC 6750: the scheme is case-insensitive; 8+ token chars keep prose ("the bearer of good news").
 _AUTH_SCHEME = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
@@ -90,7 +91,7 @@ def _is_aws_secret(text: str) -> bool:
     digits = sum(ch.isdigit() for ch in text)
     separators = text.count("/") + text.count("+")
     mixed = digits > 0 or separators > 0 or upper >= 10
-    return upper >= 4 and lower >= 4 and mixed and separators <= 8
+    return upper >= 2 and lower >= 2 and mixed and separators <= 8
 
 
 def _aws_secret(match: re.Match[str]) -> str:
