@@ -221,7 +221,8 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
         out: dict[str, Any] = {}
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
-            if isinstance(key, str) and key.endswith(DIGEST_SUFFIX):
+            digest_key = isinstance(key, str) and key.endswith(DIGEST_SUFFIX)
+            if digest_key:
                 level = max(inherited, METADATA)  # AEP-0003 §9.3: digests are structural
             else:
                 level = _level_at(ann, sub, inherited)
@@ -230,7 +231,7 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
             if scrub and item is not None and _credential(key):
                 out[key] = SECRET  # below full a credential-named key never carries its value
                 continue
-            kept = _prune(item, sub, ann, limit, level, on_redacted, scrub, screen)
+            kept = _prune(item, sub, ann, limit, level, on_redacted, scrub, None if digest_key else screen)
             if on_redacted is not None and level == REDACTED and inherited < REDACTED:
                 kept = on_redacted(kept)
             out[key] = kept

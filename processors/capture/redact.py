@@ -31,6 +31,15 @@ _TOKEN_SHAPES = re.compile(
     r"|\bnpm_[A-Za-z0-9]{30,}"
     r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
 )
+# Every shape above starts with one of these literals: a string holding none of them is checked in
+# a few C-level substring tests instead of a regex pass (the gate asks about every structural value).
+_SHAPE_LITERALS = ("AKIA", "ASIA", "eyJ", "gh", "glpat-", "xox", "sk-", "k_live_", "k_test_", "npm_", "AIza")
+
+
+def _may_hold_shape(value: str) -> bool:
+    return any(literal in value for literal in _SHAPE_LITERALS)
+
+
 # A bare AWS secret access key: 40 base64 characters with no prefix to anchor on (issue #12). The
 # run is bounded by non-base64 characters; ``_is_aws_secret`` asks for the mix random base64 has
 # (both cases; a digit, a `/` or `+`, or many capitals), which keeps hex digests and commit ids
@@ -73,6 +82,12 @@ _EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[
 _PHONE = re.compile(r"(?<![\d\w])\+?\d[\d\s().-]{6,}\d(?![\d\w])")
 _DOTTED_NUMBERS = re.compile(r"^\d+(?:\.\d+)+$")  # versions (22.11.0) and IPv4, not phones
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+# A string of these characters can hold a token shape or a configured value, but no PEM block,
+# auth scheme, URL password, key=value pair, email or path: `sensitive` stops early on it.
+_PLAIN = re.compile(r"[A-Za-z0-9_.+-]*")
+_MEMO_LIMIT = 8192
+_MEMO_VALUE_LIMIT = 256
 
 MIN_SECRET_VALUE = 4  # rule (b): shorter configured values would shred ordinary text
 
@@ -118,11 +133,13 @@ class Redactor:
         self._home = (
             re.compile(re.escape(self.home) + r"(?![\w.-])") if self.home else None
         )
+        self._sensitive: dict[str, bool] = {}
 
     def text(self, value: str) -> str:
         """Redact one string: (a) secrets, (b) configured values, (c) home paths, (d) PII."""
         out = _PEM.sub(SECRET, value)
-        out = _TOKEN_SHAPES.sub(SECRET, out)
+        if _may_hold_shape(out):
+            out = _TOKEN_SHAPES.sub(SECRET, out)
         out = _AWS_SECRET.sub(_aws_secret, out)
         out = _AUTH_SCHEME.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET}", out)
         out = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{SECRET}@", out)
@@ -143,14 +160,28 @@ class Redactor:
         The gate asks this of every string it keeps as structure below ``full``: such a value is
         content whatever field it sits in. Phone numbers are left out on purpose: ids and counts
         made of digits look like phones, and rule (d) still runs on content at ``redacted``.
+        Answers are memoized (bounded): the same tool names, models and session ids come by on
+        every event.
         """
-        if (_PEM.search(value) or _TOKEN_SHAPES.search(value) or _AUTH_SCHEME.search(value)
-                or _URL_CREDENTIALS.search(value) or _ASSIGNMENT.search(value) or _EMAIL.search(value)
-                or _HOMES.search(value) or (self._home is not None and self._home.search(value))):
+        hit = self._sensitive.get(value)
+        if hit is None:
+            hit = self._detect(value)
+            if len(self._sensitive) < _MEMO_LIMIT and len(value) <= _MEMO_VALUE_LIMIT:
+                self._sensitive[value] = hit
+        return hit
+
+    def _detect(self, value: str) -> bool:
+        if _may_hold_shape(value) and _TOKEN_SHAPES.search(value):
             return True
-        if any(_is_aws_secret(m.group(0)) for m in _AWS_SECRET.finditer(value)):
+        if len(value) >= 40 and any(_is_aws_secret(m.group(0)) for m in _AWS_SECRET.finditer(value)):
             return True
-        return any(secret in value for secret in self.secret_values)
+        if self.secret_values and any(secret in value for secret in self.secret_values):
+            return True
+        if _PLAIN.fullmatch(value):
+            return False  # no separator, space, `@`, `/` or `=`: only the shapes above can match
+        return bool(_PEM.search(value) or _AUTH_SCHEME.search(value) or _URL_CREDENTIALS.search(value)
+                    or _ASSIGNMENT.search(value) or _EMAIL.search(value) or _HOMES.search(value)
+                    or (self._home is not None and self._home.search(value)))
 
     def value(self, obj: Any) -> Any:
         """Redact a JSON value: strings through ``text``, recursing into lists and dicts.
