@@ -65,8 +65,11 @@ SECRETS: list[tuple[str, list[str]]] = [
 ]
 REDACTED_FORMS = ("[REDACTED:secret]", "[REDACTED:pii]", "~/")
 
-# Keys the mappings dispatch on (hook / moment / record / bus-event names).
-DISPATCH = {"hook_event_name", "hookName", "event.name", "type", "kind"}
+# Keys the mappings dispatch on (hook / record names anywhere; the moment `kind` and the bus-event
+# `type` at the top two levels of a plugin payload). Their value names the moment and may become
+# part of an `x.*` type (AEP-0001 §6), so planting there tests the routing, not the gate.
+DISPATCH = {"hook_event_name", "hookName", "event.name"}
+DISPATCH_TOP = {"type", "kind"}
 
 OTEL = {"vscode-otel": "vscode-otel.json", "codex-otel": "codex-otel.json"}
 CONFIGS = {"none": ("none", {}), "metadata": ("metadata", {}), "default": ("metadata", {"attention": "redacted"}),
@@ -90,13 +93,14 @@ def vendor_inputs(vendor: str) -> list[tuple[str, dict[str, Any], dict[str, Any]
 TARGETS = sorted(VENDORS) + [f"{agent}:{mode}" for agent in OTEL for mode in ("companion", "primary")]
 
 
-def plant(value: Any, make: Any, key: str | None = None) -> Any:
-    """Every string outside DISPATCH replaced by ``make()`` (depth-first, in document order)."""
+def plant(value: Any, make: Any, key: str | None = None, depth: int = 0) -> Any:
+    """Every string outside the dispatch keys replaced by ``make()`` (depth-first, in document order)."""
     if isinstance(value, dict):
-        return {k: plant(v, make, k) for k, v in value.items()}
+        return {k: plant(v, make, k, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [plant(v, make, key) for v in value]
-    if isinstance(value, str) and key not in DISPATCH:
+        return [plant(v, make, key, depth) for v in value]
+    dispatch = key in DISPATCH or (key in DISPATCH_TOP and depth <= 2)
+    if isinstance(value, str) and not dispatch:
         return make()
     return value
 
