@@ -9,6 +9,10 @@ the level the event will carry. They differ where the spec makes them differ:
   ``[metadata*]`` fields (``_structural``) and the form's field specs (``_fields``);
 * a hop (``downlevel``) holds neither, so it never mints ``redacted`` (§8.2(e)), synthesizes the
   prompt, and keeps only numbers and booleans of form values (AEP-0002 §5.3, "known lossy").
+
+The emitter also checks values, not only fields (issue #12, ``structure.py``): below ``full`` every
+string it keeps as structure — in ``data`` and the envelope's subject and ids — is screened, and
+content found there leaves only as its opaque digest (or redacted, at ``redacted``).
 """
 
 from __future__ import annotations
