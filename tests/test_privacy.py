@@ -33,8 +33,9 @@ CONTENT_KEYS = {"prompt", "message", "command", "content", "text", "title", "des
                 "requestedSchema", "requested_schema", "workspacePaths", "artifactDirectoryPath", "toolCall",
                 "partialResult", "tool_result", "details", "stack", "llm_request", "llm_response",
                 "old_string", "new_string", "file_path", "patch", "diff", "instructions", "label"}
-# Vendor ids, names and machine tokens (``reason``/``error`` codes such as "rate_limit") are structure:
-# the schemas keep them at metadata, so planting text there would test the vendor, not us.
+# Vendor ids, names and machine tokens (``reason``/``error`` codes such as "rate_limit") are structure
+# when they hold a token; this test plants prose markers into content fields only. Secrets planted
+# into every field, these included, are test_privacy_secrets.py's job.
 STRUCTURAL = {"hook_event_name", "session_id", "tool_name", "tool_use_id", "turn_id", "type", "kind", "name",
               "id", "callID", "sessionID", "taskId", "conversationId", "agent_id", "agent_type", "event",
               "notification_type", "phase", "status", "mcp_server_name", "elicitation_id", "tool_call_id",
