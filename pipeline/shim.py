@@ -77,7 +77,8 @@ VENDORS: "dict[str, Vendor]" = {
     # Reference stack §1.11: byte-exact, `{"decision": ""}` on PreToolUse and Stop, `{}` elsewhere.
     "antigravity": Vendor(8395, by_event={"pretooluse": b'{"decision": ""}', "stop": b'{"decision": ""}'},
                           needs_event=True),
-    "kimi-code": Vendor(8398, held=("PreToolUse",), wait=55.0),
+    # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context: print nothing.
+    "kimi-code": Vendor(8398, by_event={"userpromptsubmit": b""}, held=("PreToolUse",), wait=55.0),
     # receivers/plugin_vendors: Cline observe-only, Hermes with its opt-in pre_tool_call gate.
     "cline": Vendor(8392),
     "hermes": Vendor(8393, held=("pre_tool_call",), wait=60.0),

@@ -43,6 +43,8 @@ PINNED = {"PreToolUse": b'{"decision": ""}', "Stop": b'{"decision": ""}', "PostT
 def expected_neutral(vendor: str, event: str | None) -> bytes:
     if vendor == "antigravity":
         return json.dumps(antigravity.neutral_reply(event or "")).encode()
+    if vendor == "kimi-code" and event in kimi_code.SILENT_HOOKS:
+        return b""
     return json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
 
 
@@ -67,7 +69,7 @@ async def run_shim(args: list[str], stdin: bytes, env: dict[str, str] | None = N
 def test_neutral_literals_equal_the_mapping_constants(vendor: str) -> None:
     v = shim.VENDORS[vendor]
     assert v.neutral == json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
-    for hook in (*antigravity.HOOKS, "SomeFutureHook", "pretooluse", "STOP"):
+    for hook in (*antigravity.HOOKS, "SomeFutureHook", "pretooluse", "STOP", "UserPromptSubmit"):
         assert shim.neutral(v, hook) == expected_neutral(vendor, hook), hook
 
 
@@ -163,7 +165,8 @@ def test_a_whole_invocation_loads_nothing_heavy_either() -> None:
 def vendor_events() -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = [(v, None) for v in sorted(MAPPINGS) if v != "antigravity"]
     out += [("antigravity", h) for h in (*antigravity.HOOKS, "SomeFutureHook")]
-    out += [("codex", "PermissionRequest"), ("vscode", "PreToolUse"), ("kimi-code", "PreToolUse")]
+    out += [("codex", "PermissionRequest"), ("vscode", "PreToolUse"), ("kimi-code", "PreToolUse"),
+            ("kimi-code", "UserPromptSubmit")]
     return out
 
 

@@ -40,6 +40,7 @@ class KimiCodeConfig(GateConfig):
 
 SPEC = Spec(
     mapping=kimi_code,
+    neutral=kimi_code.neutral_reply,  # an empty body on UserPromptSubmit (Kimi would show `{}` to the model)
     session_end=frozenset({"SessionEnd"}),
     gate=Gate(options=kimi_code.GATE_OPTIONS, key=kimi_code.gate_key, decide=kimi_code.gate_decision,
               reply=kimi_code.pretool_reply, call_id_key="tool_call_id"),
