@@ -3,7 +3,7 @@
 Identity pin: ``session_id`` (the Codex thread) is the session and ``turn_id`` is a REAL run id,
 so drafts carry ``run`` and the runs processor synthesizes nothing. A run left open when the next
 prompt arrives was interrupted: ``run.started`` asks the runs processor to drain it as
-``run.cancelled`` first. Codex 0.169 fires ``SessionEnd`` (seen live: ``tests/test_live_hooks.py``),
+``run.cancelled`` first. Codex 0.169 fires ``SessionEnd`` (seen live: ``tests/live/test_live_hooks.py``),
 which the fixture predates; it closes the session as it does for the other hook vendors.
 """
 
