@@ -20,7 +20,7 @@ from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, S
 from receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"
-HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps
+HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps, and SessionEnd (fired by Codex 0.169)
 HELD_HOOKS = frozenset({"PermissionRequest"})
 
 
