@@ -50,6 +50,9 @@ class RelayExporter:
 
     async def start(self, host: Host) -> None:
         self.host = host
+        if not self.config.enabled:  # opt-in: no external relay configured, nothing to reach or warn about
+            self._stopped = True
+            return
         host.health.set_flag(self.id, "relay", False)
         self._started = True
         for link in self.links.values():
@@ -68,6 +71,8 @@ class RelayExporter:
                 self.host.health.fail(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
                 continue
             by_agent.setdefault(agent, []).append(event)
+        if not self.config.enabled:
+            return
         if self._stopped:
             n = sum(map(len, by_agent.values()))
             if n:
