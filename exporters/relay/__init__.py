@@ -86,6 +86,8 @@ class RelayExporter:
     async def deliver(self, events: list[Event]) -> None:
         """The sending queue's call: returns once the relay confirmed every event (a ``pong`` after
         it), however long the relay is away; raises if one was lost, so the batch is retried."""
+        if not self.config.enabled:
+            return
         if self._stopped:
             raise RuntimeError("the relay exporter is shut down")
         by_agent: dict[str, list[Event]] = {}
@@ -105,6 +107,11 @@ class RelayExporter:
         lost = sum(t.lost for t in tickets)
         if lost:
             raise RuntimeError(f"{lost} events were dropped from the relay outbox before delivery")
+
+    @property
+    def persistent_queue(self) -> bool:
+        """Switched off (no ``endpoint``): nothing is sent, so nothing is queued on disk either."""
+        return self.config.enabled
 
     def open(self, agent: str) -> None:
         """Open ``agent``'s connection now, before its first event; a no-op if it exists."""

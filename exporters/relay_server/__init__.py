@@ -73,6 +73,10 @@ def ensure_token_file(path: Path) -> str:
 class RelayServer:
     """Exporter side: every stamped event is buffered and fanned out to subscribers."""
 
+    persistent_queue = False
+    """Fan-out is in-process and history is the JSONL record: a disk queue would only replay stale
+    events into live streams after a restart."""
+
     def __init__(self, settings: CreateSettings, config: RelayServerConfig) -> None:
         config.validate()
         self.id = f"exporter/{settings.id}"
