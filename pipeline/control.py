@@ -171,13 +171,21 @@ class ControlRouter:
 
     # -- commands ---------------------------------------------------------------------------------
 
-    async def submit(self, command: Event, target_agent: str) -> None:
-        """Decide one inbound command; never raises (a bad command is a nack, not a crash)."""
+    async def submit(self, command: Event, target_agent: str) -> list[Event]:
+        """Decide one inbound command; never raises (a bad command is a nack, not a crash).
+
+        Returns the ack events recorded for the command (the same objects, so the same bytes, on
+        every retransmission), or none while its first copy is still being decided: a transport
+        that answers a command with its ack (NATS request/reply) replies with these.
+        """
         try:
             await self._submit(command, target_agent)
         except Exception as exc:
             self.health.fail("control", "submit-error", f"{type(exc).__name__}: {exc}")
             log.exception("control: command handling failed")
+            return []
+        recorded = self.decisions.get((command.get("source"), command.get("id")))  # type: ignore[arg-type]
+        return [e for _, events in recorded or [] for e in events]
 
     async def _submit(self, command: Event, target_agent: str) -> None:
         cid, source, session = command.get("id"), command.get("source"), command.get("session")
