@@ -19,7 +19,7 @@ from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
 
 VENDOR = "codex"
-HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps
+HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps, and SessionEnd (fired by Codex 0.169)
 HELD_HOOKS = frozenset({"PermissionRequest"})
 
 
