@@ -17,17 +17,19 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from .component import Kind
 from .config import ConfigError, load
 
-DEFAULT_CONFIG = "config/default.yaml"
+DEFAULT_CONFIG = str(Path(__file__).with_name("default.yaml"))
+"""The default config ships inside the package, so ``aep-collector`` with no flags works from any folder."""
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aep-collector", description="Coding-agent hooks and OTLP logs in, AEP events out.")
-    p.add_argument("--config", help=f"pipeline config to run (default {DEFAULT_CONFIG})")
+    p.add_argument("--config", help="pipeline config to run (default: the built-in default config)")
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run the collector (the default command)")
     run.add_argument("--config", dest="run_config", help="pipeline config file")
