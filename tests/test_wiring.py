@@ -51,6 +51,19 @@ SEED: dict[str, dict[str, str]] = {
 }
 
 
+# Where each vendor's CLI reads its registration (tests/live runs the CLIs on these files).
+WRITES = {
+    "claude-code": [".claude/settings.json"], "codex": [".codex/hooks.json"],
+    "gemini-cli": [".gemini/settings.json"], "qwen-code": [".qwen/settings.json"],
+    "vscode": ["project/.github/hooks/aep-collector.json"], "kimi-code": [".kimi-code/config.toml"],
+    "antigravity": [".gemini/config/hooks.json"], "opencode": [".config/opencode/plugins/aep-collector.js"],
+    "kilocode": [".config/kilo/plugins/aep-collector.js"], "pi": [".pi/agent/extensions/aep-collector.js"],
+    "cline": [f".cline/hooks/{e}" for e in ("TaskStart", "TaskResume", "TaskCancel", "TaskComplete", "TaskError",
+                                          "PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionShutdown")],
+    "hermes": [".hermes/config.yaml"],
+}
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` except the shim copy and the install records (``.aep``)."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
@@ -125,6 +138,7 @@ def test_install_into_an_empty_home_writes_what_is_printed(vendor: str, tmp_path
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     code, printed, _ = hooks(tmp_path, vendor, capsys=capsys)
     assert hooks(tmp_path, vendor, "--install", capsys=capsys)[0] == 0
+    assert sorted(snapshot(tmp_path)) == sorted(WRITES[vendor])  # exactly where the vendor reads it
     reg = reg_in(tmp_path, vendor)
     for target in reg.targets:
         path = wiring.resolve(target, tmp_path, tmp_path / "project")
