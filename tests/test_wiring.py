@@ -239,6 +239,20 @@ def test_uninstall_after_an_edit_strips_our_block(vendor: str, tmp_path: Path,
     assert path.read_text() == "# the user's line\n" + text
 
 
+def test_a_symlinked_config_is_written_through_the_link(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    dotfiles = tmp_path / "dotfiles" / "settings.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text('{"model": "opus"}')
+    link = tmp_path / "home" / ".claude" / "settings.json"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(dotfiles)
+    hooks(tmp_path / "home", "claude-code", "--install", capsys=capsys)
+    assert link.is_symlink() and "hooks" in json.loads(dotfiles.read_text())
+    hooks(tmp_path / "home", "claude-code", "--uninstall", capsys=capsys)
+    assert link.is_symlink() and dotfiles.read_text() == '{"model": "opus"}'
+
+
 def test_a_changed_url_replaces_our_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     hooks(tmp_path, "qwen-code", "--install", capsys=capsys)
     hooks(tmp_path, "qwen-code", "--install", "--url", "http://127.0.0.1:9999", capsys=capsys)
