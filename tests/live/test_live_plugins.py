@@ -33,7 +33,7 @@ subscribed to and answering through the collector's own relay role, ``relay_serv
 from __future__ import annotations
 
 import asyncio
-import json
+import inspect
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -211,7 +211,23 @@ async def operator_for() -> AsyncIterator[Any]:
 
     yield connect
     for thing in reversed(opened):
-        await thing.close()
+        closing = thing.close()
+        if inspect.isawaitable(closing):
+            await closing
+
+
+async def arun(live: Live, prompt: str) -> None:
+    """Run the CLI without blocking the loop the operator answers on."""
+    argv = [*live.prefix, *live.spec.command(live, prompt)]
+    proc = await asyncio.create_subprocess_exec(*argv, cwd=live.work, env=live.env, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), live.spec.timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"{live.spec.cli} did not finish:\n{live.describe()}") from None
+    assert proc.returncode == 0, f"{live.spec.cli} exited {proc.returncode}:\n{out.decode()}\n{err.decode()}"
 
 
 async def first_request(sub: Any) -> dict[str, Any]:
@@ -232,7 +248,7 @@ async def test_gate_answered_by_the_operator(tmp_path: Path, vendor: str, answer
               exporters=exporters) as live:
         live.env.update(env)
         sub, client = await operator_for(live)
-        run = asyncio.create_task(live.arun(f"run echo {MARK}"))
+        run = asyncio.create_task(arun(live, f"run echo {MARK}"))
         req = await first_request(sub)
         assert req["data"]["respond_via"] == ["control"], req
         data = {"answer": {"text": guidance}} if answer == "deny" else {"answer": {"option": "allow"}}
