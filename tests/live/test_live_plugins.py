@@ -139,7 +139,7 @@ def sessions_of(events: list[dict[str, Any]]) -> list[str]:
     return sorted({e["session"] for e in events if e.get("session") and e["type"] == "run.started"})
 
 
-@pytest.mark.parametrize("vendor", list(SPECS))
+@pytest.mark.parametrize("vendor", ["pi", "cline", "hermes", "kimi_code"])
 def test_one_shell_call_lifecycle(tmp_path: Path, vendor: str) -> None:
     with Live(SPECS[vendor], tmp_path, [shell(f"echo {MARK}"), text("all done")]) as live:
         live.run(f"run echo {MARK}")
@@ -149,36 +149,43 @@ def test_one_shell_call_lifecycle(tmp_path: Path, vendor: str) -> None:
     assert len(results) == 1 and MARK in results[0], (results, live.describe())
     assert len(sessions_of(events)) == 1, types(events)
     seen = types(events)
-    done = seen.index("tool.completed")
-    assert seen.index("tool.requested") < done < seen.index("run.finished"), seen
+    assert seen.index("tool.requested") < seen.index("tool.completed") < seen.index("run.finished"), seen
     if vendor == "pi":
         # The extension flushes before pi exits: the whole turn, then session.ended last (issue 11).
         assert seen[-2:] == ["run.finished", "session.ended"], seen
 
 
-# -- permission asks OpenCode and Kilo reject on their own in `run` ---------------------------------
-
-
 @pytest.mark.parametrize("vendor", ["opencode", "kilocode"])
-def test_an_auto_rejected_permission_ask_is_a_closed_card_and_a_failed_tool(tmp_path: Path, vendor: str) -> None:
+def test_a_run_with_an_allowed_and_an_auto_rejected_call(tmp_path: Path, vendor: str) -> None:
+    """One ``run``: ``echo`` is allowed, ``touch`` asks and ``run`` rejects it on its own.
+
+    The bus ``permission.asked`` becomes an informational card closed once by the vendor's reply,
+    and the rejected call a ``tool.failed`` (``tool.execute.after`` never fires for it).
+    """
     def prepare(live: Live) -> None:
         SPECS[vendor].prepare(live)
         name = "opencode.json" if vendor == "opencode" else "kilo.json"
-        write_json(live.work / name, {"permission": {"bash": "ask"}})
+        write_json(live.work / name, {"permission": {"bash": {"*": "ask", "echo *": "allow"}}})
 
     spec = Spec(**{**SPECS[vendor].__dict__, "prepare": prepare})
-    with Live(spec, tmp_path, [shell(f"echo {MARK}"), text("all done")]) as live:
-        live.run(f"run echo {MARK}", check=False)
-    events = live.check(started=True, ended=False, tools=0)
+    turns = [shell(f"echo {MARK}"), shell("touch rejected.txt"), text("all done")]
+    with Live(spec, tmp_path, turns) as live:
+        live.run(f"run echo {MARK}, then touch rejected.txt", check=False)
+    events = live.check(started=True, ended=False)
+    assert len(sessions_of(events)) == 1, types(events)
+    assert not (live.work / "rejected.txt").exists()
     seen = types(events)
+    [done] = [e for e in events if e["type"] == "tool.completed"]
+    [failed] = [e for e in events if e["type"] == "tool.failed"]
+    assert done["data"]["tool"]["name"] == failed["data"]["tool"]["name"] == "bash"
+    assert failed["data"]["error"]["type"] == "tool_error"
     [card] = [e for e in events if e["type"] == "attention.requested"]
     assert card["data"]["kind"] == "permission" and card["subject"] == "bash"
     [leg] = [e for e in events if e.get("subject") == card["id"]]
     assert leg["type"] == "attention.resolved"
-    [failed] = [e for e in events if e["type"] == "tool.failed"]
-    assert failed["data"]["tool"]["name"] == "bash" and failed["data"]["error"]["type"] == "tool_error"
-    assert seen.index("attention.requested") < seen.index(leg["type"]) < seen.index("tool.failed"), seen
-    assert not any(MARK in r for r in live.model.tool_results()), "the rejected command ran"
+    assert seen.index("tool.completed") < seen.index("attention.requested") < seen.index(leg["type"]) \
+        < seen.index("tool.failed") < seen.index("run.finished"), seen
+    assert any(MARK in r for r in live.model.tool_results()), live.describe()
 
 
 # -- opt-in gates answered by an operator through the collector ------------------------------------
@@ -238,8 +245,8 @@ async def first_request(sub: Any) -> dict[str, Any]:
     raise AssertionError("the subscription ended before an attention request")
 
 
-@pytest.mark.parametrize("vendor", list(GATES))
-@pytest.mark.parametrize("answer", ["deny", "allow"])
+@pytest.mark.parametrize(("vendor", "answer"), [("pi", "deny"), ("pi", "allow"), ("hermes", "deny"),
+                                                ("kimi_code", "deny")])
 async def test_gate_answered_by_the_operator(tmp_path: Path, vendor: str, answer: str, operator_for: Any) -> None:
     receiver, env = GATES[vendor]
     guidance = "not that; write notes.md instead"
