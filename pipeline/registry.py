@@ -30,6 +30,7 @@ BUILTINS = (
     "processors.capture",
     "exporters.jsonl",
     "exporters.relay",
+    "exporters.otlp",
     "receivers.claude_code",
     "receivers.hook_vendors",
     "receivers.plugin_vendors",
