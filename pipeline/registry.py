@@ -31,6 +31,7 @@ BUILTINS = (
     "exporters.jsonl",
     "exporters.relay",
     "exporters.otlp",
+    "exporters.cloudevents",
     "receivers.claude_code",
     "receivers.hook_vendors",
     "receivers.plugin_vendors",

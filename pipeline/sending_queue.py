@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import errno
 import fcntl
 import logging
@@ -454,6 +455,20 @@ class SendingQueue:
         if self.pending_events:
             log.info("%s: %d undelivered events stay queued in %s for the next start", self.id,
                      self.pending_events, self.directory)
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` (delay-seconds or an HTTP-date) in seconds, None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -10,10 +10,8 @@ A partial success (``rejected_log_records``) is counted and logged, never retrie
 
 from __future__ import annotations
 
-import email.utils
 import gzip
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -26,12 +24,12 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServ
 from pipeline.component import CreateSettings, Factory, Kind
 from pipeline.host import Health, Host
 from pipeline.model import Event
-from pipeline.sending_queue import Permanent, RetryLater
+from pipeline.sending_queue import Permanent, RetryLater, retry_after
 
 from .projection import CAPTURE_ORDER, to_otlp
 from .wire import request
 
-__all__ = ["FACTORY", "OtlpExporter", "OtlpExporterConfig"]
+__all__ = ["FACTORY", "OtlpExporter", "OtlpExporterConfig", "retry_after"]
 
 log = logging.getLogger("aep.exporter.otlp")
 
@@ -175,20 +173,6 @@ class OtlpExporter:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-def retry_after(value: str | None, now: float | None = None) -> float | None:
-    """``Retry-After`` (delay-seconds or an HTTP-date) in seconds, None if absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def _retry_info(exc: grpc.aio.AioRpcError) -> float | None:
