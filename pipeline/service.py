@@ -107,7 +107,8 @@ class Service:
         """The persistent sending queue in front of ``exporter`` (the memory one if it is turned off)."""
         cid = f"exporter/{eid}"
         qcfg = self.config.sending_queues.get(eid) or SendingQueueConfig()
-        if not qcfg.enabled:
+        # An in-process surface (``disk_queue = False``) has no peer to wait for across a restart.
+        if not qcfg.enabled or getattr(exporter, "disk_queue", True) is False:
             return QueuedExporter(cid, exporter, self.health)
         return SendingQueue(cid, queue_directory(self.config.state_dir, cid, qcfg), qcfg, deliver_of(exporter),
                             self.health)
