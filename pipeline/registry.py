@@ -30,6 +30,8 @@ BUILTINS = (
     "processors.capture",
     "exporters.jsonl",
     "exporters.relay",
+    "exporters.relay_server",
+    "exporters.nats",
     "exporters.otlp",
     "exporters.cloudevents",
     "receivers.claude_code",

@@ -19,7 +19,7 @@ moves on. ``deliver`` is never called concurrently for one exporter and batches 
 An exporter without ``deliver`` is driven through ``export(events)`` instead (for those,
 returning counts as delivered). An exporter that hands events to something in this process (no
 peer that can be away, nothing worth replaying after a restart) sets the class attribute
-``disk_queue = False`` and keeps the memory queue (``pipeline.pipeline.QueuedExporter``).
+``persistent_queue = False`` and keeps the memory queue (``pipeline.pipeline.QueuedExporter``).
 
 Layout of ``<state_dir>/queue/<exporter id>/``: ``<n>.seg`` segment files of JSON lines (one
 event per line, the ``pipeline.wire`` bytes, appended with one ``write`` per batch), ``cursor``

@@ -187,7 +187,7 @@ async def test_an_in_process_exporter_opts_out_of_the_disk(tmp_path):
     from exporters.relay import RelayExporter
 
     class Local(RelayExporter):
-        disk_queue = False
+        persistent_queue = False
 
     raw = base_config(tmp_path, extra_exporters={"relay": {"endpoint": "ws://127.0.0.1:9/socket"}})
     async with running(raw) as service:
