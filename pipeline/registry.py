@@ -35,6 +35,7 @@ BUILTINS = (
     "receivers.hook_vendors",
     "receivers.plugin_vendors",
     "receivers.otlp",
+    "receivers.nats",
 )
 
 
