@@ -181,3 +181,15 @@ async def test_drain_does_not_wait_for_a_peer_that_is_away(tmp_path):
     again.open()
     assert again.pending_events == 1  # still on disk for the next start
     again.close()
+
+
+async def test_an_in_process_exporter_opts_out_of_the_disk(tmp_path):
+    from exporters.relay import RelayExporter
+
+    class Local(RelayExporter):
+        persistent_queue = False
+
+    raw = base_config(tmp_path, extra_exporters={"relay": {"endpoint": "ws://127.0.0.1:9/socket"}})
+    async with running(raw) as service:
+        service.exporters["relay"].__class__ = Local  # what a local surface declares
+        assert isinstance(service._queue("relay", service.exporters["relay"]), QueuedExporter)
