@@ -38,6 +38,7 @@ BUILTINS = (
     "receivers.hook_vendors",
     "receivers.plugin_vendors",
     "receivers.otlp",
+    "receivers.nats",
 )
 
 
