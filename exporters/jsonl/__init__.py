@@ -67,6 +67,8 @@ class JsonlConfig:
         for name in ("rotate_bytes", "rotate_age", "max_total_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (off) or positive")
+        if self.max_total_bytes and not (self.rotate_bytes or self.rotate_age):
+            raise ValueError("max_total_bytes needs rotate_bytes or rotate_age: only closed files are deleted")
 
     @property
     def retention(self) -> bool:
