@@ -116,3 +116,14 @@ def test_a_cap_without_rotation_is_a_config_error(tmp_path):
         parse(raw, build_registry(load_plugins=False)[0], "t.yaml")
     raw["exporters"]["jsonl"]["rotate_bytes"] = 1 << 24
     assert parse(raw, build_registry(load_plugins=False)[0], "t.yaml").exporters["jsonl"][1].retention
+
+
+async def test_a_file_nobody_writes_is_closed_and_compressed_after_rotate_age(tmp_path):
+    exp = await make(tmp_path, rotate_age=0.4)
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    exp.export_now([ev(1, "ended", time=now)])
+    d = tmp_path / "logs" / "claude-code"
+    await wait_until(lambda: list(d.glob("ended@*.jsonl.gz")), "the idle file closed and compressed")
+    await exp.shutdown()
+    assert not (d / "ended.jsonl").exists()
+    assert ids(d / "ended.jsonl") == [ev(1)["id"]]  # the reader still finds it under the session name
