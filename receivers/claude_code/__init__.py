@@ -40,6 +40,9 @@ HOOKS = (
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
                         "PermissionDenied"})
 HELD_HOOKS = frozenset({"PermissionRequest", "Elicitation"})
+# Claude Code 2.1.328 fires these for `command` hooks only, never for `http` hooks (checked live):
+# they are registered as the command shim, which POSTs the same payload to the same receiver.
+COMMAND_HOOKS = frozenset({"SessionStart"})
 
 
 @dataclass
@@ -191,17 +194,22 @@ def _call_key(payload: dict[str, Any]) -> str:
     return f"{payload.get('tool_name')}:{digest(payload.get('tool_input'))}"
 
 
-def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: float = 55.0) -> dict[str, Any]:
+def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: float = 55.0,
+                   commands: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``~/.claude/settings.json`` ``hooks`` block pointing every mapped hook at the receiver.
 
     Held hooks get a vendor-side timeout above our hold window, so Claude Code never cancels a
-    hook we are still holding for an operator.
+    hook we are still holding for an operator. ``commands`` registers a hook as a ``command``
+    hook instead (``COMMAND_HOOKS``: the ones Claude Code never fires over http).
     """
     held = int(attention_timeout) + 30
     hooks: dict[str, Any] = {}
     for name in HOOKS:
-        entry: dict[str, Any] = {"hooks": [{"type": "http", "url": url,
-                                            "timeout": held if name in HELD_HOOKS else 10}]}
+        handler: dict[str, Any] = {"type": "http", "url": url}
+        if commands and name in commands:
+            handler = {"type": "command", "command": commands[name]}
+        handler["timeout"] = held if name in HELD_HOOKS else 10
+        entry: dict[str, Any] = {"hooks": [handler]}
         if name in TOOL_HOOKS:
             entry = {"matcher": "*", **entry}
         hooks[name] = [entry]
