@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,9 @@ log = logging.getLogger("aep.control")
 RESPOND = "control.attention.respond"
 CANCEL = "control.cancel"
 Validator = Callable[[dict[str, Any]], "str | None"]
+Forward = Callable[[Event, str], Awaitable["list[Event] | None"]]
+"""Sends a command to the collector that holds its session; returns that collector's acks, or
+``None`` when it could not be reached."""
 
 
 @dataclass
@@ -89,6 +92,9 @@ class ControlRouter:
         self.pipelines: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
         self._watchers: list[Callable[[str], None]] = []
+        # (agent, session) -> how to reach the collector holding that session's requests (a gateway).
+        self.remotes: OrderedDict[tuple[str, str], Forward] = OrderedDict()
+        self.max_remotes = max(max_decisions, 10_000)
         self.cancelled: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Sessions whose run was cancelled and whose agent has not been told to stop yet."""
 
@@ -133,6 +139,18 @@ class ControlRouter:
     def route_live(self, agent: str) -> bool:
         """Whether an operator's answer could reach us now (if not, receivers do not hold)."""
         return self.routes.get(agent, 0) > 0
+
+    def remote(self, agent: str, session: str, forward: Forward) -> None:
+        """``session`` of ``agent`` is held on another collector: its commands go through ``forward``.
+
+        A gateway learns this from the events it takes in; that collector decides the command
+        (dedupe and byte-identical re-acks included) and its acks come back through ``forward``.
+        """
+        key = (agent, session)
+        self.remotes[key] = forward
+        self.remotes.move_to_end(key)
+        while len(self.remotes) > self.max_remotes:
+            self.remotes.popitem(last=False)
 
     # -- holds ------------------------------------------------------------------------------------
 
@@ -181,12 +199,31 @@ class ControlRouter:
         that answers a command with its ack (NATS request/reply) replies with these.
         """
         try:
+            forward = self.remotes.get((target_agent, command.get("session")))  # type: ignore[arg-type]
+            if forward is not None and not self.pending(target_agent, command.get("session")):
+                return await self._forward(forward, command, target_agent)
             await self._submit(command, target_agent)
         except Exception as exc:
             self.health.incident("control", "submit-error", f"{type(exc).__name__}: {exc}")
             log.exception("control: command handling failed")
             return []
         recorded = self.decisions.get((command.get("source"), command.get("id")))  # type: ignore[arg-type]
+        return [e for _, events in recorded or [] for e in events]
+
+    async def _forward(self, forward: Forward, command: Event, agent: str) -> list[Event]:
+        acks = await forward(command, agent)
+        if acks is not None:
+            self.health.count("control", "forwarded")
+            return acks
+        cid, source = command.get("id"), command.get("source")
+        if not (isinstance(cid, str) and cid and isinstance(source, str) and source):
+            await self._submit(command, agent)  # malformed: counted and dropped as any other
+            return []
+        key = (source, cid)
+        await self._ack(key, command, agent, None, "busy",
+                        "the collector holding this session cannot be reached now; try again")
+        # Not remembered: a retransmission tries that collector again.
+        recorded = self.decisions.pop(key, None)
         return [e for _, events in recorded or [] for e in events]
 
     async def _submit(self, command: Event, target_agent: str) -> None:
