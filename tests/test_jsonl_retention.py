@@ -127,3 +127,17 @@ async def test_a_file_nobody_writes_is_closed_and_compressed_after_rotate_age(tm
     await exp.shutdown()
     assert not (d / "ended.jsonl").exists()
     assert ids(d / "ended.jsonl") == [ev(1)["id"]]  # the reader still finds it under the session name
+
+
+async def test_operator_timeline_and_tail_read_rotated_and_compressed_parts(tmp_path, capsys):
+    exp = await make(tmp_path, rotate_bytes=2048)
+    for seq in range(1, 31):
+        exp.export_now([ev(seq, pad=200)])
+    await exp.shutdown()
+    active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    assert any(p.name.endswith(".jsonl.gz") for p in session_files(active))
+    capsys.readouterr()
+    assert await asyncio.to_thread(cli_main, ["timeline", "s1", "--file", str(active), "--json"]) == 0
+    assert [json.loads(x)["id"] for x in capsys.readouterr().out.splitlines()] == [ev(s)["id"] for s in range(1, 31)]
+    assert await asyncio.to_thread(cli_main, ["tail", "--file", str(active), "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 30
