@@ -258,8 +258,19 @@ def map_hook(name: str, payload: Any, state: ClaudeCodeState | None = None) -> l
 
 
 def map_signal(signal: Signal, state: ClaudeCodeState) -> list[Event]:
-    """Map a received hook call (the payload's ``hook_event_name`` names the hook)."""
-    return map_hook(hf.hook_name(signal), hf.payload_of(signal), state)
+    """Map a received hook call (the payload's ``hook_event_name`` names the hook).
+
+    A PermissionRequest's card (or AskUserQuestion form) is keyed for the attention book, as the
+    receiver keys its hold: one nobody answered over control (no relay, so ``respond_via: ["oob"]``)
+    is then closed ``resolved{dismissed}`` before ``session.ended`` (seen open live, issue 11).
+    """
+    name = hf.hook_name(signal)
+    drafts = map_hook(name, hf.payload_of(signal), state)
+    if name == "PermissionRequest":
+        for d in drafts:
+            if d["type"] == "attention.requested":
+                d["_attention_key"] = hf.card_key(signal)
+    return drafts
 
 
 # --- replies for the control plane ---------------------------------------------------------

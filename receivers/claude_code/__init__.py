@@ -18,6 +18,7 @@ from pipeline.control import RESPOND, Hold, Outcome
 from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import claude_code as cc
+from processors.mapping import hookfamily as hf
 from processors.mapping.common import PERMISSION_OPTIONS
 from receivers.forms import form_validator, form_values
 from receivers.held import HeldLoop, permission_choice, permission_validator
@@ -108,7 +109,8 @@ class ClaudeCodeSurface:
 
     async def _held_call(self, signal: Signal, validate: Any) -> tuple[Hold, Outcome] | None:
         """Hold a tool-call request, findable by its call so the PostToolUse can dismiss it."""
-        hold = await self.loop.request(signal, validate)
+        # The mapping keys the card with the same card_key: the attention book pairs these legs.
+        hold = await self.loop.request(signal, validate, hf.card_key(signal))
         if hold is None:
             return None
         key = (_session(signal.payload), _call_key(signal.payload))
