@@ -218,7 +218,7 @@ async def test_a_held_permission_is_answered_over_nats_and_re_acks_are_byte_iden
                 break
             await asyncio.sleep(0.02)
         (req,) = msgs
-        assert req.headers["Aep-Accepts"] == '["control.attention.respond"]'
+        assert req.headers["Aep-Accepts"] == '["control.attention.respond", "control.cancel"]'
         rid = orjson.loads(req.data)["id"]
 
         def command(cid: str, subject: str) -> bytes:

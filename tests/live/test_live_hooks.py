@@ -52,15 +52,13 @@ def tool_output_reached_model(live: Live) -> None:
 
 def test_claude_code_lifecycle(sessions: Any) -> None:
     live, _ = sessions("claude_code")
-    events = live.check(started=False)  # SessionStart via the command shim: see the xfail below
+    events = live.check()  # session.started: SessionStart comes through the command shim
     tool_output_reached_model(live)
     [done] = [e for e in events if e["type"] == "tool.completed"]
     assert done["data"]["tool"]["name"] == "Bash"
     assert isinstance(done["data"].get("duration_ms"), int)  # 2.1.328 sends it on PostToolUse
 
 
-@pytest.mark.xfail(strict=True, reason="SessionStart through the command shim is helper h-hooks' change; "
-                   "Claude Code never fires SessionStart for http hooks")
 def test_claude_code_session_started(sessions: Any) -> None:
     live, events = sessions("claude_code")
     assert types(events)[0] == "session.started", types(events)
