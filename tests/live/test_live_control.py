@@ -85,7 +85,7 @@ async def test_claude_code_permission_allow(tmp_path: Path, relay: RelayDouble, 
         assert ack["type"] == "control.accepted"
         await run
     assert (live.work / "allowed.txt").exists()  # the tool really ran
-    events = live.check(started=False)
+    events = live.check()
     answered = [e for e in events if e["type"] == "attention.answered"]
     assert [a["data"]["answer"] for a in answered] == [{"option": "allow"}]
     assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
@@ -104,7 +104,7 @@ async def test_claude_code_permission_deny_with_guidance(tmp_path: Path, relay: 
     assert not (live.work / "denied.txt").exists()
     [result] = live.model.tool_results()
     assert guidance in result, result  # the operator's words reached the model as the tool result
-    events = live.check(started=False, tools=0, tools_closed=False)
+    events = live.check(tools=0, tools_closed=False)
     [answered] = [e for e in events if e["type"] == "attention.answered"]
     assert answered["data"]["answer"]["option"] == "deny"
     closed_once(events, req["id"])
@@ -115,7 +115,7 @@ async def test_claude_code_permission_without_operator(tmp_path: Path) -> None:
         assert live.healthz()["relay"] is False
         await live.arun("make the file")
     assert not (live.work / "nobody.txt").exists()  # -p with nobody to ask: Claude Code refuses
-    events = live.check(started=False, tools=0, tools_closed=False)
+    events = live.check(tools=0, tools_closed=False)
     [req] = [e for e in events if e["type"] == "attention.requested"]
     assert req["data"]["respond_via"] == ["oob"]
     [leg] = closed_once(events, req["id"])
@@ -143,7 +143,7 @@ async def test_claude_code_ask_user_question_answered(tmp_path: Path, relay: Rel
         ("control_request", prompts[0]["request_id"]), ("control_cancel_request", prompts[0]["request_id"])]
     [result] = live.model.tool_results()
     assert "Teal" in result and "Red" not in result, result
-    events = live.check(started=False, tools=1)
+    events = live.check(tools=1)
     closed_once(events, req["id"])
 
 
