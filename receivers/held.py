@@ -47,9 +47,11 @@ def permission_choice(answer: dict[str, Any], options: list[dict[str, str]],
     and keeps the text as guidance; empty applies the refusing option. Never a grant from text."""
     ids = [o["id"] for o in options]
     option = answer.get("option")
-    if isinstance(option, str) and option in ids:
-        return Applied(option)
     text = answer.get("text")
+    if isinstance(option, str) and option in ids:
+        # A refusal may say why (``respond --deny REASON``); a grant carries no guidance.
+        reason = text.strip() if option == refusing and isinstance(text, str) and text.strip() else None
+        return Applied(option, reason)
     if isinstance(text, str):
         word = text.strip()
         if not word:

@@ -127,11 +127,11 @@ class Deliver:
             events = await asyncio.wait_for(asyncio.shield(task), self.timeout)
         except TimeoutError:
             # The batch keeps going in the background: slow is not lost.
-            self.health.fail(self.component, "pipeline-slow",
+            self.health.incident(self.component, "pipeline-slow",
                              f"pipeline took over {self.timeout}s; replied neutral")
             return None
         except Exception as exc:
-            self.health.fail(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
             return None
         self.health.count(self.component, "accepted", len(batch))
         return events
@@ -140,7 +140,7 @@ class Deliver:
         self.pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            self.health.fail(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
 
     async def drain(self, timeout: float) -> None:
         if self.pending:
@@ -238,7 +238,8 @@ class HookServer:
         extra = getattr(self.surface, "health_extra", None)
         if extra is not None:
             body.update(extra())
-        return json_response(body)
+        # Probes (`curl -f`, a container healthcheck) read the status, not the body.
+        return json_response(body, 200 if body.get("ok") else 503)
 
     async def _hook(self, request: web.Request) -> web.Response:
         if len(self.inflight) >= self.config.max_concurrent_requests:
@@ -277,7 +278,7 @@ class HookServer:
             self.health.count(self.id, "refused")
             return json_response(exc.body, exc.status)
         except Exception as exc:  # fail open: the agent gets its neutral reply, the log gets the cause
-            self.health.fail(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
             log.exception("%s: hook failed; replied neutral", self.id)
             body = self._neutral(signal)
         return json_response(body)

@@ -220,6 +220,8 @@ def _sha(data: bytes) -> str:
 
 
 def _write(path: Path, text: str, mode: int | None) -> None:
+    if path.is_symlink():  # a dotfile kept elsewhere (stow, a dotfiles repo): write through the link
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".aep-tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -330,7 +332,7 @@ def _undo(vendor: str, entry: dict[str, Any], dry_run: bool = False) -> Change:
                 backup.unlink()
             return Change(path, "restored", current, before)
         if not dry_run:
-            path.unlink()
+            path.resolve().unlink() if path.is_symlink() else path.unlink()
             if backup is not None and backup.exists():
                 backup.unlink()
         return Change(path, "removed", current, None)

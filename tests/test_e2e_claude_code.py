@@ -25,8 +25,15 @@ def post(port: int, body: object, path: str = "/hook") -> tuple[int, object]:
 
 
 def get(port: int, path: str) -> object:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
-        return json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as resp:
+            body = json.loads(resp.read())
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        body, status = json.loads(exc.read()), exc.code
+    if path == "/healthz":  # probes read the status: 503 exactly while ok is false
+        assert status == (200 if body["ok"] else 503), (status, body)
+    return body
 
 
 def common(name: str) -> dict:

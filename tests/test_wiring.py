@@ -51,6 +51,19 @@ SEED: dict[str, dict[str, str]] = {
 }
 
 
+# Where each vendor's CLI reads its registration (tests/live runs the CLIs on these files).
+WRITES = {
+    "claude-code": [".claude/settings.json"], "codex": [".codex/hooks.json"],
+    "gemini-cli": [".gemini/settings.json"], "qwen-code": [".qwen/settings.json"],
+    "vscode": ["project/.github/hooks/aep-collector.json"], "kimi-code": [".kimi-code/config.toml"],
+    "antigravity": [".gemini/config/hooks.json"], "opencode": [".config/opencode/plugins/aep-collector.js"],
+    "kilocode": [".config/kilo/plugins/aep-collector.js"], "pi": [".pi/agent/extensions/aep-collector.js"],
+    "cline": [f".cline/hooks/{e}" for e in ("TaskStart", "TaskResume", "TaskCancel", "TaskComplete", "TaskError",
+                                          "PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionShutdown")],
+    "hermes": [".hermes/config.yaml"],
+}
+
+
 def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` except the shim copy and the install records (``.aep``)."""
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
@@ -125,6 +138,7 @@ def test_install_into_an_empty_home_writes_what_is_printed(vendor: str, tmp_path
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     code, printed, _ = hooks(tmp_path, vendor, capsys=capsys)
     assert hooks(tmp_path, vendor, "--install", capsys=capsys)[0] == 0
+    assert sorted(snapshot(tmp_path)) == sorted(WRITES[vendor])  # exactly where the vendor reads it
     reg = reg_in(tmp_path, vendor)
     for target in reg.targets:
         path = wiring.resolve(target, tmp_path, tmp_path / "project")
@@ -223,6 +237,20 @@ def test_uninstall_after_an_edit_strips_our_block(vendor: str, tmp_path: Path,
     path.write_text("# the user's line\n" + path.read_text())
     assert hooks(tmp_path, vendor, "--uninstall", capsys=capsys)[0] == 0
     assert path.read_text() == "# the user's line\n" + text
+
+
+def test_a_symlinked_config_is_written_through_the_link(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    dotfiles = tmp_path / "dotfiles" / "settings.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text('{"model": "opus"}')
+    link = tmp_path / "home" / ".claude" / "settings.json"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(dotfiles)
+    hooks(tmp_path / "home", "claude-code", "--install", capsys=capsys)
+    assert link.is_symlink() and "hooks" in json.loads(dotfiles.read_text())
+    hooks(tmp_path / "home", "claude-code", "--uninstall", capsys=capsys)
+    assert link.is_symlink() and dotfiles.read_text() == '{"model": "opus"}'
 
 
 def test_a_changed_url_replaces_our_entries(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

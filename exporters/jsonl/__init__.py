@@ -48,6 +48,9 @@ class JsonlConfig:
     ``fsync_interval`` seconds; ``never``: leave it to the OS."""
     fsync_interval: float = 1.0
     max_open_files: int = 128
+    min_free_bytes: int = 16 << 20
+    """Once a write hit a full disk, the disk is reported full until its filesystem has this much
+    free space again: the state of the disk, not whether the last (maybe small) write fitted."""
     rotate_bytes: int = 0
     """Close a session file as ``<session>@<time>.jsonl`` before it grows past this; 0: never."""
     rotate_age: float = 0
@@ -64,6 +67,8 @@ class JsonlConfig:
             raise ValueError("fsync_interval must be positive")
         if self.max_open_files < 1:
             raise ValueError("max_open_files must be at least 1")
+        if self.min_free_bytes < 0:
+            raise ValueError("min_free_bytes must not be negative")
         for name in ("rotate_bytes", "rotate_age", "max_total_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (off) or positive")
@@ -96,7 +101,7 @@ class JsonlExporter:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # reported, and hooks keep being answered
-            self.health.fail(self.id, _cause(exc), f"{self.root}: {exc.strerror}")
+            self._fail(exc, f"{self.root}: {exc.strerror}")
         if self.config.fsync == "interval":
             self._task = asyncio.get_running_loop().create_task(self._fsync_loop())
         if self.config.retention:
@@ -141,18 +146,34 @@ class JsonlExporter:
                     self._born[path] = _event_time(lines[0])
             except OSError as exc:
                 failed += len(lines)
-                self.health.fail(self.id, _cause(exc), f"{path}: {exc.strerror or exc}")
+                self._fail(exc, f"{path}: {exc.strerror or exc}")
                 self._close(path)
         if failed:
             self.health.count(self.id, "dropped", failed)
         elif self.health.problems.get(self.id):
-            self.health.recover(self.id)
+            for cause in list(self.health.problems.get(self.id, {})):
+                # A write that fitted says nothing about a disk still at its limit.
+                if cause not in _FULL or self.has_room():
+                    self.health.recover(self.id, cause)
         if self.config.fsync == "always":
             for fd in touched:
                 with contextlib.suppress(OSError):
                     os.fsync(fd)
         else:
             self._dirty |= touched
+
+    def _fail(self, exc: OSError, detail: str) -> None:
+        cause = _cause(exc)
+        # A full disk is a state: it clears when space is back, even if no write comes to prove it.
+        self.health.fail(self.id, cause, detail, clears=self.has_room if cause in _FULL else None)
+
+    def has_room(self) -> bool:
+        """Whether the log directory's filesystem has ``min_free_bytes`` free."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize >= self.config.min_free_bytes
 
     def _append(self, fd: int, line: bytes) -> None:
         size = os.fstat(fd).st_size
@@ -338,6 +359,9 @@ def repair_torn_tail(path: Path) -> bool:
             return True
     except FileNotFoundError:
         return False
+
+
+_FULL = frozenset({"enospc", "edquot"})
 
 
 def _first_event_time(path: Path) -> float:

@@ -380,6 +380,7 @@ class Surface:
             self._replay_into(entries, stream.sub, lambda ev, body: stream.outlet.put(_sse_chunk(ev, body)))
         if live:
             self.streams.append(stream)
+            self.owner.consumer_joined()  # an operator is watching: holding is worth it
         else:
             stream.outlet.put(": replay-complete\n\n")
             stream.outlet.end("complete")
@@ -388,6 +389,7 @@ class Surface:
         finally:
             if stream in self.streams:
                 self.streams.remove(stream)
+                self.owner.consumer_left()
         return resp
 
     def _replay_into(self, entries: list[Entry], sub: Sub, put: Any) -> None:

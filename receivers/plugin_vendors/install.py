@@ -111,7 +111,7 @@ def _hermes(url: str, cfg: Any) -> Wiring:
     if held_timeout < held_wait + 5:
         advice.append(f"warning: attention_timeout {attention:g}s leaves no margin under Hermes' "
                       f"{HERMES_MAX_TIMEOUT}s hook limit")
-    return Wiring("hermes", [Target(".hermes/config.yaml", "yaml", text, {"hooks": hooks},
+    return Wiring("hermes", [Target("config.yaml", "yaml", text, {"hooks": hooks},
                                     base="HERMES_HOME:.hermes")], advice)
 
 
