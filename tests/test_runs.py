@@ -92,3 +92,69 @@ def test_a_second_session_end_is_degraded_not_duplicated():
     assert first["type"] == "session.ended"
     assert again["type"] == "x.claude-code.session.ended_again" and again["data"] == {"reason": "normal"}
     assert p([{**d("session.ended"), "session": "other"}])[0]["type"] == "session.ended"
+
+
+def test_a_repeated_run_end_is_degraded_and_the_run_never_reopens():
+    p = RunsProcessor()
+    out = p([d("run.started", run="t1"), d("run.finished", run="t1"), d("run.finished", run="t1"),
+             d("run.failed", run="t1"), d("run.started", run="t1")])
+    assert [e["type"] for e in out] == ["run.started", "run.finished", "x.claude-code.run.finished_again",
+                                        "x.claude-code.run.failed_again", "x.claude-code.run.started_again"]
+    assert all(e["run"] == "t1" for e in out)
+    assert p.state.open == {}  # the degraded start opened nothing
+
+
+def test_a_run_drained_as_cancelled_is_ended_too():
+    p = RunsProcessor()
+    p([d("run.started", run="t1", _drain="cancelled")])
+    assert [e["type"] for e in p([d("run.started", run="t2", _drain="cancelled")])] == ["run.cancelled", "run.started"]
+    assert p([d("run.finished", run="t1")])[0]["type"] == "x.claude-code.run.finished_again"
+    assert p([d("run.finished", run="t2")])[0]["type"] == "run.finished"
+
+
+def test_a_late_event_of_an_ended_run_stays_a_session_event():
+    p = RunsProcessor()
+    p([d("run.started", run="t1"), d("run.finished", run="t1")])
+    late = p([d("tool.requested", run="t1"), d("tool.completed", run="t1")])
+    assert [e["type"] for e in late] == ["tool.requested", "tool.completed"]
+    assert all("run" not in e for e in late)
+    assert p([d("tool.requested", run="t9")])[0]["run"] == "t9"  # a run never seen ending is kept
+
+
+def test_a_second_start_of_an_open_run_is_degraded():
+    p = RunsProcessor()
+    out = p([d("run.started", run="t1"), d("run.started", run="t1", _drain="cancelled"), d("run.finished", run="t1")])
+    assert [e["type"] for e in out] == ["run.started", "x.claude-code.run.started_again", "run.finished"]
+
+
+def test_minted_runs_end_once_too():
+    p = RunsProcessor()
+    out = p([d("run.started"), d("run.finished"), d("run.finished"), d("tool.requested")])
+    assert [e["type"] for e in out] == ["run.started", "run.finished", "run.finished", "tool.requested"]
+    # With no run open and none named, a terminal names nothing: nothing to repeat, nothing to stamp.
+    assert "run" not in out[2] and "run" not in out[3]
+
+
+def test_ended_runs_are_bounded():
+    p = RunsProcessor(RunsConfig(max_sessions=3))
+    for i in range(10):
+        p([d("run.started", run=f"t{i}"), d("run.finished", run=f"t{i}")])
+    assert len(p.state.finished) == 3
+
+
+def test_codex_repeated_stop_and_late_tool_give_a_valid_stream(tmp_path):
+    from pipeline.validate import StreamValidator, envelope_errors, payload_errors
+    from tests.chain import Chain
+
+    chain = Chain(tmp_path)
+    base = {"session_id": "th-1", "turn_id": "t1", "cwd": "/w", "model": "gpt-5"}
+    events = []
+    for name, extra in [("UserPromptSubmit", {"prompt": "hi"}), ("Stop", {}), ("Stop", {}),
+                        ("PreToolUse", {"tool_name": "Bash", "tool_use_id": "c1", "tool_input": {"command": "ls"}})]:
+        events += chain.feed("codex", name, {**base, "hook_event_name": name, **extra})
+    types = [e["type"] for e in events]
+    assert types == ["run.started", "run.finished", "x.codex.run.finished_again", "tool.requested"]
+    assert "run" not in events[3]
+    stream = StreamValidator()
+    for e in events:
+        assert envelope_errors(e) + payload_errors(e) + stream.feed(e) == [], e

@@ -11,6 +11,13 @@ open run: runs are tracked per ``(agent, session, lane)``. State is explicit: ``
 The same lifecycle rule holds for sessions: at most one ``session.ended`` per session (AEP-0002
 §2.5). A vendor that fires its end hook twice (a retry, a resumed session ending again) gets the
 second one as ``x.{agent}.session.ended_again`` — degraded, never dropped, never invalid.
+
+Runs get the same treatment (AEP-0002 §2: one terminal per run, across every epoch). Runs that
+ended are remembered per ``(agent, session)``: a second terminal of an ended run becomes
+``x.{agent}.run.{finished|failed|cancelled}_again``, a second ``run.started`` naming an open or
+ended run becomes ``x.{agent}.run.started_again``, and any other event still naming it (a tool that fires after
+Codex's ``Stop`` for the same ``turn_id``) loses its ``run`` and stays a session event — late
+session events after a terminal are legal, an event inside a finished run is not.
 """
 
 from __future__ import annotations
@@ -50,7 +57,22 @@ class RunState:
     def __init__(self, max_sessions: int = 10_000) -> None:
         self.open: OrderedDict[tuple[str, ...], str] = OrderedDict()
         self.ended: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.finished: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # (agent, session, run)
         self.max_sessions = max_sessions
+
+    def finish(self, key: tuple[str, str, str]) -> bool:
+        """Record a run terminal; False if this run had already reached one."""
+        if key in self.finished:
+            self.finished.move_to_end(key)
+            return False
+        self.finished[key] = None
+        # Bounded like the rest: a run forgotten here can only be re-ended after this many others.
+        while len(self.finished) > self.max_sessions:
+            self.finished.popitem(last=False)
+        return True
+
+    def is_finished(self, key: tuple[str, str, str]) -> bool:
+        return key in self.finished
 
     def end(self, key: tuple[str, str]) -> bool:
         """Record a session end; False if this session had already ended."""
@@ -97,18 +119,27 @@ class RunsProcessor:
                 continue
             key = (item["agent"], item.get("session") or "unknown", str(item.get("_lane") or ""))
             current = self.state.get(key)
+            named = item.get("run")
             if etype == "run.started":
-                if current is not None and item.get("_drain") == "cancelled" and current != item.get("run"):
+                if isinstance(named, str) and (named == current or self.state.is_finished((*key[:2], named))):
+                    # A run starts once: a repeat of an open run or of an ended one is never a new run.
+                    item["type"] = f"x.{_vendor_token(item['agent'])}.run.started_again"
+                    out.append(item)
+                    continue
+                if current is not None and item.get("_drain") == "cancelled" and current != named:
                     # A run left open when the next prompt arrives was interrupted.
                     out.append({"type": "run.cancelled", "agent": item["agent"], "session": item.get("session"),
                                 "run": current, "data": {}})
-                run = item.get("run") or mint_run_id()
+                    self.state.finish((*key[:2], current))
+                run = named or mint_run_id()
                 item["run"] = run
                 self.state.set(key, run)
             elif etype in TERMINALS:
-                run = item.get("run") or current
+                run = named or current
                 if run is not None:
                     item["run"] = run
+                    if not self.state.finish((*key[:2], run)):
+                        item["type"] = f"x.{_vendor_token(item['agent'])}.{etype}_again"
                 if run == current:
                     self.state.close(key)
             elif etype == "session.ended":
@@ -116,7 +147,10 @@ class RunsProcessor:
                     self.state.close(k)  # the end of a session is not part of any run
                 if not self.state.end((key[0], key[1])):
                     item["type"] = f"x.{_vendor_token(item['agent'])}.session.ended_again"
-            elif "run" not in item and current is not None:
+            elif isinstance(named, str):
+                if self.state.is_finished((*key[:2], named)):
+                    del item["run"]  # late: a session event after the run's terminal
+            elif current is not None:
                 item["run"] = current
             out.append(item)
         return out

@@ -1,0 +1,28 @@
+"""The processing chain of one pipeline, in-process and synchronous: signals in, stamped events out.
+
+mapping → runs → capture → the stamper, exactly the components a default pipeline builds, with
+no receiver and no exporter in between, so stream properties can be checked on many sequences fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.envelope import Stamper
+from pipeline.model import Signal
+from processors.capture import CaptureConfig, CaptureProcessor
+from processors.mapping import MappingProcessor
+from processors.runs import RunsProcessor
+
+
+class Chain:
+    def __init__(self, state_dir: Path, ceiling: str = "metadata") -> None:
+        self.processors = [MappingProcessor(), RunsProcessor(), CaptureProcessor(CaptureConfig(ceiling=ceiling))]
+        self.stamper = Stamper(state_dir, host="test-host")
+
+    def feed(self, agent: str, name: str, payload: Any, **attrs: Any) -> list[dict[str, Any]]:
+        batch: list[Any] = [Signal(agent=agent, name=name, payload=payload, attrs=attrs)]
+        for p in self.processors:
+            batch = p(batch)
+        return [self.stamper.stamp(d) for d in batch if isinstance(d, dict)]
