@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -59,13 +60,18 @@ def install(secret_values: Iterable[str] = (), logger: logging.Logger | None = N
 
 
 def config_secrets(value: Any) -> Iterator[str]:
-    """Every string a config holds under a credential-named key (``token``, ``api_key``, ...)."""
+    """Every secret a component config holds: strings under a credential-named key (``token``,
+    ``api_key``, ...) and the capture processor's ``secret_values`` / ``secret_env``."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         for key, item in value.items():
             if isinstance(item, str) and item and is_credential_key(key):
                 yield item
+            elif key == "secret_values" and isinstance(item, list):
+                yield from (v for v in item if isinstance(v, str))
+            elif key == "secret_env" and isinstance(item, list):
+                yield from (os.environ[n] for n in item if isinstance(n, str) and os.environ.get(n))
             else:
                 yield from config_secrets(item)
     elif isinstance(value, list | tuple):
@@ -93,6 +99,6 @@ class Throttle:
             self._state[key] = (now, 0)
             if len(self._state) > 4096:  # bounded: causes are a small set, components too
                 self._state.pop(next(iter(self._state)))
-        more = f" (and {suppressed} more in the last {self.window:g}s)" if suppressed else ""
+        more = f" ({suppressed} more since the last line)" if suppressed else ""
         self.logger.log(level, "%s: %s: %s%s", component, cause, " ".join(detail.split())[:300], more)
         return True
