@@ -89,6 +89,9 @@ class ServiceConfig:
     state_dir: Path = field(default_factory=lambda: Path("~/.aep").expanduser())
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    sending_queues: dict[str, Any] = field(default_factory=dict)
+    """``exporters.<id>.sending_queue`` as given, per exporter id (``SendingQueueConfig``); an
+    exporter without one gets the defaults (on)."""
     warnings: list[str] = field(default_factory=list)
 
     def components(self, kind: Kind) -> dict[str, tuple[Factory, Any]]:
@@ -286,6 +289,14 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
             if factory is None:
                 known = ", ".join(registry.types(kind)) or "none"
                 raise ConfigError(file, where, f"unknown {kind.value} type {type_name!r} (known: {known})")
+            if kind is Kind.EXPORTER and isinstance(body, dict) and "sending_queue" in body \
+                    and not _has_field(factory.config_class, "sending_queue"):
+                # The service's, not the exporter's: every queued exporter takes the same block.
+                from .sending_queue import SendingQueueConfig
+
+                body = dict(body)
+                cfg.sending_queues[cid] = build_dataclass(SendingQueueConfig, body.pop("sending_queue"), file,
+                                                          f"{where}.sending_queue")
             target[cid] = (factory, build_dataclass(factory.config_class, body, file, where))
     service = raw.get("service")
     if not isinstance(service, dict):
@@ -365,6 +376,10 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
             if (kind, cid) not in used:
                 cfg.warnings.append(f"{file}: {kind.plural}.{cid}: defined but not used in any pipeline")
     return cfg
+
+
+def _has_field(cls: type, name: str) -> bool:
+    return dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls))
 
 
 def load(path: str | Path, registry: Registry, env: typing.Mapping[str, str] | None = None) -> ServiceConfig:

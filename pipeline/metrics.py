@@ -2,7 +2,7 @@
 
 ``aep_collector_items_total{component, outcome}`` counts what each component accepted,
 exported, dropped, rejected or refused; gauges show health problems, relay liveness, held
-requests and tracked sessions. Loopback by default, like every other listener.
+requests, tracked sessions and each persistent sending queue's bytes and events. Loopback by default, like every other listener.
 """
 
 from __future__ import annotations
@@ -51,6 +51,18 @@ def render(service: Any) -> str:
         holds = len({id(h) for h in control.holds.values()})
         lines += ["# HELP aep_collector_held_requests Attention requests held open for an operator.",
                   "# TYPE aep_collector_held_requests gauge", f"aep_collector_held_requests {holds}"]
+    queues = [q for q in getattr(service, "queues", []) if hasattr(q, "pending_bytes")]
+    if queues:
+        lines += ["# HELP aep_collector_queue_bytes Bytes of the persistent sending queue's segments on disk.",
+                  "# TYPE aep_collector_queue_bytes gauge"]
+        lines += [f'aep_collector_queue_bytes{{component="{_label(q.id)}"}} {q.pending_bytes}' for q in queues]
+        lines += ["# HELP aep_collector_queue_events Events waiting in the persistent sending queue.",
+                  "# TYPE aep_collector_queue_events gauge"]
+        lines += [f'aep_collector_queue_events{{component="{_label(q.id)}"}} {q.pending_events}' for q in queues]
+        lines += ["# HELP aep_collector_queue_max_bytes The sending queue's bound on bytes on disk.",
+                  "# TYPE aep_collector_queue_max_bytes gauge"]
+        lines += [f'aep_collector_queue_max_bytes{{component="{_label(q.id)}"}} {q.config.max_bytes}'
+                  for q in queues]
     lines += ["# HELP aep_collector_sessions Sessions whose seq counter is in memory.",
               "# TYPE aep_collector_sessions gauge", f"aep_collector_sessions {service.stamper.sessions}"]
     return "\n".join(lines) + "\n"

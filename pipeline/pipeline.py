@@ -71,11 +71,12 @@ class Pipeline:
 
     Durable exporters (``durable = True``, e.g. JSONL) are called inline, in order, before the
     call returns: an accepted event is on disk before anything else sees it. Every other exporter
-    sits behind a ``QueuedExporter``.
+    sits behind a queue with ``put``: the persistent ``pipeline.sending_queue.SendingQueue`` by
+    default, this module's memory ``QueuedExporter`` when that is turned off.
     """
 
     def __init__(self, name: str, processors: Sequence[Any], stamper: Stamper, health: Health,
-                 durable: Sequence[tuple[str, Any]], queued: Sequence[QueuedExporter]) -> None:
+                 durable: Sequence[tuple[str, Any]], queued: Sequence[Any]) -> None:
         self.name = name
         self.processors = list(processors)
         self.stamper = stamper

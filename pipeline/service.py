@@ -13,6 +13,7 @@ from .config import ServiceConfig
 from .envelope import Stamper
 from .host import Health, Host
 from .pipeline import Fanout, Pipeline, QueuedExporter
+from .sending_queue import SendingQueue, SendingQueueConfig, deliver_of, queue_directory
 
 log = logging.getLogger("aep.service")
 
@@ -48,7 +49,7 @@ class Service:
         self.processors: dict[tuple[str, str], Any] = {}
         self.receivers: dict[str, Any] = {}
         self.pipelines: dict[str, Pipeline] = {}
-        self.queues: list[QueuedExporter] = []
+        self.queues: list[QueuedExporter | SendingQueue] = []
         self._stop = asyncio.Event()
         self._built = False
         self.metrics: Any = None
@@ -66,7 +67,7 @@ class Service:
         for cid, (factory, ccfg) in cfg.exporters.items():
             if cid in used_exporters:
                 self.exporters[cid] = factory.create(CreateSettings(id=cid), ccfg)
-        queues: dict[str, QueuedExporter] = {}
+        queues: dict[str, QueuedExporter | SendingQueue] = {}
         for name, spec in cfg.pipelines.items():
             procs = []
             for pid in spec.processors:
@@ -85,10 +86,12 @@ class Service:
                 exp = self.exporters[eid]
                 if getattr(exp, "durable", False) and hasattr(exp, "export_now"):
                     durable.append((f"exporter/{eid}", exp))
+                    if eid in cfg.sending_queues:
+                        log.warning("exporters.%s.sending_queue: ignored, %s writes durably inline", eid, eid)
                 else:
                     q = queues.get(eid)
                     if q is None:
-                        q = queues[eid] = QueuedExporter(f"exporter/{eid}", exp, self.health)
+                        q = queues[eid] = self._queue(eid, exp)
                     queued.append(q)
             self.pipelines[name] = Pipeline(name, procs, self.stamper, self.health, durable, queued)
         self.queues = list(queues.values())
@@ -99,6 +102,15 @@ class Service:
             self.receivers[cid] = factory.create(CreateSettings(id=cid), rcfg, Fanout(feeds))
         self.host.control.bind_pipelines(self.pipelines, cfg.pipelines)
         self._built = True
+
+    def _queue(self, eid: str, exporter: Any) -> QueuedExporter | SendingQueue:
+        """The persistent sending queue in front of ``exporter`` (the memory one if it is turned off)."""
+        cid = f"exporter/{eid}"
+        qcfg = self.config.sending_queues.get(eid) or SendingQueueConfig()
+        if not qcfg.enabled:
+            return QueuedExporter(cid, exporter, self.health)
+        return SendingQueue(cid, queue_directory(self.config.state_dir, cid, qcfg), qcfg, deliver_of(exporter),
+                            self.health)
 
     async def start(self) -> None:
         if not self._built:

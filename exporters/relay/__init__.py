@@ -24,6 +24,7 @@ from pipeline.model import Event
 
 from .config import RelayConfig
 from .link import AgentLink
+from .outbox import Ticket
 
 __all__ = ["FACTORY", "RelayConfig", "RelayExporter"]
 
@@ -76,6 +77,29 @@ class RelayExporter:
             return
         for agent, batch in by_agent.items():
             self._link(agent).enqueue(batch)
+
+    async def deliver(self, events: list[Event]) -> None:
+        """The sending queue's call: returns once the relay confirmed every event (a ``pong`` after
+        it), however long the relay is away; raises if one was lost, so the batch is retried."""
+        if self._stopped:
+            raise RuntimeError("the relay exporter is shut down")
+        by_agent: dict[str, list[Event]] = {}
+        for event in events:
+            agent = event.get("agent")
+            if not isinstance(agent, str) or not agent:
+                self.host.health.count(self.id, "dropped")
+                self.host.health.fail(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
+                continue
+            by_agent.setdefault(agent, []).append(event)
+        tickets = []
+        for agent, batch in by_agent.items():
+            ticket = Ticket(len(batch))
+            self._link(agent).enqueue(batch, ticket)
+            tickets.append(ticket)
+        await asyncio.gather(*(t.done for t in tickets))
+        lost = sum(t.lost for t in tickets)
+        if lost:
+            raise RuntimeError(f"{lost} events were dropped from the relay outbox before delivery")
 
     def open(self, agent: str) -> None:
         """Open ``agent``'s connection now, before its first event; a no-op if it exists."""

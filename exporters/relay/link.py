@@ -28,7 +28,7 @@ from pipeline.host import Host
 from pipeline.model import Event
 
 from .frames import backoff_delay, category, hello, hello_problem, is_command, is_event, parse
-from .outbox import Outbox, Pending, pending
+from .outbox import Outbox, Pending, Ticket, pending, settle
 
 if TYPE_CHECKING:
     from .config import RelayConfig
@@ -111,9 +111,10 @@ class AgentLink:
         self._task = loop.create_task(self._run(), name=f"relay:{self.agent}")
         self._worker = loop.create_task(self._submit_loop(), name=f"relay-commands:{self.agent}")
 
-    def enqueue(self, events: list[Event]) -> None:
+    def enqueue(self, events: list[Event], ticket: Ticket | None = None) -> None:
+        """Queue ``events``; ``ticket`` (from ``deliver``) is settled as each is confirmed or lost."""
         for event in events:
-            item = pending(event)
+            item = pending(event, ticket)
             name = category(item.type)
             if name is not None:
                 self.categories.add(name)
@@ -158,6 +159,8 @@ class AgentLink:
         # The last teardown put what was in flight back at the head: those may have arrived.
         unconfirmed = min(self._requeued, len(self.outbox)) + len(self.inflight)
         unsent = len(self.outbox) - min(self._requeued, len(self.outbox))
+        # Events of a ``deliver`` call wait in the sending queue on disk: not lost, not counted.
+        unsent -= sum(1 for item in list(self.outbox)[min(self._requeued, len(self.outbox)):] if item.ticket)
         if unsent:
             self.owner.host.health.count(self.owner.id, "dropped", unsent)
         if unsent or unconfirmed:
@@ -321,9 +324,10 @@ class AgentLink:
                 await ws.send(item.text)
                 since_ping += 1
                 if not self._confirms:
+                    settle(i for _, i in self.inflight)
                     self.inflight.clear()
                 elif len(self.inflight) > cap:
-                    self.inflight.popleft()  # bounded: past the cap, written is all we know
+                    settle([self.inflight.popleft()[1]])  # bounded: past the cap, written is all we know
                 if self._confirms and self._ping is None and (not self.outbox or since_ping >= CONFIRM_EVERY):
                     await self._send_ping(ws)
                     since_ping = 0
@@ -348,6 +352,7 @@ class AgentLink:
             except TimeoutError:
                 if self._ping is not None and loop.time() >= self._ping.deadline:
                     self._confirms, self._ping = False, None
+                    settle(i for _, i in self.inflight)
                     self.inflight.clear()
                     self._once("no-pong", "the relay does not answer ping frames; events sent to it now "
                                           "count as delivered once written")
@@ -395,7 +400,7 @@ class AgentLink:
         if ping is None or t != ping.t or isinstance(t, bool):
             return
         while self.inflight and self.inflight[0][0] <= ping.mark:
-            self.inflight.popleft()
+            settle([self.inflight.popleft()[1]])
         self._ping = None
         self._wake.set()
 
@@ -451,6 +456,7 @@ class AgentLink:
     def _dropped(self, items: list[Pending]) -> None:
         if not items:
             return
+        settle(items, delivered=False)
         cfg = self.owner.config
         self.owner.host.health.count(self.owner.id, "dropped", len(items))
         for item in items:

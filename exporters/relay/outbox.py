@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,9 +26,34 @@ class Pending:
     session: str | None
     low: bool
     """True for debug/info (an absent severity is info): what overflow drops first."""
+    ticket: Ticket | None = None
+    """Set for events of a ``deliver`` call: told when the relay confirmed (or lost) this one."""
 
 
-def pending(event: Event) -> Pending:
+class Ticket:
+    """One ``deliver`` call's wait: done when every event of it is confirmed or lost."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.lost = 0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if n == 0:
+            self.done.set_result(None)
+
+    def settle(self, delivered: bool = True) -> None:
+        self.left -= 1
+        self.lost += not delivered
+        if self.left <= 0 and not self.done.done():
+            self.done.set_result(None)
+
+
+def settle(items: Iterable[Pending], delivered: bool = True) -> None:
+    for item in items:
+        if item.ticket is not None:
+            item.ticket.settle(delivered)
+
+
+def pending(event: Event, ticket: Ticket | None = None) -> Pending:
     """The outbox entry for a stamped event (serialized by ``pipeline.wire.dumps``, the one serializer)."""
     session = event.get("session")
     return Pending(
@@ -35,6 +61,7 @@ def pending(event: Event) -> Pending:
         type=str(event.get("type", "")),
         session=session if isinstance(session, str) else None,
         low=event.get("severity", "info") in LOW_SEVERITIES,
+        ticket=ticket,
     )
 
 

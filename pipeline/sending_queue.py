@@ -1,0 +1,501 @@
+"""The persistent sending queue in front of every non-durable exporter (relay, NATS, OTLP, ...).
+
+What a pipeline hands an exporter is appended to segment files on disk before the hook is
+answered; one worker reads them back in order and drives the exporter's ``deliver(batch)``; a
+delivery cursor on disk says how far delivery got. What was accepted and not yet delivered
+survives ``kill -9`` and a restart. Delivery is at-least-once: a batch delivered just before a
+crash, whose cursor step was not yet written, is delivered again after the restart, and the
+receiver dedupes on the AEP event id (AEP-0001 §7.4), which the queue never changes.
+
+The exporter API (what an exporter implements to sit behind this queue)::
+
+    async def deliver(self, events: list[Event]) -> None
+
+Return only once the peer has *taken* every event of the batch (acknowledged, flushed, answered
+2xx); raise anything to have the whole batch retried after a backoff (``RetryLater(seconds)`` to
+name the wait, e.g. from ``Retry-After``); raise ``Permanent`` when the batch can never be
+delivered (the peer refused the content itself): it is dropped, counted and logged, and the queue
+moves on. ``deliver`` is never called concurrently for one exporter and batches come in order.
+An exporter without ``deliver`` is driven through ``export(events)`` instead (for those,
+returning counts as delivered).
+
+Layout of ``<state_dir>/queue/<exporter id>/``: ``<n>.seg`` segment files of JSON lines (one
+event per line, the ``pipeline.wire`` bytes, appended with one ``write`` per batch), ``cursor``
+(16 bytes: segment number and byte offset of the next undelivered line, rewritten in place
+after each delivered batch) and ``lock`` (one collector per queue directory).
+
+The bound is bytes on disk (``max_bytes``). Past 90 % of it, new debug/info events are refused;
+at 100 %, every new event is: the queue keeps the oldest undelivered events (the JSONL log has
+every event anyway). Each refusal is counted (``dropped`` in ``/healthz`` and ``/metrics``) and
+logged at most once every ``LOG_EVERY`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import random
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from .host import Health
+from .model import Event
+from .wire import dumps_bytes
+
+log = logging.getLogger("aep.sending_queue")
+
+LOG_EVERY = 10.0
+"""Seconds between two log lines about refused events while the queue stays full."""
+LOW_SEVERITIES = frozenset({"debug", "info"})
+LOW_SHARE = 0.9
+"""Share of ``max_bytes`` past which debug/info events are refused (AEP-0003 §8.4: they go first)."""
+_CURSOR = struct.Struct("<QQ")
+_READ_CHUNK = 1 << 20
+
+
+class Permanent(Exception):
+    """Raised by ``deliver``: this batch can never be delivered; drop it (counted) and go on."""
+
+
+class RetryLater(Exception):
+    """Raised by ``deliver``: retry the batch after ``delay`` seconds (e.g. an HTTP Retry-After)."""
+
+    def __init__(self, delay: float, message: str = "") -> None:
+        super().__init__(message or f"retry after {delay} s")
+        self.delay = delay
+
+
+@dataclass
+class SendingQueueConfig:
+    """``exporters.<id>.sending_queue``: the persistent queue in front of that exporter."""
+
+    enabled: bool = True
+    directory: str | None = None
+    """Where the segments live; default ``<service.state_dir>/queue/<exporter id>``."""
+    max_bytes: int = 256 * 1024 * 1024
+    """Bound on the segment bytes on disk; past it new events are refused (counted, logged)."""
+    segment_bytes: int = 8 * 1024 * 1024
+    """A segment file is closed and a new one started past this size; a fully delivered closed
+    segment is deleted. Capped at an eighth of ``max_bytes``."""
+    batch_size: int = 512
+    """Events handed to one ``deliver`` call at most."""
+    fsync: Literal["always", "interval", "never"] = "interval"
+    """``always``: fsync each append before the hook is answered (survives power loss);
+    ``interval``: every ``fsync_interval`` seconds; ``never``: leave it to the OS. Each survives
+    ``kill -9`` (the data is in the page cache once ``write`` returned)."""
+    fsync_interval: float = 1.0
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+
+    def validate(self) -> None:
+        if self.max_bytes < 64 * 1024:
+            raise ValueError("max_bytes must be at least 65536")
+        if self.segment_bytes < 4096:
+            raise ValueError("segment_bytes must be at least 4096")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if self.fsync_interval <= 0:
+            raise ValueError("fsync_interval must be positive")
+        if self.backoff_initial <= 0 or self.backoff_max < self.backoff_initial:
+            raise ValueError("backoff_initial must be positive and backoff_max at least backoff_initial")
+
+
+def queue_directory(state_dir: Path, cid: str, config: SendingQueueConfig) -> Path:
+    """``config.directory``, or ``<state_dir>/queue/<id>`` (ids are ``type`` or ``type/name``)."""
+    if config.directory:
+        return Path(config.directory).expanduser()
+    name = cid.removeprefix("exporter/").replace("/", "+")
+    return state_dir / "queue" / name
+
+
+Deliver = Callable[[list[Event]], Awaitable[Any]]
+
+
+def deliver_of(exporter: Any) -> Deliver:
+    """The exporter's ``deliver``, or its ``export`` when it has none."""
+    fn = getattr(exporter, "deliver", None)
+    return fn if callable(fn) else exporter.export
+
+
+class SendingQueue:
+    """A disk-backed FIFO of events plus the one worker that delivers them.
+
+    ``put`` (synchronous, called on the event loop by the pipeline) appends to the open segment;
+    ``start`` opens the directory (taking its lock, repairing a torn tail, counting what is
+    pending from the cursor) and starts the worker; ``drain`` stops the worker, leaving whatever
+    is undelivered on disk for the next start.
+    """
+
+    def __init__(self, cid: str, directory: Path, config: SendingQueueConfig, deliver: Deliver,
+                 health: Health) -> None:
+        self.id, self.directory, self.config, self._deliver, self.health = cid, directory, config, deliver, health
+        self.segment_limit = min(config.segment_bytes, max(4096, config.max_bytes // 8))
+        self.segments: list[int] = []
+        """Segment numbers on disk, oldest first; the last is the one appended to."""
+        self.sizes: dict[int, int] = {}
+        self.cursor = (0, 0)
+        self.pending_events = 0
+        self.dropped_total = 0
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
+        self._cursor_fd: int | None = None
+        self._dirty = False
+        self._task: asyncio.Task[None] | None = None
+        self._sync_task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._refused_since_log = 0
+        self._last_log = 0.0
+        self._full = False
+        self._progress = time.monotonic()
+        self._opened = False
+
+    # -- sizes ------------------------------------------------------------------------------
+
+    @property
+    def pending_bytes(self) -> int:
+        """Segment bytes on disk (delivered lines of the oldest segment count until it is deleted)."""
+        return sum(self.sizes.values())
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open (or create) the queue directory; idempotent. Raises OSError if it cannot."""
+        if self._opened:
+            return
+        d = self.directory
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock_fd = os.open(d / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(lock_fd)
+            raise OSError(errno.EBUSY, f"queue directory {d} is in use by another collector") from None
+        self._lock_fd = lock_fd
+        for p in d.glob("*.seg"):
+            if p.stem.isdigit():
+                self.segments.append(int(p.stem))
+                self.sizes[int(p.stem)] = p.stat().st_size
+        self.segments.sort()
+        self._cursor_fd = os.open(d / "cursor", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        raw = os.pread(self._cursor_fd, _CURSOR.size, 0)
+        seg, off = _CURSOR.unpack(raw) if len(raw) == _CURSOR.size else (0, 0)
+        # Segments wholly before the cursor were delivered; a cursor on a deleted segment moves on.
+        for n in [n for n in self.segments if n < seg]:
+            self._unlink(n)
+        if not self.segments:
+            self.segments.append(max(seg, 1))
+            self.sizes[self.segments[0]] = 0
+        if self.segments[0] != seg:
+            seg, off = self.segments[0], 0
+        last = self._path(self.segments[-1])
+        _repair_tail(last)
+        self._fd = os.open(last, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.sizes[self.segments[-1]] = os.fstat(self._fd).st_size
+        off = min(off, self.sizes.get(seg, 0))
+        self.cursor = (seg, off)
+        self.pending_events = self._count_from_cursor()
+        self._opened = True
+        if self.pending_events:
+            log.info("%s: %d undelivered events (%d bytes) waiting in %s from before", self.id,
+                     self.pending_events, self.pending_bytes, d)
+
+    def _path(self, n: int) -> Path:
+        return self.directory / f"{n:016d}.seg"
+
+    def _count_from_cursor(self) -> int:
+        total = 0
+        seg, off = self.cursor
+        for n in self.segments:
+            if n < seg:
+                continue
+            with open(self._path(n), "rb") as fh:
+                if n == seg:
+                    fh.seek(off)
+                while chunk := fh.read(_READ_CHUNK):
+                    total += chunk.count(b"\n")
+        return total
+
+    def _unlink(self, n: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(n).unlink()
+        with contextlib.suppress(ValueError):
+            self.segments.remove(n)
+        self.sizes.pop(n, None)
+
+    # -- the pipeline's side ---------------------------------------------------------------
+
+    def put(self, events: list[Event]) -> None:
+        """Append ``events`` to disk now; refuse (count, log) what the byte bound has no room for."""
+        if not self._opened:
+            try:
+                self.open()
+            except OSError as exc:
+                self._refuse(len(events), "queue-unavailable", f"{self.directory}: {exc.strerror or exc}")
+                return
+        cfg = self.config
+        used = self.pending_bytes
+        low_cap = int(cfg.max_bytes * LOW_SHARE)
+        lines: list[bytes] = []
+        size = 0
+        refused = 0
+        for event in events:
+            line = dumps_bytes(event) + b"\n"
+            cap = low_cap if event.get("severity", "info") in LOW_SEVERITIES else cfg.max_bytes
+            if used + size + len(line) > cap:
+                refused += 1
+                continue
+            lines.append(line)
+            size += len(line)
+        if lines:
+            if self.sizes[self.segments[-1]] >= self.segment_limit:
+                self._roll()
+            data = b"".join(lines)
+            try:
+                _write_all(self._fd, data)  # type: ignore[arg-type]
+            except OSError as exc:
+                self._refuse(len(lines), _cause(exc), f"{self._path(self.segments[-1])}: {exc.strerror or exc}")
+            else:
+                self.sizes[self.segments[-1]] += len(data)
+                self.pending_events += len(lines)
+                if cfg.fsync == "always":
+                    with contextlib.suppress(OSError):
+                        os.fsync(self._fd)  # type: ignore[arg-type]
+                else:
+                    self._dirty = True
+                self._wake.set()
+        if refused:
+            self._refuse(refused, "queue-full",
+                         f"sending queue at its bound of {cfg.max_bytes} bytes on disk; new events refused, "
+                         "debug/info first (the JSONL log keeps them)")
+
+    def _roll(self) -> None:
+        old = self._fd
+        n = self.segments[-1] + 1
+        self._fd = os.open(self._path(n), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.segments.append(n)
+        self.sizes[n] = 0
+        if old is not None:
+            with contextlib.suppress(OSError):
+                if self.config.fsync != "never" and self._dirty:
+                    os.fsync(old)
+                os.close(old)
+
+    def _refuse(self, n: int, cause: str, detail: str) -> None:
+        self.dropped_total += n
+        self.health.count(self.id, "dropped", n)
+        self.health.fail(self.id, cause, detail)  # logged once per cause until recovered
+        self._full = self._full or cause == "queue-full"
+        self._refused_since_log += n
+        now = time.monotonic()
+        if now - self._last_log >= LOG_EVERY:
+            log.warning("%s: sending queue refused %d events in the last %.0f s (%s; %d bytes queued, "
+                        "bound %d)", self.id, self._refused_since_log, min(now - self._last_log, 1e9) if
+                        self._last_log else 0, cause, self.pending_bytes, self.config.max_bytes)
+            self._refused_since_log = 0
+            self._last_log = now
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            self.open()
+        except OSError as exc:  # reported; put() keeps refusing (counted) until it can open
+            self.health.fail(self.id, "queue-unavailable", f"{self.directory}: {exc.strerror or exc}")
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name=f"sending-queue:{self.id}")
+        if self.config.fsync == "interval":
+            self._sync_task = loop.create_task(self._sync_loop(), name=f"sending-queue-sync:{self.id}")
+
+    def read_batch(self) -> tuple[list[Event], tuple[int, int], int]:
+        """Up to ``batch_size`` events from the cursor: (events, cursor after them, lines consumed)."""
+        seg, off = self.cursor
+        events: list[Event] = []
+        consumed = 0
+        while len(events) < self.config.batch_size:
+            if seg not in self.sizes:
+                break
+            size = self.sizes[seg]
+            if off >= size:
+                later = [n for n in self.segments if n > seg]
+                if not later:
+                    break
+                seg, off = later[0], 0
+                continue
+            with open(self._path(seg), "rb") as fh:
+                fh.seek(off)
+                buf = fh.read(min(_READ_CHUNK, size - off))
+            pos = 0
+            while len(events) < self.config.batch_size:
+                nl = buf.find(b"\n", pos)
+                if nl < 0:
+                    break
+                line = buf[pos:nl]
+                pos = nl + 1
+                consumed += 1
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    event = None
+                if isinstance(event, dict):
+                    events.append(event)
+                else:  # cannot happen with our own writes; counted rather than wedging the queue
+                    self.health.count(self.id, "corrupt")
+            if pos == 0:
+                break  # no whole line in range: an append is under way
+            off += pos
+        return events, (seg, off), consumed
+
+    def _commit(self, cursor: tuple[int, int], consumed: int) -> None:
+        self.cursor = cursor
+        self.pending_events = max(0, self.pending_events - consumed)
+        if self._cursor_fd is not None:
+            with contextlib.suppress(OSError):
+                os.pwrite(self._cursor_fd, _CURSOR.pack(*cursor), 0)
+                if self.config.fsync == "always":
+                    os.fsync(self._cursor_fd)
+        for n in [n for n in self.segments[:-1] if n < cursor[0]]:
+            self._unlink(n)
+        if self._full and self.pending_bytes < int(self.config.max_bytes * LOW_SHARE):
+            self._full = False
+            self.health.recover(self.id, "queue-full")
+            log.info("%s: sending queue below its bound again; %d events were refused in all",
+                     self.id, self.dropped_total)
+
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            if not self._opened:
+                await asyncio.sleep(self.config.backoff_max)
+                with contextlib.suppress(OSError):
+                    self.open()
+                continue
+            events, after, consumed = self.read_batch()
+            if not consumed:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if not events:
+                self._commit(after, consumed)
+                continue
+            try:
+                await self._deliver(events)
+            except asyncio.CancelledError:
+                raise
+            except Permanent as exc:
+                self.health.count(self.id, "failed", len(events))
+                self.health.fail(self.id, "export-refused", f"{exc}")
+                log.error("%s: dropped a batch of %d events the peer refused for good: %s", self.id,
+                          len(events), exc)
+                self._commit(after, consumed)
+                self._progress = time.monotonic()
+                continue
+            except Exception as exc:  # retried with backoff: the queue never loses a batch to an error
+                self.health.count(self.id, "retried", len(events))
+                self.health.fail(self.id, "export-failed", f"{type(exc).__name__}: {exc}")
+                delay = exc.delay if isinstance(exc, RetryLater) else _backoff(
+                    attempt, self.config.backoff_initial, self.config.backoff_max)
+                attempt += 1
+                await asyncio.sleep(max(0.0, delay))
+                continue
+            attempt = 0
+            self.health.count(self.id, "exported", len(events))
+            self.health.recover(self.id, "export-failed")
+            self._commit(after, consumed)
+            self._progress = time.monotonic()
+
+    async def _sync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.fsync_interval)
+            if self._dirty and self._fd is not None:
+                self._dirty = False
+                fd = self._fd
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(os.fsync, fd)
+
+    async def drain(self, timeout: float) -> None:
+        """Deliver what is queued while delivery makes progress (at most ``timeout`` s), then stop.
+
+        What is left stays on disk and is delivered after the next start.
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while (self._task is not None and self.pending_events and loop.time() < end
+               and time.monotonic() - self._progress < 1.0):
+            await asyncio.sleep(0.02)
+        for task in (self._task, self._sync_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._task = self._sync_task = None
+        self.close()
+
+    def close(self) -> None:
+        for name in ("_fd", "_cursor_fd", "_lock_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    if name == "_fd" and self._dirty and self.config.fsync != "never":
+                        os.fsync(fd)
+                    os.close(fd)
+                setattr(self, name, None)
+        self._opened = False
+        self.segments, self.sizes = [], {}
+        if self.pending_events:
+            log.info("%s: %d undelivered events stay queued in %s for the next start", self.id,
+                     self.pending_events, self.directory)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """One ``write`` (whole lines for a reader); a short write is cut back and reported."""
+    size = os.fstat(fd).st_size
+    try:
+        written = os.write(fd, data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
+    if written != len(data):
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise OSError(errno.ENOSPC, "short write (disk full?)")
+
+
+def _repair_tail(path: Path) -> None:
+    """Cut a torn last line (power loss mid-append) so the next append starts a fresh line."""
+    try:
+        with open(path, "rb+") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return
+            back = min(size, _READ_CHUNK)
+            fh.seek(size - back)
+            tail = fh.read(back)
+            if tail.endswith(b"\n"):
+                return
+            cut = tail.rfind(b"\n")
+            keep = size - back + cut + 1 if cut >= 0 else (0 if back == size else size)
+            fh.truncate(keep)
+            log.warning("%s: cut a torn last line of %d bytes", path, size - keep)
+    except FileNotFoundError:
+        return
+
+
+def _backoff(attempt: int, initial: float, maximum: float) -> float:
+    """Exponential with full jitter in its upper half, so many collectors do not retry in step."""
+    delay = min(maximum, initial * (2 ** min(attempt, 30)))
+    return delay / 2 + random.random() * delay / 2
+
+
+def _cause(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, "error").lower() if exc.errno else type(exc).__name__

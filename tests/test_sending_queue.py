@@ -1,0 +1,183 @@
+"""The persistent sending queue: order, restart, retry, refusals at the byte bound, config, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+import pytest
+
+from pipeline.config import ConfigError, parse
+from pipeline.host import Health
+from pipeline.pipeline import QueuedExporter
+from pipeline.registry import build_registry
+from pipeline.sending_queue import Permanent, RetryLater, SendingQueue, SendingQueueConfig
+from tests.helpers import base_config, running
+from tests.relay_double import wait_until
+
+
+def ev(i: int, severity: str = "info", pad: int = 0) -> dict:
+    return {"aep": "0.1", "id": f"e{i:06d}", "type": "progress.note", "source": "t", "agent": "a",
+            "session": "s", "seq": i, "severity": severity, "data": {"pad": "x" * pad}}
+
+
+class Peer:
+    """A deliver function whose outcome the test sets: ok, or raise what ``fail`` holds."""
+
+    def __init__(self) -> None:
+        self.got: list[dict] = []
+        self.calls = 0
+        self.fail: list[BaseException] = []
+
+    async def deliver(self, events: list[dict]) -> None:
+        self.calls += 1
+        if self.fail:
+            raise self.fail.pop(0)
+        self.got += events
+
+
+def make(tmp_path, peer: Peer, health: Health | None = None, **cfg) -> SendingQueue:
+    config = SendingQueueConfig(backoff_initial=0.01, backoff_max=0.02, **cfg)
+    config.validate()
+    return SendingQueue("exporter/t", tmp_path / "q", config, peer.deliver, health or Health())
+
+
+async def test_delivers_in_order_in_batches(tmp_path):
+    peer = Peer()
+    q = make(tmp_path, peer, batch_size=7)
+    q.start()
+    for i in range(0, 100, 10):
+        q.put([ev(j) for j in range(i, i + 10)])
+    await wait_until(lambda: len(peer.got) == 100, "all delivered")
+    assert [e["id"] for e in peer.got] == [f"e{j:06d}" for j in range(100)]
+    assert peer.calls >= 100 // 7
+    assert q.pending_events == 0
+    await q.drain(1.0)
+
+
+async def test_undelivered_events_survive_a_restart_and_the_cursor_holds(tmp_path):
+    down = Peer()
+    down.fail = [ConnectionError("peer down")] * 1000
+    q = make(tmp_path, down, segment_bytes=4096, batch_size=50)
+    q.start()
+    for i in range(0, 300, 10):
+        q.put([ev(j) for j in range(i, i + 10)])
+    assert q.pending_events == 300 and len(q.segments) > 1  # rolled over several segments
+    await wait_until(lambda: down.calls >= 2, "a retried delivery")
+    await q.drain(0.1)
+    up = Peer()
+    again = make(tmp_path, up, segment_bytes=4096, batch_size=50)
+    again.open()
+    assert again.pending_events == 300
+    again.start()
+    await wait_until(lambda: len(up.got) == 300, "the backlog after the restart")
+    assert [e["id"] for e in up.got] == [f"e{j:06d}" for j in range(300)]
+    await wait_until(lambda: len(again.segments) == 1, "delivered segments deleted")
+    await again.drain(0.1)
+    third = make(tmp_path, Peer(), segment_bytes=4096, batch_size=50)
+    third.open()
+    assert third.pending_events == 0  # the cursor on disk says all of it went
+    third.close()
+
+
+async def test_retry_later_and_permanent(tmp_path):
+    peer = Peer()
+    peer.fail = [RetryLater(0.01), Permanent("the peer refused the content")]
+    health = Health()
+    q = make(tmp_path, peer, health, batch_size=10)
+    q.put([ev(j) for j in range(20)])
+    q.start()
+    await wait_until(lambda: len(peer.got) == 10, "the batch after the refused one")
+    # The first batch was retried once, then refused for good; the second went through.
+    assert [e["id"] for e in peer.got] == [f"e{j:06d}" for j in range(10, 20)]
+    assert health.counters[("exporter/t", "failed")] == 10
+    assert "export-refused" in health.problems["exporter/t"]
+    await q.drain(0.1)
+
+
+async def test_the_byte_bound_refuses_debug_info_first_counted_and_logged(tmp_path, caplog):
+    health = Health()
+    q = make(tmp_path, Peer(), health, max_bytes=65536)  # not started: the peer is never reached
+    caplog.set_level(logging.WARNING, "aep.sending_queue")
+    q.put([ev(j, pad=900) for j in range(200)])  # ~1 KiB each: far past the bound
+    assert q.pending_bytes <= 65536 * 0.9
+    kept_info = q.pending_events
+    q.put([ev(1000 + j, severity="error", pad=900) for j in range(20)])
+    assert q.pending_events > kept_info  # the last tenth is kept for notice and above
+    assert q.pending_bytes <= 65536
+    dropped = health.counters[("exporter/t", "dropped")]
+    assert dropped == 220 - q.pending_events and dropped > 0
+    assert "queue-full" in health.problems["exporter/t"]
+    assert sum("sending queue refused" in r.message for r in caplog.records) == 1  # rate-limited
+    q.close()
+
+
+def test_a_torn_tail_is_cut_on_open(tmp_path):
+    q = make(tmp_path, Peer())
+    q.open()
+    q.put([ev(1), ev(2)])
+    q.close()
+    seg = sorted((tmp_path / "q").glob("*.seg"))[-1]
+    with open(seg, "ab") as fh:
+        fh.write(b'{"aep":"0.1","id":"torn')
+    again = make(tmp_path, Peer())
+    again.open()
+    assert again.pending_events == 2
+    events, _, _ = again.read_batch()
+    assert [e["id"] for e in events] == ["e000001", "e000002"]
+    again.close()
+
+
+def test_one_collector_per_queue_directory(tmp_path):
+    q = make(tmp_path, Peer())
+    q.open()
+    with pytest.raises(OSError, match="in use"):
+        make(tmp_path, Peer()).open()
+    q.close()
+
+
+def test_config_block_on_any_exporter(tmp_path):
+    registry, _ = build_registry(load_plugins=False)
+    raw = base_config(tmp_path, extra_exporters={"relay": {"sending_queue": {"max_bytes": 1048576, "fsync": "always"}}})
+    cfg = parse(raw, registry, "t.yaml")
+    assert cfg.sending_queues["relay"].max_bytes == 1048576
+    assert cfg.exporters["relay"][1].endpoint.startswith("ws://")
+    raw["exporters"]["relay"]["sending_queue"] = {"max_byte": 1}
+    with pytest.raises(ConfigError, match=r"exporters\.relay\.sending_queue\.max_byte: unknown key"):
+        parse(raw, registry, "t.yaml")
+    raw["exporters"]["relay"]["sending_queue"] = {"max_bytes": 10}
+    with pytest.raises(ConfigError, match="max_bytes must be at least"):
+        parse(raw, registry, "t.yaml")
+
+
+async def test_service_queue_on_by_default_off_by_config_and_in_metrics(tmp_path):
+    raw = base_config(tmp_path, extra_exporters={"relay": {"endpoint": "ws://127.0.0.1:9/socket"}})
+    raw["service"]["telemetry"] = {"metrics": {"endpoint": "127.0.0.1:0"}}
+    async with running(raw) as service:
+        (q,) = service.queues
+        assert isinstance(q, SendingQueue) and q.directory == tmp_path / "state" / "queue" / "relay"
+        async with aiohttp.ClientSession() as s, s.get(f"http://127.0.0.1:{service.metrics.port}/metrics") as r:
+            text = await r.text()
+        assert 'aep_collector_queue_events{component="exporter/relay"} 0' in text
+        assert 'aep_collector_queue_max_bytes{component="exporter/relay"} 268435456' in text
+    raw["exporters"]["relay"]["sending_queue"] = {"enabled": False}
+    async with running(raw) as service:
+        assert isinstance(service.queues[0], QueuedExporter)
+
+
+async def test_drain_does_not_wait_for_a_peer_that_is_away(tmp_path):
+    never = asyncio.Event()
+
+    async def stuck(events):
+        await never.wait()
+
+    q = SendingQueue("exporter/t", tmp_path / "q", SendingQueueConfig(), stuck, Health())
+    q.start()
+    q.put([ev(1)])
+    await asyncio.sleep(0)
+    await asyncio.wait_for(q.drain(30.0), 5.0)  # returns within ~1 s of no progress, not 30
+    again = SendingQueue("exporter/t", tmp_path / "q", SendingQueueConfig(), stuck, Health())
+    again.open()
+    assert again.pending_events == 1  # still on disk for the next start
+    again.close()
