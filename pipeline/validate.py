@@ -1004,9 +1004,10 @@ def validate_lines(lines: Iterable[str | bytes], name: str = "<lines>") -> Repor
 
 
 def validate_file(path: str | Path) -> Report:
-    """Validate a JSONL file; raises OSError when it cannot be read."""
-    with open(path, "rb") as fh:
-        return validate_lines(fh, name=str(path))
+    """Validate a JSONL file (gzip too) with its rotated predecessors; raises OSError when unreadable."""
+    from .jsonl_files import iter_lines
+
+    return validate_lines(iter_lines(path), name=str(path))
 
 
 def main_validate_events(argv: list[str]) -> int:
@@ -1015,7 +1016,8 @@ def main_validate_events(argv: list[str]) -> int:
         prog="aep-collector validate-events",
         description="Validate AEP 0.1 events in a JSONL file ('-' for stdin).",
     )
-    parser.add_argument("file", help="JSONL file, one AEP event per line")
+    parser.add_argument("file", help="JSONL file, one AEP event per line (a session's rotated and .gz files "
+                                     "are read before it; a .gz file alone is read too)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse has printed the usage error

@@ -98,6 +98,14 @@ class HookSurface(Protocol):
         ...
 
 
+class BatchSurface(HookSurface, Protocol):
+    """A surface whose vendor side may send ``{"batch": [moment, ...]}`` (the plug-in files do)."""
+
+    def awaits_reply(self, signal: Signal) -> bool:
+        """True for a moment whose reply the vendor reads: it must come alone, never in a batch."""
+        ...
+
+
 class Deliver:
     """Pushes a batch into the pipeline with the fail-open deadline; never raises."""
 
@@ -262,6 +270,8 @@ class HookServer:
                 self.health.recover(self.id, "overloaded")
 
     async def _hook_inner(self, request: web.Request, payload: dict[str, Any]) -> web.Response:
+        if set(payload) == {"batch"} and hasattr(self.surface, "awaits_reply"):
+            return await self._batch(payload["batch"], request)
         signal: Signal | None = None
         try:
             signal = self.surface.signal(payload, request)
@@ -280,6 +290,36 @@ class HookServer:
         self.health.count(self.id, "refused")
         self.health.request_error(self.id, exc.body["error"], exc.body["detail"])
         return json_response(exc.body, exc.status)
+
+    async def _batch(self, items: Any, request: web.Request) -> web.Response:
+        """Each item as if POSTed alone, in order; a bad item is reported and never stops the rest."""
+        if not isinstance(items, list) or not items:
+            return self._refuse(HookError(400, "invalid-payload", "batch must be a non-empty array"))
+        surface: BatchSurface = self.surface  # type: ignore[assignment]
+        assert self.deliver is not None
+        accepted, errors = 0, []
+        for index, item in enumerate(items):
+            try:
+                if not isinstance(item, dict):
+                    raise HookError(400, "invalid-payload", f"expected a JSON object, got {type(item).__name__}")
+                signal = surface.signal(item, request)
+                if surface.awaits_reply(signal):
+                    raise HookError(400, "invalid-payload", f"{signal.name} waits for a reply: POST it alone")
+                await surface.handle(signal, self.deliver)
+                accepted += 1
+            except HookError as exc:
+                self.health.count(self.id, "refused")
+                self.health.request_error(self.id, exc.body["error"], f"batch item {index}: {exc.body['detail']}")
+                errors.append({"index": index, **exc.body})
+            except Exception as exc:  # fail open, as for a lone moment; the rest still goes in
+                self.health.fail(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
+                self.health.request_error(self.id, "hook-error", f"batch item {index}: {type(exc).__name__}: {exc}")
+                log.debug("%s: batch item %d failed", self.id, index, exc_info=True)
+                errors.append({"index": index, "error": "hook-error", "detail": f"{type(exc).__name__}"})
+        if not accepted:
+            return json_response({"error": "invalid-payload", "detail": "no item of the batch was accepted",
+                                  "errors": errors}, 400)
+        return json_response({"accepted": accepted, "errors": errors})
 
     def _neutral(self, signal: Signal | None) -> Any:
         try:

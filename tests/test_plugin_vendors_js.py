@@ -129,18 +129,24 @@ async def test_daemon_down_every_handler_resolves_at_once_and_touches_nothing(ve
 class Scripted:
     """A daemon stand-in that answers every POST with a fixed reply, or never answers at all."""
 
-    def __init__(self, reply: Any = None, hang: bool = False) -> None:
-        self.reply, self.hang = reply, hang
+    def __init__(self, reply: Any = None, hang: bool = False, delay: float = 0.0) -> None:
+        self.reply, self.hang, self.delay = reply, hang, delay
         self.bodies: list[Any] = []
+        """Every moment received, batches unpacked, in order."""
+        self.requests = 0
         self.headers: list[dict[str, str]] = []
         self.runner: web.AppRunner | None = None
         self.url = ""
 
     async def _hook(self, request: web.Request) -> web.StreamResponse:
-        self.bodies.append(await request.json())
+        body = await request.json()
+        self.requests += 1
+        self.bodies.extend(body["batch"] if isinstance(body, dict) and set(body) == {"batch"} else [body])
         self.headers.append(dict(request.headers))
         if self.hang:
             await asyncio.sleep(3600)
+        if self.delay:
+            await asyncio.sleep(self.delay)  # a slow collector, so moments pile up behind a POST
         if isinstance(self.reply, (bytes, str)):
             return web.Response(body=self.reply, content_type="application/json")
         return web.json_response(self.reply)
@@ -330,3 +336,66 @@ async def test_pi_stream_updates_drop_the_growing_message(env: Env) -> None:
                    env={"AEP_PI_URL": daemon.url, "AEP_PI_DELTAS": "1"})
     (body,) = daemon.bodies
     assert "message" not in body["event"] and body["event"]["assistantMessageEvent"]["type"] == "text_delta"
+
+
+# --- delivery: one template, batches, flush before the host exits ------------------------------------
+
+
+def test_the_shipped_files_are_the_template_output() -> None:
+    from receivers.plugin_vendors.js import build
+
+    assert sorted(build.TARGETS) == sorted([*PLUGINS.values(), "pi-extension.js"])
+    for name in build.TARGETS:
+        assert (JS / name).read_text(encoding="utf-8") == build.render(name), \
+            f"{name}: run python -m receivers.plugin_vendors.js.build"
+    assert build.main(["--check"]) == 0
+
+
+def bus(type_: str, **props: Any) -> dict[str, Any]:
+    return {"hook": "event", "args": [{"event": {"type": type_, "properties": props}}], "detached": True}
+
+
+@pytest.mark.parametrize("vendor", list(PLUGINS))
+async def test_a_start_up_burst_does_not_hold_back_idle_and_idle_is_delivered_before_exit(vendor: str) -> None:
+    # OpenCode fires ~48 plugin.added/catalog moments at start-up without awaiting the plugin; one
+    # POST per moment left session.idle seconds behind and OpenCode exited first (issue 11).
+    burst = [bus("plugin.added", name=f"p{i}") for i in range(60)]
+    idle = {**bus("session.idle", sessionID=SID), "detached": False}
+    async with Scripted({}, delay=0.05) as daemon:
+        await node(PLUGINS[vendor], {**scenario(vendor, [*burst, idle], daemon.url), "exit": True})
+    assert [b["event"]["type"] for b in daemon.bodies] == ["plugin.added"] * 60 + ["session.idle"]
+    assert [b["event"]["properties"].get("name") for b in daemon.bodies[:60]] == [f"p{i}" for i in range(60)]
+    assert daemon.requests <= 3  # batched: the burst costs a request or two, not sixty
+
+
+@pytest.mark.parametrize("vendor", list(PLUGINS))
+async def test_tool_hooks_return_before_delivery_and_keep_their_order(vendor: str) -> None:
+    steps = [step(OPENCODE[n]["input"]) for n in ("session_created", "tool_before", "tool_after")]
+    steps.append({**bus("session.idle", sessionID=SID), "detached": False})
+    async with Scripted({}, delay=0.05) as daemon:
+        await node(PLUGINS[vendor], {**scenario(vendor, steps, daemon.url), "exit": True})
+    assert daemon.bodies[:3] == [OPENCODE[n]["input"] for n in ("session_created", "tool_before", "tool_after")]
+    assert daemon.bodies[3]["event"]["type"] == "session.idle" and daemon.requests < 4
+
+
+async def test_pi_delivers_the_whole_queue_before_shutdown_and_exit() -> None:
+    # pi 0.73.1 runs agent events through a queue that awaits each handler, and emits
+    # session_shutdown beside it, then exits: an extension that awaited the collector in each handler
+    # delivered session_shutdown before tool_execution_end and lost turn_end/agent_end (issue 11).
+    names = ["session_start", "agent_start", "turn_start", "message_start_user", "tool_execution_start",
+             "tool_execution_end_ok", "message_end_assistant", "turn_end", "agent_end_stop"]
+    steps = [{**pi_step(n), "queued": n != "session_start"} for n in names] + [pi_step("session_shutdown")]
+    async with Scripted(None, delay=0.05) as daemon:
+        await node("pi-extension.js", {"host": "pi", "steps": steps, "exit": True}, env={"AEP_PI_URL": daemon.url})
+    assert daemon.bodies == [PI[n]["input"] for n in [*names, "session_shutdown"]]
+    assert daemon.requests < len(names) + 1
+
+
+@pytest.mark.parametrize("vendor", list(PLUGINS))
+async def test_a_batch_lands_in_the_jsonl_in_order(env: Env, vendor: str) -> None:
+    names = ["session_created", "tool_before", "tool_after", "session_idle"]
+    steps = [{**step(OPENCODE[n]["input"]), "detached": True} for n in names[:-1]]
+    steps.append(step(OPENCODE["session_idle"]["input"]))
+    await node(PLUGINS[vendor], {**scenario(vendor, steps, env.url(vendor)), "exit": True})
+    types = [e["type"] for e in env.session(vendor, SID)]
+    assert types[:3] == ["session.started", "tool.requested", "tool.completed"], types

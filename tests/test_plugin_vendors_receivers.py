@@ -156,3 +156,47 @@ def test_the_readme_config_table_matches_the_config_classes() -> None:
         assert str(want).lower() == default.lower() if isinstance(want, bool) else str(want) == default, (receiver, key)
         checked += 1
     assert checked == 13  # every row with a single key
+
+
+BATCHING = {"opencode": "mappings/opencode.json", "kilocode": "mappings/kilocode.json", "pi": "mappings/pi.json"}
+
+
+def moments(vendor: str, *names: str) -> list[dict[str, Any]]:
+    fixture = corpus(BATCHING[vendor])["moments"]
+    return [copy.deepcopy(fixture[n]["input"]) for n in names]
+
+
+@pytest.mark.parametrize("vendor", list(BATCHING))
+async def test_a_batch_maps_each_item_in_order_and_reports_the_bad_ones(env: Env, vendor: str) -> None:
+    pair = ("tool_before", "tool_after") if vendor != "pi" else ("tool_execution_start", "tool_execution_end_ok")
+    good = moments(vendor, *pair)
+    status, body = await env.post(vendor, {"batch": [good[0], {"nameless": True}, 7, good[1]]})
+    assert status == 200 and body["accepted"] == 2
+    assert [(e["index"], e["error"]) for e in body["errors"]] == [(1, "invalid-payload"), (2, "invalid-payload")]
+    assert [e["type"] for e in env.events(vendor)] == ["tool.requested", "tool.completed"]
+    assert (await env.get(vendor, "/healthz"))["ok"] is True
+
+
+@pytest.mark.parametrize("vendor", list(BATCHING))
+@pytest.mark.parametrize("batch", [[], {"a": 1}, [1, "x"]], ids=["empty", "object", "all-bad"])
+async def test_a_batch_with_nothing_to_accept_is_refused(env: Env, vendor: str, batch: Any) -> None:
+    status, body = await env.post(vendor, {"batch": batch})
+    assert status == 400 and body["error"] == "invalid-payload"
+    assert env.events(vendor) == []
+
+
+async def test_a_moment_that_waits_for_its_reply_is_refused_inside_a_batch(env: Env) -> None:
+    ask, before = moments("opencode", "permission_ask", "tool_before")
+    pi_call = {"session": {"id": "s1"}, "event": {"type": "tool_call", "toolCallId": "c1", "toolName": "bash"}}
+    status, body = await env.post("opencode", {"batch": [ask, before]})
+    assert status == 200 and body["accepted"] == 1 and body["errors"][0]["index"] == 0
+    assert "POST it alone" in body["errors"][0]["detail"]
+    status, body = await env.post("pi", {"batch": [pi_call]})
+    assert status == 400 and "POST it alone" in body["errors"][0]["detail"]
+
+
+async def test_vendors_without_a_batching_plugin_do_not_take_batches(env: Env) -> None:
+    # Cline and Hermes run the shim, one moment per process: a {"batch"} body is just a nameless one.
+    for vendor in ("cline", "hermes"):
+        status, body = await env.post(vendor, {"batch": [NAMELESS[vendor]]})
+        assert status == 400, vendor

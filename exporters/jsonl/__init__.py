@@ -1,6 +1,9 @@
 """The ``jsonl`` exporter: one append-only file per session, the durable record (AEP-0003 §3.1).
 
 Layout ``<directory>/<agent>/<session>.jsonl``; agent-scoped events go to ``<agent>/_agent.jsonl``.
+Retention (off by default): a session file past ``rotate_bytes`` or older than ``rotate_age`` is
+closed as ``<session>@<UTC time>.jsonl`` (``pipeline.jsonl_files`` names and reads them), closed
+files are gzip-compressed, and past ``max_total_bytes`` the oldest closed files are deleted.
 Each event is one line written with a single ``write`` on an ``O_APPEND`` descriptor, so a reader
 never sees a torn line followed by more events; a short write is truncated back, and a torn last
 line left by a crash is cut off (and kept beside the file) the first time the file is opened.
@@ -11,16 +14,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gzip
 import logging
 import os
+import shutil
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from pipeline.component import CreateSettings, Factory, Kind
 from pipeline.host import Health, Host
+from pipeline.jsonl_files import is_rotated, rotated_name
 from pipeline.model import Event
 from pipeline.wire import dumps_bytes
 
@@ -39,12 +48,29 @@ class JsonlConfig:
     ``fsync_interval`` seconds; ``never``: leave it to the OS."""
     fsync_interval: float = 1.0
     max_open_files: int = 128
+    rotate_bytes: int = 0
+    """Close a session file as ``<session>@<time>.jsonl`` before it grows past this; 0: never."""
+    rotate_age: float = 0
+    """Close a session file whose first event is older than this many seconds (checked when the
+    session writes); 0: never."""
+    compress: bool = True
+    """gzip closed (rotated) files to ``.jsonl.gz``."""
+    max_total_bytes: int = 0
+    """Delete the oldest closed files while the directory holds more than this; 0: no cap. The
+    file a session is writing is never deleted."""
 
     def validate(self) -> None:
         if self.fsync_interval <= 0:
             raise ValueError("fsync_interval must be positive")
         if self.max_open_files < 1:
             raise ValueError("max_open_files must be at least 1")
+        for name in ("rotate_bytes", "rotate_age", "max_total_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be 0 (off) or positive")
+
+    @property
+    def retention(self) -> bool:
+        return bool(self.rotate_bytes or self.rotate_age or self.max_total_bytes)
 
 
 class JsonlExporter:
@@ -61,6 +87,9 @@ class JsonlExporter:
         self._dirty: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._paths: dict[tuple[Any, Any], Path] = {}
+        self._born: dict[Path, float] = {}
+        self._closed: asyncio.Queue[Path | None] | None = None
+        self._retention_task: asyncio.Task[None] | None = None
 
     async def start(self, host: Host) -> None:
         self.health = host.health
@@ -70,6 +99,9 @@ class JsonlExporter:
             self.health.fail(self.id, _cause(exc), f"{self.root}: {exc.strerror}")
         if self.config.fsync == "interval":
             self._task = asyncio.get_running_loop().create_task(self._fsync_loop())
+        if self.config.retention:
+            self._closed = asyncio.Queue()
+            self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
 
     def path_for(self, event: Event) -> Path:
         key = (event.get("agent", "unknown"), event.get("session"))
@@ -99,9 +131,14 @@ class JsonlExporter:
         failed = 0
         for path, lines in by_path.items():
             try:
+                data = b"".join(lines)
                 fd = self._open(path)
-                self._append(fd, b"".join(lines))
+                if self.config.rotate_bytes or self.config.rotate_age:
+                    fd = self._maybe_rotate(path, fd, len(data))
+                self._append(fd, data)
                 touched.add(fd)
+                if self.config.rotate_age and path not in self._born:
+                    self._born[path] = _event_time(lines[0])
             except OSError as exc:
                 failed += len(lines)
                 self.health.fail(self.id, _cause(exc), f"{path}: {exc.strerror or exc}")
@@ -139,12 +176,97 @@ class JsonlExporter:
         repair_torn_tail(path)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         self._fds[path] = fd
+        if self.config.rotate_age and os.fstat(fd).st_size:
+            self._born[path] = _first_event_time(path)
         while len(self._fds) > self.config.max_open_files:
             old_path, old_fd = self._fds.popitem(last=False)
             self._release(old_fd)
         return fd
 
+    def _maybe_rotate(self, path: Path, fd: int, incoming: int) -> int:
+        """Close ``path`` as a rotated file (and reopen it empty) when it is due; the fd to write."""
+        cfg = self.config
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return fd
+        too_big = cfg.rotate_bytes and size + incoming > cfg.rotate_bytes
+        too_old = cfg.rotate_age and time.time() - self._born.get(path, time.time()) > cfg.rotate_age
+        if not (too_big or too_old):
+            return fd
+        self._close(path)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        base = path.name[: -len(".jsonl")]
+        target = path.parent / rotated_name(base, stamp)
+        n = 1
+        while target.exists() or target.with_name(target.name + ".gz").exists():
+            target = path.parent / rotated_name(base, f"{stamp}-{n}")
+            n += 1
+        os.rename(path, target)
+        log.info("%s: closed %s as %s (%s)", self.id, path.name, target.name, "size" if too_big else "age")
+        if self._closed is not None:
+            self._closed.put_nowait(target)
+        return self._open(path)
+
+    async def _retention_loop(self) -> None:
+        """Compress closed files and hold the byte cap, off the event loop; a startup sweep first."""
+        assert self._closed is not None
+        await asyncio.to_thread(self._sweep)
+        while True:
+            path = await self._closed.get()
+            if path is None:
+                return
+            try:
+                if self.config.compress:
+                    await asyncio.to_thread(_compress, path)
+                if self.config.max_total_bytes:
+                    await asyncio.to_thread(self._enforce_cap)
+            except OSError as exc:
+                self.health.fail(self.id, "retention-failed", f"{path}: {exc.strerror or exc}")
+
+    def _sweep(self) -> None:
+        """Finish what a crash interrupted: drop partial .gz, compress closed files, apply the cap."""
+        if not self.root.is_dir():
+            return
+        for p in self.root.rglob("*.gz.tmp"):
+            with contextlib.suppress(OSError):
+                p.unlink()
+        if self.config.compress:
+            for p in self.root.rglob("*.jsonl"):
+                if is_rotated(p):
+                    with contextlib.suppress(OSError):
+                        _compress(p)
+        if self.config.max_total_bytes:
+            self._enforce_cap()
+
+    def _enforce_cap(self) -> None:
+        files = []
+        total = 0
+        for p in self.root.rglob("*"):
+            with contextlib.suppress(OSError):
+                if p.is_file():
+                    st = p.stat()
+                    total += st.st_size
+                    if is_rotated(p):
+                        files.append((st.st_mtime, p.name, st.st_size, p))
+        files.sort()
+        removed = 0
+        for _, _, size, p in files:
+            if total <= self.config.max_total_bytes:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+            total -= size
+            removed += 1
+        if removed:
+            self.health.count(self.id, "files_deleted", removed)
+            log.info("%s: deleted the %d oldest closed log files to stay within max_total_bytes (%d)",
+                     self.id, removed, self.config.max_total_bytes)
+        if total > self.config.max_total_bytes:
+            log.warning("%s: %s holds %d bytes in files still being written, over max_total_bytes %d",
+                        self.id, self.root, total, self.config.max_total_bytes)
+
     def _close(self, path: Path) -> None:
+        self._born.pop(path, None)
         fd = self._fds.pop(path, None)
         if fd is not None:
             self._release(fd)
@@ -173,6 +295,14 @@ class JsonlExporter:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._retention_task is not None and self._closed is not None:
+            self._closed.put_nowait(None)  # finish compressing what is queued; the next start sweeps
+            try:
+                await asyncio.wait_for(self._retention_task, 10.0)
+            except (TimeoutError, Exception):
+                self._retention_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._retention_task
         for path in list(self._fds):
             self._close(path)
 
@@ -208,6 +338,39 @@ def repair_torn_tail(path: Path) -> bool:
             return True
     except FileNotFoundError:
         return False
+
+
+def _first_event_time(path: Path) -> float:
+    """When the file's first event was stamped (its ``time``), else now: where its age counts from."""
+    try:
+        with open(path, "rb") as fh:
+            return _event_time(fh.readline(65536))
+    except OSError:
+        return time.time()
+
+
+def _event_time(line: bytes) -> float:
+    try:
+        return datetime.fromisoformat(orjson.loads(line).get("time")).timestamp()
+    except (ValueError, TypeError, AttributeError):
+        return time.time()
+
+
+def _compress(path: Path) -> None:
+    """``x.jsonl`` -> ``x.jsonl.gz``: written aside, synced, renamed, then the original removed."""
+    target = path.with_name(path.name + ".gz")
+    if target.exists():  # compressed before a crash kept the original: the .gz is complete
+        path.unlink()
+        return
+    tmp = path.with_name(path.name + ".gz.tmp")
+    with open(path, "rb") as src, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            shutil.copyfileobj(src, gz, 1 << 20)
+        raw.flush()
+        os.fsync(raw.fileno())
+    os.chmod(tmp, 0o600)
+    os.rename(tmp, target)
+    path.unlink()
 
 
 def _cause(exc: OSError) -> str:

@@ -131,6 +131,10 @@ class BusSurface:
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
 
+    def awaits_reply(self, signal: Signal) -> bool:
+        """The plugin reads only the held ``permission.ask`` reply; every other moment may be batched."""
+        return signal.name == _HOOK_NAMES["permission.ask"]
+
     async def handle(self, signal: Signal, deliver: Deliver) -> Any:
         moment = busfamily.as_moment(signal.name, signal.payload)
         session = busfamily.session_of(moment)

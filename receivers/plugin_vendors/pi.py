@@ -58,6 +58,10 @@ class PiSurface(StrictGateSurface):
         signal.attrs["deltas"] = self.config.deltas  # the mapping's stream-update switch, per receiver
         return signal
 
+    def awaits_reply(self, signal: Signal) -> bool:
+        """Only ``tool_call`` reads its reply (the gate); every other moment may be batched."""
+        return signal.name == "tool_call"
+
     async def handle(self, signal: Signal, deliver: Deliver) -> Any:
         event = get_dict(signal.payload, "event")
         if signal.name == "tool_call":

@@ -5,15 +5,22 @@
 // scenario (OpenCode / Kilo Code plugin module):
 //   {"host": "plugin", "input": {PluginInput fields}, "options": {...}, "steps": [{"hook": NAME, "args": [...]}]}
 //   `default.server(input, options)` builds the hooks; each step awaits `hooks[NAME](...args)`
-//   (a step's "cycle": [i, key] first makes args[i][key] contain itself).
+//   (a step's "cycle": [i, key] first makes args[i][key] contain itself; "detached": true calls the
+//   hook without awaiting it and reports nothing for it).
 // scenario (pi extension factory):
 //   {"host": "pi", "steps": [{"emit": EVENT, "event": {...}, "session": {"id", "file", "cwd"}}]}
 //   `default(pi)` registers handlers through a stand-in `pi.on`; each step awaits every handler of EVENT
-//   with a ctx whose sessionManager answers from `session`.
+//   with a ctx whose sessionManager answers from `session`. A step with "queued": true goes through
+//   one queue instead, as pi 0.73.1 runs agent events (each awaits the one before, nobody awaits the
+//   queue); the next direct step waits one event-loop turn, not for the queue (pi's session_shutdown).
+//
+// Either host: "exit": true ends the process right after the last step, as a host that exits once
+// its shutdown moment's handlers returned; what the plugin has not delivered by then is lost.
 //
 // Prints one JSON object: {"registered": [...], "steps": [{"threw", "error", "ms", "args" | "returned"}]}.
 // The driver itself may use Node built-ins; the plugin files under test must not (they import nothing).
 
+import { writeSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 
 async function readStdin() {
@@ -54,13 +61,22 @@ if (scenario.host === "pi") {
   const built = await timed(() => mod.default(pi));
   out.factory = { threw: built.threw, returned: built.value === undefined ? null : built.value };
   out.registered = Object.keys(handlers);
+  let queue = Promise.resolve();
   for (const step of scenario.steps) {
     const results = [];
-    for (const fn of handlers[step.emit] || []) {
-      const r = await timed(() => fn(step.event, ctxFor(step.session)));
-      results.push({ threw: r.threw, error: r.error, ms: r.ms, returned: r.value === undefined ? null : r.value });
-    }
     out.steps.push({ emit: step.emit, handlers: results });
+    const fire = async () => {
+      for (const fn of handlers[step.emit] || []) {
+        const r = await timed(() => fn(step.event, ctxFor(step.session)));
+        results.push({ threw: r.threw, error: r.error, ms: r.ms, returned: r.value === undefined ? null : r.value });
+      }
+    };
+    if (step.queued) {
+      queue = queue.then(fire);
+    } else {
+      await new Promise((resolve) => setImmediate(resolve));
+      await fire();
+    }
   }
 } else {
   const plugin = mod.default;
@@ -75,10 +91,19 @@ if (scenario.host === "pi") {
       args[i][key].self = args[i][key];
     }
     const fn = hooks[step.hook];
+    if (fn && step.detached) {
+      fn(...args); // as a host that fires bus events without awaiting the plugin
+      continue;
+    }
     const r = fn ? await timed(() => fn(...args)) : { threw: false, ms: 0, value: undefined, missing: true };
     out.steps.push({ hook: step.hook, missing: !fn, threw: r.threw, error: r.error, ms: r.ms,
       args: step.cycle ? "cyclic" : args, returned: r.value === undefined ? null : r.value });
   }
 }
 
-process.stdout.write(JSON.stringify(out) + "\n");
+if (scenario.exit) {
+  writeSync(1, JSON.stringify(out) + "\n"); // synchronously: no event-loop turn for the plugin
+  process.exit(0);
+} else {
+  process.stdout.write(JSON.stringify(out) + "\n");
+}

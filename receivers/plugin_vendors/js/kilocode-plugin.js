@@ -1,4 +1,6 @@
 // aep-collector plugin for Kilo Code: forwards plugin moments to the collector's `kilocode` receiver.
+// GENERATED from receivers/plugin_vendors/js/src/ by `python -m receivers.plugin_vendors.js.build`;
+// edit the sources there, not this file (a test checks the two agree).
 //
 // Install: list this file in the `plugin` array of Kilo's config (`.kilo/kilo.jsonc` in a project,
 // `~/.config/kilo/kilo.jsonc` globally), optionally with options:
@@ -15,25 +17,31 @@
 //
 // Contract (receivers/plugin_vendors/README.md): moments are POSTed as the mapping's moment shapes
 // ({kind: "bus", event} | {kind: "tool.before" | "tool.after", input, output} |
-// {kind: "permission.ask", permission}), each with the headers `X-AEP-Server-Url` and
-// `X-AEP-Directory` (percent-encoded): Kilo >=7.4.6 asks on the bus, and the collector answers
-// those over this server's own routes. The <=7.4.5 `permission.ask` hook reads the reply and sets
-// `output.status` only to an exact "allow" or "deny". Nothing here ever throws into Kilo: every
-// handler is wrapped, every request is bounded by an AbortController, and a collector that is down
-// costs one refused connection, then nothing for `retryMs` (moments in that window are dropped).
+// {kind: "permission.ask", permission}), several together as {batch: [...]}, each POST with the
+// headers `X-AEP-Server-Url` and `X-AEP-Directory` (percent-encoded): Kilo >=7.4.6 asks on the
+// bus, and the collector answers those over this server's own routes. The <=7.4.5
+// `permission.ask` hook reads the reply and sets `output.status` only to an exact "allow" or "deny".
+// Nothing here ever throws into Kilo Code: every handler is wrapped, every request is bounded by
+// an AbortController, and a collector that is down costs one refused connection, then nothing for
+// `retryMs` (moments in that window are dropped, the agent is never slowed).
 //
-// Settings (plugin options, else the environment, else the default):
+// Settings (plugin options where the loader passes them, else the environment, else the default):
 //   url          AEP_KILOCODE_URL          http://127.0.0.1:8391/hook
 //   timeoutMs    AEP_KILOCODE_TIMEOUT_MS   2000    bound of one observation POST
 //   holdMs       AEP_KILOCODE_HOLD_MS      65000   bound of a held permission.ask (above the
 //                                                  collector's attention_timeout, 55 s by default)
 //   retryMs      AEP_KILOCODE_RETRY_MS     2000    pause after a failed delivery
-//   maxBodyBytes AEP_KILOCODE_MAX_BODY     1000000 larger moments are sent slimmed (see `fit`)
+//   maxBodyBytes AEP_KILOCODE_MAX_BODY     1000000 larger moments are sent slimmed (see `slim`)
 
 const PREFIX = "AEP_KILOCODE_";
 const DEFAULTS = { url: "http://127.0.0.1:8391/hook", timeoutMs: 2000, holdMs: 65000, retryMs: 2000,
   maxBodyBytes: 1000000 };
-const MAX_QUEUE = 512; // observation POSTs waiting their turn; beyond this a moment is dropped
+// Bus moments after which the host may exit (`run` ends at idle): the handler waits until
+// everything queued is delivered.
+const FLUSH_ON = new Set(["session.idle", "session.deleted", "session.error", "server.instance.disposed",
+  "global.disposed", "session.drained"]);
+
+// -- settings -------------------------------------------------------------------------------------
 
 function environment() {
   try {
@@ -44,6 +52,7 @@ function environment() {
   }
 }
 
+// A plugin option where the loader passes one, else the environment, else the default.
 function pick(options, env, key, envKey, fallback) {
   const raw = options && options[key] !== undefined ? options[key] : env[PREFIX + envKey];
   if (typeof fallback === "number") {
@@ -53,8 +62,7 @@ function pick(options, env, key, envKey, fallback) {
   return typeof raw === "string" && raw.trim() ? raw.trim() : fallback;
 }
 
-function settings(options) {
-  const env = environment();
+function delivery(options, env) {
   const cfg = {
     url: pick(options, env, "url", "URL", DEFAULTS.url),
     timeoutMs: pick(options, env, "timeoutMs", "TIMEOUT_MS", DEFAULTS.timeoutMs),
@@ -102,6 +110,113 @@ function bytes(text) {
   }
 }
 
+// [text, size] of the moment, slimmed (see `slim`) when the whole is over `max`; undefined if even
+// the slim one is.
+function fit(moment, max) {
+  const whole = stringify(moment);
+  const size = whole === undefined ? Infinity : bytes(whole);
+  if (size <= max) return [whole, size];
+  const small = stringify(slim(moment));
+  const smallSize = small === undefined ? Infinity : bytes(small);
+  return smallSize <= max ? [small, smallSize] : undefined;
+}
+
+// -- delivery -------------------------------------------------------------------------------------
+//
+// Observation moments are queued in firing order and the handler returns at once; one delivery
+// loop POSTs the queue, everything that piled up while a POST was out going together as one
+// `{"batch": [...]}` body (a lone moment goes as itself). So a burst of start-up moments costs one
+// request, and a lifecycle moment behind it waits one round trip, not one per moment. The host's
+// shutdown moments await `flush()`: everything queued is delivered before the host goes on to exit.
+
+const MAX_QUEUE = 512; // moments waiting; beyond it a moment is dropped (a collector far behind)
+const MAX_BATCH = 256; // moments in one POST
+
+function sender(cfg, extraHeaders) {
+  const headers = { "Content-Type": "application/json", ...extraHeaders };
+  let downUntil = 0;
+  const queue = []; // [text, size] in firing order
+  let pumping; // the running delivery loop, while there is one
+
+  async function post(text, ms) {
+    if (text === undefined || Date.now() < downUntil) return undefined;
+    const ctrl = typeof AbortController === "function" ? new AbortController() : undefined;
+    const timer = setTimeout(() => { try { if (ctrl) ctrl.abort(); } catch { /* fail open */ } }, ms);
+    try {
+      const res = await fetch(cfg.url, { method: "POST", headers, body: text, signal: ctrl ? ctrl.signal : undefined });
+      const raw = await res.text();
+      downUntil = 0;
+      if (!res.ok || !raw.trim()) return undefined;
+      try {
+        return JSON.parse(raw);
+      } catch {
+        return undefined;
+      }
+    } catch {
+      downUntil = Date.now() + cfg.retryMs; // down, hung or refused: stop trying for a while
+      return undefined;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  // The longest head of the queue that fits one body.
+  function nextBody() {
+    let n = 0;
+    let size = 12; // {"batch":[]}
+    while (n < queue.length && n < MAX_BATCH && (n === 0 || size + queue[n][1] + 1 <= cfg.maxBodyBytes)) {
+      size += queue[n][1] + 1;
+      n += 1;
+    }
+    const texts = queue.splice(0, n).map((q) => q[0]);
+    return texts.length === 1 ? texts[0] : '{"batch":[' + texts.join(",") + "]}";
+  }
+
+  async function pump() {
+    try {
+      await null; // moments fired in this same turn join the first body
+      while (queue.length) {
+        if (Date.now() < downUntil) {
+          queue.length = 0; // the collector is away: what waits is dropped, the agent is never slowed
+          break;
+        }
+        await post(nextBody(), cfg.timeoutMs);
+      }
+    } catch { /* fail open */ } finally {
+      pumping = undefined;
+    }
+  }
+
+  function observe(moment) {
+    if (Date.now() < downUntil || queue.length >= MAX_QUEUE) return;
+    const one = fit(moment, cfg.maxBodyBytes);
+    if (one === undefined) return;
+    queue.push(one);
+    if (!pumping) pumping = pump();
+  }
+
+  // Resolves once everything queued so far has been POSTed (each POST bounded by timeoutMs).
+  function flush() {
+    return pumping || Promise.resolve();
+  }
+
+  // A held moment waits (bounded) for earlier moments to be delivered, then waits alone for its
+  // answer, so it never blocks the moments behind it.
+  async function hold(moment) {
+    const one = fit(moment, cfg.maxBodyBytes);
+    let timer;
+    const pause = new Promise((resolve) => { timer = setTimeout(resolve, cfg.timeoutMs); });
+    try {
+      await Promise.race([flush(), pause]);
+    } finally {
+      clearTimeout(timer);
+    }
+    return one === undefined ? undefined : post(one[0], cfg.holdMs);
+  }
+
+  return { observe, flush, hold };
+}
+
 function primitives(obj) {
   const out = {};
   if (!obj || typeof obj !== "object") return out;
@@ -130,71 +245,6 @@ function slim(moment) {
   return { kind: m.kind, input: primitives(m.input), output: out };
 }
 
-function fit(moment, max) {
-  const whole = stringify(moment);
-  if (whole !== undefined && bytes(whole) <= max) return whole;
-  const small = stringify(slim(moment));
-  return small !== undefined && bytes(small) <= max ? small : undefined;
-}
-
-// -- delivery -------------------------------------------------------------------------------------
-
-function sender(cfg, extraHeaders) {
-  const headers = { "Content-Type": "application/json", ...extraHeaders };
-  let downUntil = 0;
-  let chain = Promise.resolve();
-  let depth = 0;
-
-  async function post(text, ms) {
-    if (text === undefined || Date.now() < downUntil) return undefined;
-    const ctrl = typeof AbortController === "function" ? new AbortController() : undefined;
-    const timer = setTimeout(() => { try { if (ctrl) ctrl.abort(); } catch { /* fail open */ } }, ms);
-    let res;
-    try {
-      res = await fetch(cfg.url, { method: "POST", headers, body: text, signal: ctrl ? ctrl.signal : undefined });
-      const raw = await res.text();
-      downUntil = 0;
-      if (!res.ok || !raw.trim()) return undefined;
-      try {
-        return JSON.parse(raw);
-      } catch {
-        return undefined;
-      }
-    } catch {
-      downUntil = Date.now() + cfg.retryMs; // down, hung or refused: stop trying for a while
-      return undefined;
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  // Observation moments go one at a time, in the order the hooks fired.
-  function observe(moment) {
-    const text = fit(moment, cfg.maxBodyBytes);
-    if (text === undefined || depth >= MAX_QUEUE || Date.now() < downUntil) return Promise.resolve();
-    depth += 1;
-    const done = chain.then(() => post(text, cfg.timeoutMs)).then(() => { depth -= 1; }, () => { depth -= 1; });
-    chain = done;
-    return done;
-  }
-
-  // A held ask waits (bounded) for earlier moments to be delivered, then waits alone for its answer,
-  // so a held ask never blocks other moments behind it.
-  async function hold(moment) {
-    const text = fit(moment, cfg.maxBodyBytes);
-    let timer;
-    const pause = new Promise((resolve) => { timer = setTimeout(resolve, cfg.timeoutMs); });
-    try {
-      await Promise.race([chain, pause]);
-    } finally {
-      clearTimeout(timer);
-    }
-    return post(text, cfg.holdMs);
-  }
-
-  return { observe, hold };
-}
-
 // -- the plugin -----------------------------------------------------------------------------------
 
 function vendorHeaders(input) {
@@ -209,24 +259,26 @@ function vendorHeaders(input) {
 async function AepCollector(input, options) {
   let send;
   try {
-    send = sender(settings(options), vendorHeaders(input));
+    send = sender(delivery(options, environment()), vendorHeaders(input));
   } catch {
     return {};
   }
   return {
     event: async (arg) => {
       try {
-        await send.observe({ kind: "bus", event: arg && arg.event });
+        const event = arg && arg.event;
+        send.observe({ kind: "bus", event });
+        if (event && FLUSH_ON.has(event.type)) await send.flush();
       } catch { /* fail open */ }
     },
     "tool.execute.before": async (input, output) => {
       try {
-        await send.observe({ kind: "tool.before", input, output });
+        send.observe({ kind: "tool.before", input, output });
       } catch { /* fail open */ }
     },
     "tool.execute.after": async (input, output) => {
       try {
-        await send.observe({ kind: "tool.after", input, output });
+        send.observe({ kind: "tool.after", input, output });
       } catch { /* fail open */ }
     },
     "permission.ask": async (input, output) => {

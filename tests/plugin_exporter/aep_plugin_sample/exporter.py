@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.component import Factory, Kind
+from pipeline.api import CreateSettings, exporter_factory, processor_factory
 
 
 @dataclass
@@ -51,9 +51,15 @@ class Shout:
         return batch
 
 
-FACTORY = Factory(kind=Kind.EXPORTER, type="ndjson_file", config_class=NdjsonFileConfig,
-                  create=lambda settings, cfg: NdjsonFileExporter(cfg),
-                  description="sample plug-in: one text line per event")
-PROCESSOR_FACTORY = Factory(kind=Kind.PROCESSOR, type="shout", config_class=ShoutConfig,
-                            create=lambda settings, cfg: Shout(cfg),
-                            description="sample plug-in: tags drafts with an extension attribute")
+def create_exporter(settings: CreateSettings, config: NdjsonFileConfig) -> NdjsonFileExporter:
+    return NdjsonFileExporter(config)
+
+
+def create_processor(settings: CreateSettings, config: ShoutConfig) -> Shout:
+    return Shout(config)
+
+
+FACTORY = exporter_factory("ndjson_file", NdjsonFileConfig, create_exporter,
+                           description="sample plug-in: one text line per event")
+PROCESSOR_FACTORY = processor_factory("shout", ShoutConfig, create_processor,
+                                      description="sample plug-in: tags drafts with an extension attribute")

@@ -1,0 +1,88 @@
+"""The plug-in API: everything a third-party component needs, and nothing else.
+
+A plug-in imports only from here, so the collector can move its internals without breaking it.
+The typed factory helpers below state the create signature of each kind, which the plain
+``Factory`` cannot: mypy checks a plug-in's create function against its config class.
+
+    from aep_collector.api import CreateSettings, exporter_factory
+
+    @dataclass
+    class MyConfig:
+        path: str = "/tmp/out.txt"
+
+    def create(settings: CreateSettings, config: MyConfig) -> MyExporter: ...
+
+    FACTORY = exporter_factory("my_exporter", MyConfig, create)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from pipeline.component import (
+    Consumer,
+    CreateSettings,
+    Exporter,
+    Factory,
+    Kind,
+    Processor,
+    Receiver,
+)
+from pipeline.host import Host
+from pipeline.model import Batch, Event, Signal
+
+__all__ = [
+    "Batch",
+    "Consumer",
+    "CreateSettings",
+    "Event",
+    "Exporter",
+    "Factory",
+    "Host",
+    "Kind",
+    "Processor",
+    "Receiver",
+    "Signal",
+    "exporter_factory",
+    "processor_factory",
+    "receiver_factory",
+]
+
+C = TypeVar("C")
+
+
+def receiver_factory(
+    type_name: str,
+    config_class: type[C],
+    create: Callable[[CreateSettings, C, Consumer], Receiver],
+    *,
+    description: str = "",
+    stability: str = "development",
+) -> Factory:
+    """A receiver factory: ``create(settings, config, next_consumer)`` returns the receiver."""
+    return Factory(Kind.RECEIVER, type_name, config_class, create, description, stability)
+
+
+def processor_factory(
+    type_name: str,
+    config_class: type[C],
+    create: Callable[[CreateSettings, C], Processor],
+    *,
+    description: str = "",
+    stability: str = "development",
+) -> Factory:
+    """A processor factory: ``create(settings, config)`` returns a callable over a batch."""
+    return Factory(Kind.PROCESSOR, type_name, config_class, create, description, stability)
+
+
+def exporter_factory(
+    type_name: str,
+    config_class: type[C],
+    create: Callable[[CreateSettings, C], Exporter],
+    *,
+    description: str = "",
+    stability: str = "development",
+) -> Factory:
+    """An exporter factory: ``create(settings, config)`` returns the exporter."""
+    return Factory(Kind.EXPORTER, type_name, config_class, create, description, stability)

@@ -1,0 +1,175 @@
+// -- settings -------------------------------------------------------------------------------------
+
+function environment() {
+  try {
+    const env = globalThis.process && globalThis.process.env;
+    return env && typeof env === "object" ? env : {};
+  } catch {
+    return {};
+  }
+}
+
+// A plugin option where the loader passes one, else the environment, else the default.
+function pick(options, env, key, envKey, fallback) {
+  const raw = options && options[key] !== undefined ? options[key] : env[PREFIX + envKey];
+  if (typeof fallback === "number") {
+    const n = Number(raw);
+    return raw !== undefined && raw !== "" && Number.isFinite(n) && n > 0 ? n : fallback;
+  }
+  return typeof raw === "string" && raw.trim() ? raw.trim() : fallback;
+}
+
+function delivery(options, env) {
+  const cfg = {
+    url: pick(options, env, "url", "URL", DEFAULTS.url),
+    timeoutMs: pick(options, env, "timeoutMs", "TIMEOUT_MS", DEFAULTS.timeoutMs),
+    holdMs: pick(options, env, "holdMs", "HOLD_MS", DEFAULTS.holdMs),
+    retryMs: pick(options, env, "retryMs", "RETRY_MS", DEFAULTS.retryMs),
+    maxBodyBytes: pick(options, env, "maxBodyBytes", "MAX_BODY", DEFAULTS.maxBodyBytes),
+  };
+  try {
+    const u = new URL(cfg.url);
+    if (u.pathname === "/" || u.pathname === "") u.pathname = "/hook";
+    cfg.url = u.toString();
+  } catch {
+    cfg.url = DEFAULTS.url;
+  }
+  return cfg;
+}
+
+// -- serialization: a snapshot taken when the hook fires, never a live object ---------------------
+
+function stringify(value) {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    const seen = new WeakSet();
+    try {
+      return JSON.stringify(value, (_k, v) => {
+        if (typeof v === "bigint") return String(v);
+        if (v && typeof v === "object") {
+          if (seen.has(v)) return undefined; // a cycle: drop the back edge
+          seen.add(v);
+        }
+        return v;
+      });
+    } catch {
+      return undefined;
+    }
+  }
+}
+
+function bytes(text) {
+  try {
+    return new TextEncoder().encode(text).length;
+  } catch {
+    return text.length * 3;
+  }
+}
+
+// [text, size] of the moment, slimmed (see `slim`) when the whole is over `max`; undefined if even
+// the slim one is.
+function fit(moment, max) {
+  const whole = stringify(moment);
+  const size = whole === undefined ? Infinity : bytes(whole);
+  if (size <= max) return [whole, size];
+  const small = stringify(slim(moment));
+  const smallSize = small === undefined ? Infinity : bytes(small);
+  return smallSize <= max ? [small, smallSize] : undefined;
+}
+
+// -- delivery -------------------------------------------------------------------------------------
+//
+// Observation moments are queued in firing order and the handler returns at once; one delivery
+// loop POSTs the queue, everything that piled up while a POST was out going together as one
+// `{"batch": [...]}` body (a lone moment goes as itself). So a burst of start-up moments costs one
+// request, and a lifecycle moment behind it waits one round trip, not one per moment. The host's
+// shutdown moments await `flush()`: everything queued is delivered before the host goes on to exit.
+
+const MAX_QUEUE = 512; // moments waiting; beyond it a moment is dropped (a collector far behind)
+const MAX_BATCH = 256; // moments in one POST
+
+function sender(cfg, extraHeaders) {
+  const headers = { "Content-Type": "application/json", ...extraHeaders };
+  let downUntil = 0;
+  const queue = []; // [text, size] in firing order
+  let pumping; // the running delivery loop, while there is one
+
+  async function post(text, ms) {
+    if (text === undefined || Date.now() < downUntil) return undefined;
+    const ctrl = typeof AbortController === "function" ? new AbortController() : undefined;
+    const timer = setTimeout(() => { try { if (ctrl) ctrl.abort(); } catch { /* fail open */ } }, ms);
+    try {
+      const res = await fetch(cfg.url, { method: "POST", headers, body: text, signal: ctrl ? ctrl.signal : undefined });
+      const raw = await res.text();
+      downUntil = 0;
+      if (!res.ok || !raw.trim()) return undefined;
+      try {
+        return JSON.parse(raw);
+      } catch {
+        return undefined;
+      }
+    } catch {
+      downUntil = Date.now() + cfg.retryMs; // down, hung or refused: stop trying for a while
+      return undefined;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  // The longest head of the queue that fits one body.
+  function nextBody() {
+    let n = 0;
+    let size = 12; // {"batch":[]}
+    while (n < queue.length && n < MAX_BATCH && (n === 0 || size + queue[n][1] + 1 <= cfg.maxBodyBytes)) {
+      size += queue[n][1] + 1;
+      n += 1;
+    }
+    const texts = queue.splice(0, n).map((q) => q[0]);
+    return texts.length === 1 ? texts[0] : '{"batch":[' + texts.join(",") + "]}";
+  }
+
+  async function pump() {
+    try {
+      await null; // moments fired in this same turn join the first body
+      while (queue.length) {
+        if (Date.now() < downUntil) {
+          queue.length = 0; // the collector is away: what waits is dropped, the agent is never slowed
+          break;
+        }
+        await post(nextBody(), cfg.timeoutMs);
+      }
+    } catch { /* fail open */ } finally {
+      pumping = undefined;
+    }
+  }
+
+  function observe(moment) {
+    if (Date.now() < downUntil || queue.length >= MAX_QUEUE) return;
+    const one = fit(moment, cfg.maxBodyBytes);
+    if (one === undefined) return;
+    queue.push(one);
+    if (!pumping) pumping = pump();
+  }
+
+  // Resolves once everything queued so far has been POSTed (each POST bounded by timeoutMs).
+  function flush() {
+    return pumping || Promise.resolve();
+  }
+
+  // A held moment waits (bounded) for earlier moments to be delivered, then waits alone for its
+  // answer, so it never blocks the moments behind it.
+  async function hold(moment) {
+    const one = fit(moment, cfg.maxBodyBytes);
+    let timer;
+    const pause = new Promise((resolve) => { timer = setTimeout(resolve, cfg.timeoutMs); });
+    try {
+      await Promise.race([flush(), pause]);
+    } finally {
+      clearTimeout(timer);
+    }
+    return one === undefined ? undefined : post(one[0], cfg.holdMs);
+  }
+
+  return { observe, flush, hold };
+}

@@ -1,0 +1,103 @@
+"""JSONL retention: rotation by size and age, gzip of closed files, the byte cap, and the one reader."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+from datetime import UTC, datetime
+
+from exporters.jsonl import JsonlConfig, JsonlExporter
+from pipeline.cli import main as cli_main
+from pipeline.component import CreateSettings
+from pipeline.host import Host
+from pipeline.jsonl_files import iter_lines, session_files
+from tests.relay_double import wait_until
+
+
+def ev(seq, session="s1", time="2026-01-01T00:00:00.000Z", pad=0):
+    return {"aep": "0.1", "id": f"01J{seq:023d}", "type": "progress.note", "time": time,
+            "source": "aep://h/agent/claude-code/session/" + session, "agent": "claude-code", "session": session,
+            "seq": seq, "data": {"note": "x" * pad}}
+
+
+async def make(tmp_path, **cfg):
+    exp = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=str(tmp_path / "logs"), fsync="never", **cfg))
+    await exp.start(Host(state_dir=tmp_path))
+    return exp
+
+
+def ids(path):
+    return [json.loads(line)["id"] for line in iter_lines(path)]
+
+
+async def test_rotation_by_size_compresses_and_the_reader_sees_every_event_in_order(tmp_path):
+    exp = await make(tmp_path, rotate_bytes=4096)
+    for seq in range(1, 101):
+        exp.export_now([ev(seq, pad=200)])
+    await exp.shutdown()  # finishes compressing what was closed
+    active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    files = session_files(active)
+    assert len(files) > 3 and files[-1] == active
+    assert all(f.name.endswith(".jsonl.gz") and "@" in f.name for f in files[:-1])
+    for f in files[:-1]:
+        assert f.read_bytes()[:2] == b"\x1f\x8b" and len(gzip.decompress(f.read_bytes())) <= 4096
+    assert ids(active) == [ev(s)["id"] for s in range(1, 101)]
+    # validate-events reads the same: the whole session, rotated and compressed parts included.
+    assert cli_main(["validate-events", str(active)]) == 0
+    assert cli_main(["validate-events", str(files[0])]) == 0  # a .gz on its own
+
+
+async def test_rotation_by_age_counts_from_the_first_event(tmp_path):
+    exp = await make(tmp_path, rotate_age=3600, compress=False)
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    exp.export_now([ev(1, time="2020-01-01T00:00:00.000Z")])  # stamped long ago: due at the next write
+    exp.export_now([ev(2, time=now)])
+    exp.export_now([ev(3, time=now)])
+    await exp.shutdown()
+    active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    files = session_files(active)
+    assert [f.name.endswith(".jsonl") for f in files] == [True, True]
+    assert ids(files[0]) == [ev(1)["id"]] and ids(active) == [ev(1)["id"], ev(2)["id"], ev(3)["id"]]
+
+
+async def test_the_byte_cap_deletes_the_oldest_closed_files_never_the_active_one(tmp_path):
+    exp = await make(tmp_path, rotate_bytes=2048, compress=False, max_total_bytes=6000)
+    for seq in range(1, 61):
+        exp.export_now([ev(seq, pad=300)])
+        await asyncio.sleep(0)
+    await exp.shutdown()
+    root = tmp_path / "logs"
+    total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    # Held at each rotation: past it only the file being written grows, by at most rotate_bytes.
+    assert total <= 6000 + 2048
+    assert exp.health.counters[("exporter/jsonl", "files_deleted")] >= 4  # ~20 KiB written in all
+    active = root / "claude-code" / "s1.jsonl"
+    assert active.exists()
+    kept = ids(active)
+    assert kept == [ev(s)["id"] for s in range(61 - len(kept), 61)]  # the newest survive, in order
+
+
+async def test_a_crash_mid_compression_is_finished_at_the_next_start(tmp_path):
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    closed = d / "s1@20260101T000000.000000Z.jsonl"
+    closed.write_text(json.dumps(ev(1)) + "\n")
+    (d / "s1@20260101T000000.000000Z.jsonl.gz.tmp").write_bytes(b"\x1f\x8b partial")
+    (d / "s1.jsonl").write_text(json.dumps(ev(2)) + "\n")
+    exp = await make(tmp_path, rotate_bytes=1 << 20)
+    await wait_until(lambda: not closed.exists(), "the sweep")
+    await exp.shutdown()
+    assert sorted(os.listdir(d)) == ["s1.jsonl", "s1@20260101T000000.000000Z.jsonl.gz"]
+    assert ids(d / "s1.jsonl") == [ev(1)["id"], ev(2)["id"]]
+
+
+def test_the_reader_keeps_sessions_apart(tmp_path):
+    d = tmp_path
+    (d / "a.jsonl").write_text(json.dumps(ev(2, "a")) + "\n")
+    (d / "a@20260101T000000.000000Z.jsonl").write_text(json.dumps(ev(1, "a")) + "\n")
+    (d / "a.b.jsonl").write_text(json.dumps(ev(1, "a.b")) + "\n")  # another session, a prefix of none
+    (d / "a.b@20260101T000000.000000Z.jsonl").write_text(json.dumps(ev(9, "a.b")) + "\n")
+    assert [f.name for f in session_files(d / "a.jsonl")] == ["a@20260101T000000.000000Z.jsonl", "a.jsonl"]
+    assert ids(d / "a.jsonl") == [ev(1)["id"], ev(2)["id"]]
