@@ -3,8 +3,9 @@
 Every figure is the median wall time of running a process to completion with a hook payload on
 stdin, from this venv's interpreter: bare ``-c pass`` (with site, ``-S``, ``-S -I``), then the
 shim against a live receiver (the real collector binary, started here) and against a closed port,
-launched four ways: exactly as the registration blocks write it (``python -S -I -c "import
-pipeline.shim ..."``), as a file (``python -S -I .../shim.py``: compiled on every start), as
+launched five ways: exactly as the registration blocks write it (the ``/bin/sh -c`` chain running
+the shim's copy, ``receivers/registration.py``), ``python -S -I -c "import pipeline.shim ..."``
+from the checkout, as a file (``python -S -I .../shim.py``: compiled on every start), as
 ``python -m pipeline.shim`` and as the ``aep-collector-hook`` console script (both with site).
 Ratios are against ``python -S -I -c pass``, the floor. Nothing is asserted.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
 import socket
 import statistics
 import subprocess
@@ -25,6 +27,7 @@ import time
 from pathlib import Path
 
 from receivers.hook_vendors.blocks import shim_argv
+from receivers.registration import ensure_shim, shim_command, using_home
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM = ROOT / "pipeline" / "shim.py"
@@ -92,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(("python -S -c pass", median_ms([py, "-S", "-c", "pass"], args.runs)))
             rows.append(("python -S -I -c pass", median_ms([py, "-S", "-I", "-c", "pass"], args.runs)))
             for where, url in (("live", live), ("closed port", dead)):
+                with using_home(Path(tmp)):  # the shim copy and its chain, in the scratch folder
+                    ensure_shim()
+                    chain = shlex.split(shim_command(*hook, url=url))
                 launches = {
-                    "registered (-S -I -c import)": shim_argv(*hook, url=url),
+                    "registered (/bin/sh chain -> copy)": chain,
+                    "-S -I -c import pipeline.shim": shim_argv(*hook, url=url),
                     "python -S -I shim.py": [py, "-S", "-I", str(SHIM), *hook, "--url", url],
                     "python -m pipeline.shim": [py, "-m", "pipeline.shim", *hook, "--url", url],
                     "aep-collector-hook": [script, *hook, "--url", url],

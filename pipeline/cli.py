@@ -4,7 +4,8 @@
     aep-collector validate --config FILE        check a config, exit non-zero with the reason
     aep-collector components                    list every component type it can build
     aep-collector validate-events FILE.jsonl    check AEP events against the envelope rules
-    aep-collector hooks VENDOR                  print the vendor-side registration block
+    aep-collector hooks VENDOR                  print the file the vendor reads (advice on stderr)
+    aep-collector hooks VENDOR --install        merge it into the vendor's own config (--uninstall, --dry-run)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from .component import Kind
@@ -23,12 +25,13 @@ from .config import ConfigError, load
 from .logs import config_secrets
 from .logs import install as install_log_redaction
 
-DEFAULT_CONFIG = "config/default.yaml"
+DEFAULT_CONFIG = str(Path(__file__).with_name("default.yaml"))
+"""The default config ships inside the package, so ``aep-collector`` with no flags works from any folder."""
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aep-collector", description="Coding-agent hooks and OTLP logs in, AEP events out.")
-    p.add_argument("--config", help=f"pipeline config to run (default {DEFAULT_CONFIG})")
+    p.add_argument("--config", help="pipeline config to run (default: the built-in default config)")
     sub = p.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run the collector (the default command)")
     run.add_argument("--config", dest="run_config", help="pipeline config file")
@@ -38,10 +41,16 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--json", action="store_true", help="print JSON with default configs")
     ev = sub.add_parser("validate-events", help="validate a JSONL file of AEP events")
     ev.add_argument("file")
-    hooks = sub.add_parser("hooks", help="print the hook registration block for a vendor")
+    hooks = sub.add_parser("hooks", help="print, install or uninstall a vendor's hook registration")
     hooks.add_argument("vendor")
     hooks.add_argument("--url", help="receiver base URL (default: the vendor receiver's default endpoint)")
     hooks.add_argument("--config", dest="hooks_config", help="take endpoint and timeouts from this config")
+    mode = hooks.add_mutually_exclusive_group()
+    mode.add_argument("--install", action="store_true", help="merge the registration into the vendor's config")
+    mode.add_argument("--uninstall", action="store_true", help="remove exactly what --install wrote")
+    hooks.add_argument("--dry-run", action="store_true", help="say what --install/--uninstall would change")
+    hooks.add_argument("--home", help="treat DIR as the home folder (vendor configs and ~/.aep)")
+    hooks.add_argument("--project", help="workspace for project-level files (default: the current folder)")
     return p
 
 
@@ -115,15 +124,43 @@ def cmd_run(path: str) -> int:
     return 0
 
 
-def cmd_hooks(vendor: str, url: str | None, config: str | None) -> int:
-    from receivers.registration import render
+def cmd_hooks(args: argparse.Namespace) -> int:
+    from pathlib import Path
 
-    try:
-        text = render(vendor, url=url, config_path=config, registry=_registry() if config else None)
-    except (KeyError, ConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(text)
+    from receivers import wiring
+    from receivers.registration import using_home
+    from receivers.registration import wiring as registration
+
+    home = Path(args.home).expanduser().resolve() if args.home else None
+    project = Path(args.project).expanduser().resolve() if args.project else None
+    vendor = args.vendor.lower().replace("_", "-")
+    with using_home(home):
+        try:
+            if args.uninstall:
+                changes = wiring.uninstall(vendor, dry_run=args.dry_run)
+                if not changes:
+                    print(f"{vendor}: nothing recorded as installed (see {wiring.records_dir()})", file=sys.stderr)
+            else:
+                reg = registration(vendor, url=args.url, config_path=args.hooks_config,
+                                   registry=_registry() if args.hooks_config else None)
+                for line in reg.advice[1 if args.install else 0:]:  # [0] says where to put the printed file
+                    print(f"# {line}", file=sys.stderr)
+                if not args.install:
+                    if args.dry_run:
+                        print("error: --dry-run goes with --install or --uninstall", file=sys.stderr)
+                        return 2
+                    sys.stdout.write(reg.text())
+                    return 0
+                changes = wiring.install(reg, home, project, dry_run=args.dry_run)
+        except (KeyError, ConfigError, ValueError, wiring.WiringError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    for change in changes:
+        print(change.line(args.dry_run))
+        for note in change.notes:
+            print(f"  note: {note}")
+        if args.dry_run and change.after != change.before:
+            sys.stdout.write(change.diff())
     return 0
 
 
@@ -147,7 +184,7 @@ def _main(argv: list[str] | None) -> int:
 
         return main_validate_events([args.file])
     if args.command == "hooks":
-        return cmd_hooks(args.vendor, args.url, args.hooks_config)
+        return cmd_hooks(args)
     path = getattr(args, "run_config", None) or args.config or DEFAULT_CONFIG
     return cmd_run(path)
 

@@ -206,6 +206,8 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):  # what ${env:N:-10000} substitutes to
+            return int(value)
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)

@@ -24,12 +24,14 @@ from .model import Event
 log = logging.getLogger("aep.control")
 
 RESPOND = "control.attention.respond"
+CANCEL = "control.cancel"
 Validator = Callable[[dict[str, Any]], "str | None"]
 
 
 @dataclass
 class Outcome:
-    """How a hold ended: ``answered`` (with the command's answer), ``timeout``, ``dismissed`` or ``oob``."""
+    """How a hold ended: ``answered`` (with the command's answer), ``timeout``, ``dismissed``, ``oob``,
+    ``cancelled`` (a ``control.cancel`` ended its run: ``command`` is the cancel) or ``shutdown``."""
 
     how: str
     answer: dict[str, Any] | None = None
@@ -85,6 +87,8 @@ class ControlRouter:
         self.pipelines: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
         self._watchers: list[Callable[[str], None]] = []
+        self.cancelled: OrderedDict[tuple[str, str], None] = OrderedDict()
+        """Sessions whose run was cancelled and whose agent has not been told to stop yet."""
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -167,13 +171,21 @@ class ControlRouter:
 
     # -- commands ---------------------------------------------------------------------------------
 
-    async def submit(self, command: Event, target_agent: str) -> None:
-        """Decide one inbound command; never raises (a bad command is a nack, not a crash)."""
+    async def submit(self, command: Event, target_agent: str) -> list[Event]:
+        """Decide one inbound command; never raises (a bad command is a nack, not a crash).
+
+        Returns the ack events recorded for the command (the same objects, so the same bytes, on
+        every retransmission), or none while its first copy is still being decided: a transport
+        that answers a command with its ack (NATS request/reply) replies with these.
+        """
         try:
             await self._submit(command, target_agent)
         except Exception as exc:
             self.health.fail("control", "submit-error", f"{type(exc).__name__}: {exc}")
             log.exception("control: command handling failed")
+            return []
+        recorded = self.decisions.get((command.get("source"), command.get("id")))  # type: ignore[arg-type]
+        return [e for _, events in recorded or [] for e in events]
 
     async def _submit(self, command: Event, target_agent: str) -> None:
         cid, source, session = command.get("id"), command.get("source"), command.get("session")
@@ -201,6 +213,9 @@ class ControlRouter:
         if ctype == RESPOND:
             await self._respond(key, command, target_agent)
             return
+        if ctype == CANCEL:
+            await self._cancel(key, command, target_agent)
+            return
         # Declared but not implemented here would be a bug in a receiver's declaration.
         await self._ack(key, command, target_agent, None, "unsupported", f"{ctype} has no handler")
 
@@ -222,6 +237,56 @@ class ControlRouter:
             return
         await self._ack(key, command, agent, hold, None, None)
         hold.settle(Outcome("answered", answer, command))
+
+    def open_runs(self, agent: str, session: str) -> list[str]:
+        """The runs the pipelines' run synthesis holds open for ``(agent, session)``."""
+        runs: list[str] = []
+        for pipeline in self.pipelines.values():
+            for proc in getattr(pipeline, "processors", []):
+                state = getattr(getattr(proc, "state", None), "open", None)
+                if isinstance(state, dict):
+                    runs.extend(r for k, r in state.items() if k[:2] == (agent, session) and r not in runs)
+        return runs
+
+    async def _cancel(self, key: tuple[str, str], command: Event, agent: str) -> None:
+        """AEP-0004 §5: accept a cancel of a live run, then exactly one ``run.cancelled`` per run
+        (cause = the command), and free the run's held requests (``Outcome("cancelled")``)."""
+        data = command.get("data") if isinstance(command.get("data"), dict) else {}
+        scope, run, session = data.get("scope", "run"), command.get("run"), command["session"]
+        if scope not in ("run", "session"):
+            await self._ack(key, command, agent, None, "invalid", "data.scope must be 'run' or 'session'")
+            return
+        if scope == "run" and not isinstance(run, str):
+            await self._ack(key, command, agent, None, "invalid", "a run-scoped cancel names its run")
+            return
+        live = self.open_runs(agent, session)
+        targets = [run] if scope == "run" and run in live else live if scope == "session" else []
+        if not targets:
+            what = f"run {run!r}" if scope == "run" else "no run"
+            await self._ack(key, command, agent, None, "refused", f"{what} is not live in this session")
+            return
+        await self._ack(key, command, agent, None, None, None)
+        consumer = self.agents[agent].consumer if agent in self.agents else None
+        for target in targets:
+            outcome: Event = {"type": "run.cancelled", "agent": agent, "session": session, "run": target,
+                              "cause": command["id"], "data": {"by": "control"}}
+            if isinstance(data.get("reason"), str):
+                outcome["data"]["reason"] = data["reason"]
+            if consumer is not None:
+                await consumer.consume_each([outcome])
+        self.cancelled[(agent, session)] = None
+        while len(self.cancelled) > self.max_holds:
+            self.cancelled.popitem(last=False)
+        for hold in self.pending(agent, session):
+            if scope == "session" or any(ev.get("run") in targets for _, ev in hold.lanes):
+                hold.settle(Outcome("cancelled", None, command))
+
+    def take_cancel(self, agent: str, session: str) -> bool:
+        """True once after a run of ``(agent, session)`` was cancelled: the agent's next hook is told to stop."""
+        if (agent, session) in self.cancelled:
+            del self.cancelled[(agent, session)]
+            return True
+        return False
 
     async def _ack(self, key: tuple[str, str], command: Event, agent: str, hold: Hold | None,
                    reason: str | None, detail: str | None) -> None:

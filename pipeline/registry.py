@@ -30,6 +30,8 @@ BUILTINS = (
     "processors.capture",
     "exporters.jsonl",
     "exporters.relay",
+    "exporters.relay_server",
+    "exporters.nats",
     "receivers.claude_code",
     "receivers.hook_vendors",
     "receivers.plugin_vendors",

@@ -107,7 +107,9 @@ class Service:
         """The persistent sending queue in front of ``exporter`` (the memory one if it is turned off)."""
         cid = f"exporter/{eid}"
         qcfg = self.config.sending_queues.get(eid) or SendingQueueConfig()
-        if not qcfg.enabled:
+        # An exporter with nothing to lose in a crash (in-process fan-out, or switched off) says
+        # ``persistent_queue = False``: it keeps the memory queue, no segment files for it.
+        if not qcfg.enabled or getattr(exporter, "persistent_queue", True) is False:
             return QueuedExporter(cid, exporter, self.health)
         return SendingQueue(cid, queue_directory(self.config.state_dir, cid, qcfg), qcfg, deliver_of(exporter),
                             self.health)

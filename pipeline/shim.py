@@ -1,7 +1,8 @@
 """``aep-collector-hook VENDOR [EVENT] [--url URL] [--wait SECONDS]``: the fail-open command-hook shim.
 
 A vendor that runs a command per hook firing (Codex, Gemini CLI, VS Code agent, Kimi Code,
-Antigravity; Qwen Code in command deployments) runs this: it reads the hook payload from stdin,
+Antigravity, Cline, Hermes; Claude Code for SessionStart, which it fires for command hooks only)
+runs this: it reads the hook payload from stdin,
 POSTs it to the vendor's collector receiver (``/hook``, with ``?hook=EVENT`` when an event is
 given: Antigravity's payloads do not name their own), and prints the receiver's reply. On ANY
 failure (receiver down, slow, non-2xx, a reply that is not a JSON object, empty or oversized
@@ -70,6 +71,9 @@ class Vendor:
 # ``json.dumps`` writes them (tests/test_shim.py holds them to it); waits are the receivers'
 # default attention_timeout + 5 s.
 VENDORS: "dict[str, Vendor]" = {
+    # Claude Code speaks http hooks; the shim carries only the moments it fires for command hooks
+    # alone (SessionStart), which are never held.
+    "claude-code": Vendor(8377),
     "codex": Vendor(8378, held=("PermissionRequest",), wait=60.0),
     "gemini-cli": Vendor(8379),
     "qwen-code": Vendor(8380, held=("PermissionRequest",), wait=60.0),

@@ -153,7 +153,7 @@ class HeldLoop:
         finally:
             if self.router is not None:
                 self.router.close(hold)
-        if outcome.how == "shutdown":
+        if outcome.how in ("shutdown", "cancelled"):
             await self.emit(hold, "attention.resolved", {"resolution": "dismissed"}, cause_request=True)
         return outcome
 
@@ -215,6 +215,10 @@ class HeldLoop:
         if hold.key is not None:
             draft["_attention_key"] = hold.key  # closes the correlation book's entry too
         return draft
+
+    def cancelled(self, session: str) -> bool:
+        """True once after an operator's ``control.cancel`` ended a run of ``session``."""
+        return self.router is not None and self.router.take_cancel(self.agent, session)
 
     def pending(self, session: str | None = None) -> list[Hold]:
         return [] if self.router is None else self.router.pending(self.agent, session)

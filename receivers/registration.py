@@ -10,6 +10,9 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +57,97 @@ def shim_argv(vendor: str, event: str | None = None, url: str | None = None,
     return parts
 
 
+HOOK_FILE = "aep_collector_hook.py"
+"""The shim's stable copy, in ``<hook dir>/bin``: registered commands name it, never the checkout."""
+_HOME: ContextVar[Path | None] = ContextVar("aep_hook_home", default=None)
+
+
+def hook_dir() -> Path:
+    """Where the shim copy and the install records live: ``<--home>/.aep``, else ``$AEP_HOOK_DIR``, else ``~/.aep``."""
+    home = _HOME.get()
+    if home is not None:
+        return home / ".aep"
+    env = os.environ.get("AEP_HOOK_DIR")
+    return Path(env) if env else Path.home() / ".aep"
+
+
+@contextmanager
+def using_home(home: Path | None) -> Iterator[None]:
+    """Render and install as if ``home`` were the user's home (``hooks --home DIR``)."""
+    token = _HOME.set(home)
+    try:
+        yield
+    finally:
+        _HOME.reset(token)
+
+
+def ensure_shim() -> Path:
+    """Copy the stdlib-only shim to ``<hook dir>/bin/aep_collector_hook.py`` (only when it differs).
+
+    The copy outlives the checkout, the venv and ``pip install -e``: the registered command runs
+    it with whichever Python 3 it finds, so no installation step can turn a hook into an error.
+    """
+    target = hook_dir() / "bin" / HOOK_FILE
+    source = Path(shim.__file__).read_bytes()
+    if not target.is_file() or target.read_bytes() != source:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(source)
+        os.replace(tmp, target)
+    return target
+
+
+def pythons() -> list[str]:
+    """Interpreters the hook command tries, in order: this one's base (a venv's own python dies with
+    the venv; its base does not), then whatever ``python3`` is on the vendor's PATH."""
+    base = getattr(sys, "_base_executable", None) or sys.executable
+    first = os.path.realpath(base) if base else ""
+    return [p for p in (first, "python3") if p] if first != "python3" else ["python3"]
+
+
+# POSIX sh: $1 the shim's folder, $2 the neutral reply, the rest the shim's arguments. Each
+# interpreter that exists is tried; one that fails to start leaves stdin unread for the next; if
+# none ran, stdin is drained (cat, else the read builtin: a vendor writing to a closed pipe may
+# crash on EPIPE) and the neutral reply printed. Exit status 0 on every path.
+_CHAIN = ('d=$1 n=$2; shift 2; for p in {pythons}; do '
+          'if [ -r "$d/{file}" ] && command -v "$p" >/dev/null 2>&1; then '
+          '"$p" -S -I -c "import sys;sys.path[:0]=[sys.argv.pop(1)];import {module} as s;sys.exit(s.main())" '
+          '"$d" "$@" && exit 0; fi; done; cat >/dev/null 2>&1 || while IFS= read -r _; do :; done; '
+          'printf %s "$n"; exit 0')
+
+
 def shim_command(vendor: str, event: str | None = None, url: str | None = None, wait: float | None = None,
                  posix: bool = os.name != "nt") -> str:
-    """``shim_argv`` as one command line: for a POSIX shell, else for cmd.exe / PowerShell."""
+    """The registered hook command: ``/bin/sh -c`` running the shim copy in ``<hook dir>/bin``.
+
+    It survives a reinstall, ``pip install -e``, a moved checkout and a new venv (nothing of the
+    checkout or venv is named), and it exits 0 with the vendor's neutral reply whatever is
+    missing. One argv, so vendors that split it with shlex and run no shell (Hermes) run it too.
+    Off POSIX: ``shim_argv`` for cmd.exe / PowerShell.
+    """
     parts = shim_argv(vendor, event, url, wait)
-    return " ".join(shlex.quote(p) for p in parts) if posix else subprocess.list2cmdline(parts)
+    if not posix:
+        return subprocess.list2cmdline(parts)
+    chain = _CHAIN.format(pythons=" ".join(shlex.quote(p) for p in pythons()), file=HOOK_FILE,
+                          module=HOOK_FILE[:-3])
+    neutral = shim.neutral(shim.VENDORS.get(vendor), event).decode()
+    argv = ["/bin/sh", "-c", chain, "aep-collector-hook", str(hook_dir() / "bin"), neutral, *parts[5:]]
+    return " ".join(shlex.quote(p) for p in argv)
 
 
-def _claude_code(url: str | None, cfg: Any) -> str:
-    from receivers.claude_code import settings_block
+def _claude_code(url: str | None, cfg: Any) -> Any:
+    from receivers.claude_code import COMMAND_HOOKS, settings_block
+    from receivers.wiring import Wiring, json_target
 
     endpoint = cfg.endpoint if cfg is not None else "127.0.0.1:8377"
     timeout = cfg.attention_timeout if cfg is not None else 55.0
-    block = settings_block(url or f"http://{endpoint}/hook", timeout)
-    return ("// Merge into ~/.claude/settings.json (or .claude/settings.json in a project):\n"
-            + json.dumps(block, indent=2))
+    target = hook_url(url, endpoint)
+    # Moments Claude Code fires for command hooks only go through the shim, to the same receiver.
+    commands = {name: shim_command("claude-code", url=target) for name in COMMAND_HOOKS}
+    block = settings_block(target, timeout, commands)
+    return Wiring("claude-code", [json_target(".claude/settings.json", block)], [
+        "merge into ~/.claude/settings.json (or .claude/settings.json in a project), "
+        "or run: aep-collector hooks claude-code --install"])
 
 
 def _hook_vendor(module: str) -> Any:
@@ -110,8 +189,11 @@ RENDERERS: dict[str, tuple[str, Any]] = {
 }
 
 
-def render(vendor: str, url: str | None = None, config_path: str | None = None, registry: Any = None) -> str:
-    """The registration text for ``vendor``; with a config, endpoint and timeouts come from it."""
+def wiring(vendor: str, url: str | None = None, config_path: str | None = None, registry: Any = None) -> Any:
+    """The ``receivers.wiring.Wiring`` for ``vendor``; with a config, endpoint and timeouts come from it.
+
+    Copies the shim to ``<hook dir>/bin`` first: the commands it returns run that copy.
+    """
     key = vendor.lower().replace("_", "-")
     if key not in RENDERERS:
         raise KeyError(f"unknown vendor {vendor!r} (known: {', '.join(sorted(RENDERERS))})")
@@ -127,4 +209,10 @@ def render(vendor: str, url: str | None = None, config_path: str | None = None, 
                 break
         if cfg is None:
             raise ValueError(f"{config_path}: no {rtype} receiver is configured")
+    ensure_shim()
     return fn(url, cfg)
+
+
+def render(vendor: str, url: str | None = None, config_path: str | None = None, registry: Any = None) -> str:
+    """What ``aep-collector hooks VENDOR`` prints: the content of the file the vendor reads."""
+    return wiring(vendor, url, config_path, registry).text()

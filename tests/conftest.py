@@ -26,3 +26,14 @@ def corpus(relative: str) -> object:
 @pytest.fixture(scope="session")
 def aep_dir() -> Path:
     return AEP_DIR
+
+
+@pytest.fixture(autouse=True)
+def hook_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own shim copy and install records, never the user's ~/.aep.
+
+    ``aep-collector hooks`` copies the shim to ``$AEP_HOOK_DIR/bin`` (subprocesses inherit it).
+    """
+    path = tmp_path_factory.mktemp("aep-hook-dir")
+    monkeypatch.setenv("AEP_HOOK_DIR", str(path))
+    return path

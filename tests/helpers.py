@@ -81,6 +81,9 @@ class Collector:
             m = re.search(r"(receiver/\S+?): OTLP/(gRPC|HTTP) on (?:http://)?[^\s/]+:(\d+)", line)
             if m:
                 self.ports[f"{m.group(1)}:{m.group(2).lower()}"] = int(m.group(3))
+            m = re.search(r"relay role on http://[^\s]+:(\d+)", line)
+            if m:
+                self.ports["relay_server"] = int(m.group(1))
             if "aep-collector started" in line:
                 return self
         raise RuntimeError("collector did not start in time:\n" + "".join(self.log))

@@ -213,7 +213,7 @@ async def test_unknown_subject_is_refused(env):
 
 
 async def test_undeclared_command_is_unsupported(env):
-    c = cmd("control.cancel", data={"scope": "session"})
+    c = cmd("control.pause", data={})
     await env.router.submit(c, "claude-code")
     (nack,) = [e for e in env.jsonl() if e["type"] == "control.rejected"]
     assert nack["data"]["reason"] == "unsupported"
@@ -400,3 +400,62 @@ async def test_a_flood_of_commands_grants_nothing_and_leaks_no_state(env):
     await env.router.submit(respond(rid, option="deny"), "claude-code")
     assert (await asyncio.wait_for(task, 10))[1]["hookSpecificOutput"]["decision"]["behavior"] == "deny"
     assert env.router.holds == {} and len(env.router.decisions) == len(junk) + 1
+
+
+def cancel(run, scope="run", session=SID):
+    c = cmd("control.cancel", data={"scope": scope, "reason": "operator stop"}, session=session)
+    if run is not None:
+        c["run"] = run
+    return c
+
+
+async def started_run(env):
+    await env.post({"session_id": SID, "hook_event_name": "UserPromptSubmit", "prompt": "go"})
+    (run,) = {e["run"] for e in env.jsonl() if e["type"] == "run.started"}
+    return run
+
+
+async def test_cancel_of_a_live_run_acks_then_one_cancelled_outcome_and_frees_the_held_hook(env):
+    run = await started_run(env)
+    task = asyncio.create_task(env.post(permission()))
+    (rid,) = await env.held()
+    c = cancel(run)
+    await env.router.submit(c, "claude-code")
+    status, reply = await asyncio.wait_for(task, 10)
+    decision = reply["hookSpecificOutput"]["decision"]
+    assert status == 200 and decision["behavior"] == "deny" and decision["interrupt"] is True
+    events = env.jsonl()
+    (ack,) = [e for e in events if e.get("cause") == c["id"] and e["type"].startswith("control.")]
+    (outcome,) = [e for e in events if e["type"] == "run.cancelled"]
+    assert ack["type"] == "control.accepted"
+    assert outcome["run"] == run and outcome["cause"] == c["id"] and outcome["data"]["by"] == "control"
+    assert events.index(ack) < events.index(outcome)
+    assert ("attention.resolved", {"resolution": "dismissed"}) in lifecycle(env, rid)
+    # The run is over: a second cancel is refused, and a retransmit of the first re-acks only.
+    again = cancel(run)
+    await env.router.submit(again, "claude-code")
+    await env.router.submit(c, "claude-code")
+    acks = [e for e in env.jsonl() if e["type"].startswith("control.") and e.get("cause") in (c["id"], again["id"])]
+    assert [(e["type"], e["data"].get("reason")) for e in acks] == [("control.accepted", None),
+                                                                     ("control.rejected", "refused")]
+    assert len([e for e in env.jsonl() if e["type"] == "run.cancelled"]) == 1
+
+
+async def test_after_a_cancel_without_a_held_hook_the_next_hook_is_told_to_stop_once(env):
+    run = await started_run(env)
+    await env.router.submit(cancel(run), "claude-code")
+    pre = {"session_id": SID, "hook_event_name": "PreToolUse", "tool_name": "Read",
+           "tool_input": {"file_path": "a"}, "tool_use_id": "toolu_9"}
+    assert (await env.post(pre))[1] == {"continue": False, "stopReason": "Run cancelled via AEP control"}
+    assert (await env.post(pre | {"tool_use_id": "toolu_10"}))[1] == {}
+
+
+@pytest.mark.parametrize("run,scope,reason", [(None, "run", "invalid"), ("r_nope", "run", "refused"),
+                                              ("r_x", "everything", "invalid")])
+async def test_cancel_that_cannot_apply_is_nacked_with_the_reason(env, run, scope, reason):
+    await started_run(env)
+    c = cancel(run, scope)
+    await env.router.submit(c, "claude-code")
+    (nack,) = [e for e in env.jsonl() if e.get("cause") == c["id"]]
+    assert nack["type"] == "control.rejected" and nack["data"]["reason"] == reason
+    assert not [e for e in env.jsonl() if e["type"] == "run.cancelled"]

@@ -26,17 +26,12 @@ MODULES = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vs
 def registered(vendor: str, text: str) -> dict[str, list[dict[str, Any]]]:
     """Event -> handlers ({command|url, timeout (seconds), matcher?}) as the vendor would read them."""
     out: dict[str, list[dict[str, Any]]] = {}
-    if vendor == "codex":
-        for event, groups in tomllib.loads(text)["hooks"].items():
-            for group in groups:
-                out.setdefault(event, []).extend({**h, "matcher": group.get("matcher")} for h in group["hooks"])
-        return out
     if vendor == "kimi-code":
         for table in tomllib.loads(text)["hooks"]:
             assert set(table) <= {"event", "matcher", "command", "timeout"}  # any other key breaks Kimi's config
             out.setdefault(table["event"], []).append(table)
         return out
-    block = json.loads("\n".join(line for line in text.splitlines() if not line.startswith("//")))
+    block = json.loads(text)  # the printed text is the file itself: strict JSON, no comment lines
     if vendor == "antigravity":
         (events,) = block.values()
         for event, items in events.items():
@@ -59,6 +54,13 @@ def argv(command: str) -> list[str]:
     return shlex.split(command)
 
 
+def shim_args(command: str) -> list[str]:
+    """The shim's own arguments inside the registered ``/bin/sh -c`` chain (VENDOR, EVENT, flags)."""
+    parts = argv(command)
+    assert parts[:2] == ["/bin/sh", "-c"] and parts[3] == "aep-collector-hook"
+    return parts[6:]
+
+
 @pytest.mark.parametrize("vendor", sorted(MODULES))
 def test_every_mapped_hook_is_registered_once(vendor: str) -> None:
     hooks = registered(vendor, render(vendor))
@@ -75,14 +77,15 @@ def test_kimi_registers_exactly_its_sixteen_events() -> None:
 
 
 @pytest.mark.parametrize("vendor", ["codex", "gemini-cli", "vscode", "kimi-code", "antigravity"])
-def test_commands_run_the_shim_for_the_vendor_and_event(vendor: str) -> None:
+def test_commands_run_the_shim_copy_for_the_vendor_and_event(vendor: str, hook_dir: Path) -> None:
     for event, (handler,) in registered(vendor, render(vendor)).items():
         parts = argv(handler["command"])
-        assert parts[:4] == [sys.executable, "-S", "-I", "-c"]
-        assert json.dumps(str(Path(shim.__file__).resolve().parent.parent)) in parts[4]  # the package root
-        assert "import pipeline.shim" in parts[4]
-        assert parts[5:7] == [vendor, event]
+        assert parts[4] == str(hook_dir / "bin")  # the stable copy, not the checkout
+        assert (hook_dir / "bin" / "aep_collector_hook.py").read_bytes() == Path(shim.__file__).read_bytes()
+        assert parts[5].encode() == shim.neutral(shim.VENDORS[vendor], event)  # printed if nothing can run
+        assert shim_args(handler["command"])[:2] == [vendor, event]
         assert "--url" not in parts  # the default receiver address needs no flag
+        assert str(ROOT) not in handler["command"] and sys.prefix not in handler["command"]
 
 
 def test_the_registered_command_is_the_shim() -> None:
@@ -139,12 +142,12 @@ def test_a_config_moves_the_url_and_the_waits(tmp_path: Path) -> None:
 
     reg, _ = build_registry(load_plugins=False)
     cx = registered("codex", render("codex", config_path=str(path), registry=reg))
-    parts = argv(cx["PermissionRequest"][0]["command"])
+    parts = shim_args(cx["PermissionRequest"][0]["command"])
     assert parts[parts.index("--url") + 1] == "http://127.0.0.1:9378"
     assert parts[parts.index("--wait") + 1] == "105" and cx["PermissionRequest"][0]["timeout"] == 110
-    assert "--wait" not in argv(cx["Stop"][0]["command"])
+    assert "--wait" not in shim_args(cx["Stop"][0]["command"])
     kimi = registered("kimi-code", render("kimi-code", config_path=str(path), registry=reg))
-    assert "--url" not in argv(kimi["PreToolUse"][0]["command"])  # default port: no flag
+    assert "--url" not in shim_args(kimi["PreToolUse"][0]["command"])  # default port: no flag
     assert kimi["PreToolUse"][0]["timeout"] == 130
     qw = registered("qwen-code", render("qwen-code", config_path=str(path), registry=reg))
     assert qw["PermissionRequest"][0]["url"] == "http://127.0.0.1:9380/hook"
@@ -154,7 +157,7 @@ def test_a_config_moves_the_url_and_the_waits(tmp_path: Path) -> None:
 def test_url_flag_reaches_every_command() -> None:
     hooks = registered("antigravity", render("antigravity", url="http://127.0.0.1:7000"))
     for (h,) in hooks.values():
-        parts = argv(h["command"])
+        parts = shim_args(h["command"])
         assert parts[parts.index("--url") + 1] == "http://127.0.0.1:7000"
 
 
@@ -163,4 +166,5 @@ def test_the_cli_prints_the_block(vendor: str) -> None:
     out = subprocess.run([sys.executable, "-m", "pipeline.cli", "hooks", vendor.replace("-", "_")], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert registered(vendor, out.stdout.rstrip("\n"))
+    assert registered(vendor, out.stdout)  # stdout is the file; advice went to stderr
+    assert out.stderr.startswith("# ")

@@ -116,9 +116,10 @@ def test_codex_post_tool_use_is_always_completed(response: Any) -> None:
     assert d["type"] == "tool.completed" and d["data"]["result_digest"] == digest(response)
 
 
-def test_codex_never_ends_a_session() -> None:
-    [d] = mapped("codex", {"hook_event_name": "SessionEnd", "session_id": "s"})
-    assert d["type"] == "x.codex.session.session_end"  # no such hook is documented: fallback
+def test_codex_session_end_ends_the_session() -> None:
+    # Codex 0.169 fires SessionEnd (the live tier saw it; the fixture predates it).
+    [d] = mapped("codex", {"hook_event_name": "SessionEnd", "session_id": "s", "turn_id": "t", "reason": "exit"})
+    assert d["type"] == "session.ended" and "run" not in d
 
 
 @pytest.mark.parametrize("kind", ["ToolPermission", "permission_prompt", "elicitation_dialog", None])
@@ -364,3 +365,40 @@ def test_vscode_pretool_reply_refuses_unknown_decisions() -> None:
 
 def test_gemini_is_observe_only() -> None:
     assert not hasattr(gemini_cli, "permission_reply")
+
+
+def test_qwen_repeated_prompt_submit_continues_the_open_run() -> None:
+    # Qwen Code 0.24.4 (live tier): after a tool result it fires UserPromptSubmit again with
+    # prompt "" and the same prompt_id; that is the open run continuing, not a second run.
+    state = qwen_code.new_state()
+
+    def fire(name: str, **kw: Any) -> list[str]:
+        body = {"hook_event_name": name, "session_id": "s", **kw}
+        return [d["type"] for d in qwen_code.map_signal(Signal("qwen-code", name, body), state)]
+
+    assert fire("UserPromptSubmit", prompt="go", prompt_id="s####0") == ["run.started"]
+    assert fire("PostToolUse", tool_name="x", tool_use_id="c") == ["tool.completed"]
+    assert fire("UserPromptSubmit", prompt="", prompt_id="s####0") == []
+    assert fire("Stop") == ["run.finished"]
+    # After Stop the same id opens a run again; a new prompt id always does.
+    assert fire("UserPromptSubmit", prompt="", prompt_id="s####0") == ["run.started"]
+    assert fire("UserPromptSubmit", prompt="next", prompt_id="s####1") == ["run.started"]
+    assert fire("UserPromptSubmit", prompt="no id") == ["run.started"]
+    assert fire("UserPromptSubmit", prompt="no id") == ["run.started"]
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "qwen-code"])
+def test_post_tool_use_keeps_duration_ms(agent: str) -> None:
+    # Claude Code 2.1.328 and Qwen Code 0.24.4 send duration_ms on PostToolUse (live tier).
+    body = {"hook_event_name": "PostToolUse", "session_id": "s", "tool_name": "Bash", "tool_use_id": "c",
+            "tool_response": {"stdout": "hi"}, "duration_ms": 72}
+    mod = {"claude-code": claude_code, "qwen-code": qwen_code}[agent]
+
+    def one(payload: dict[str, Any]) -> dict[str, Any]:
+        [d] = mod.map_signal(Signal(agent, "PostToolUse", payload), mod.new_state())
+        return d
+
+    d = one(body)
+    assert d["type"] == "tool.completed" and d["data"]["duration_ms"] == 72
+    assert "duration_ms" not in one({**body, "duration_ms": -1})["data"]
+    assert "duration_ms" not in one({**body, "duration_ms": True})["data"]

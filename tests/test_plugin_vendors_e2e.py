@@ -144,10 +144,15 @@ CLINE_SESSION = [  # (hook file Cline runs, payload)
 ]
 
 
+def install_cline(receiver: str, home: Path) -> None:
+    """Cline's hook files, as a user installs them: ``aep-collector hooks cline --install``."""
+    subprocess.run([sys.executable, "-m", "pipeline.cli", "hooks", "cline", "--install", "--url", receiver,
+                    "--home", str(home)], cwd=ROOT, check=True, timeout=60, capture_output=True)
+
+
 def test_cline_session_through_the_installed_hook_files(stack: Any, tmp_path: Path) -> None:
     c, tmp = stack
-    script = render("cline", url(c, "cline"))
-    subprocess.run(["sh", "-c", script], cwd=tmp_path, check=True, timeout=60)
+    install_cline(url(c, "cline"), tmp_path)
     hooks = tmp_path / ".cline" / "hooks"
     assert sorted(p.name for p in hooks.iterdir()) == sorted(
         ["TaskStart", "TaskResume", "TaskCancel", "TaskComplete", "TaskError", "PreToolUse", "PostToolUse",
@@ -207,8 +212,7 @@ def test_daemon_down_every_vendor_side_fails_open(tmp_path: Path) -> None:
     # Nothing listens on these ports: each shell-hook side gives its neutral reply and exits 0
     # (the JavaScript halves' closed-port behaviour is in test_plugin_vendors_js.py).
     dead = {v: f"http://127.0.0.1:{closed_port()}/hook" for v in VENDORS}
-    script = render("cline", dead["cline"])
-    subprocess.run(["sh", "-c", script], cwd=tmp_path, check=True, timeout=60)
+    install_cline(dead["cline"], tmp_path)
     assert run_hook([str(tmp_path / ".cline" / "hooks" / "PreToolUse")], cline("tool_call"), tmp_path) == (0, "{}")
     block = yaml.safe_load(render("hermes", dead["hermes"]))["hooks"]
     for hook in ("pre_tool_call", "on_session_start"):

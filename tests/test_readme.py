@@ -13,7 +13,7 @@ def test_the_first_lines_give_the_two_commands():
     head = README.split("\n## ", 1)[0]
     assert "# install and run the collector on the default config" in head
     assert "# install the test extras and run the tests" in head
-    assert "aep-collector --config config/default.yaml" in head and "pytest" in head
+    assert ".venv/bin/pip install . && .venv/bin/aep-collector\n" in head and "pytest" in head
     ci = (ROOT / ".ci" / "run").read_text()
     assert "# install the test extras and run the tests" in ci  # CI runs exactly that line
 

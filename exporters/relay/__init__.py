@@ -51,6 +51,9 @@ class RelayExporter:
 
     async def start(self, host: Host) -> None:
         self.host = host
+        if not self.config.enabled:  # opt-in: no external relay configured, nothing to reach or warn about
+            self._stopped = True
+            return
         host.health.set_flag(self.id, "relay", False)
         self._started = True
         for link in self.links.values():
@@ -69,6 +72,8 @@ class RelayExporter:
                 self.host.health.fail(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
                 continue
             by_agent.setdefault(agent, []).append(event)
+        if not self.config.enabled:
+            return
         if self._stopped:
             n = sum(map(len, by_agent.values()))
             if n:
@@ -81,6 +86,8 @@ class RelayExporter:
     async def deliver(self, events: list[Event]) -> None:
         """The sending queue's call: returns once the relay confirmed every event (a ``pong`` after
         it), however long the relay is away; raises if one was lost, so the batch is retried."""
+        if not self.config.enabled:
+            return
         if self._stopped:
             raise RuntimeError("the relay exporter is shut down")
         by_agent: dict[str, list[Event]] = {}
@@ -100,6 +107,11 @@ class RelayExporter:
         lost = sum(t.lost for t in tickets)
         if lost:
             raise RuntimeError(f"{lost} events were dropped from the relay outbox before delivery")
+
+    @property
+    def persistent_queue(self) -> bool:
+        """Switched off (no ``endpoint``): nothing is sent, so nothing is queued on disk either."""
+        return self.config.enabled
 
     def open(self, agent: str) -> None:
         """Open ``agent``'s connection now, before its first event; a no-op if it exists."""

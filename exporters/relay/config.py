@@ -13,7 +13,8 @@ class RelayConfig:
     """Config of the ``relay`` exporter (AEP-0003 §3.5 WebSocket binding, emitter role)."""
 
     endpoint: str = "ws://127.0.0.1:8787/socket"
-    """The relay's WebSocket URL, ``ws://`` or ``wss://``; an empty path means ``/socket``."""
+    """The relay's WebSocket URL, ``ws://`` or ``wss://``; an empty path means ``/socket``.
+    Empty: the exporter is off (the default config sets it only when ``AEP_RELAY_URL`` is set)."""
     token: str | None = None
     """Bearer token sent as ``Authorization: Bearer <token>``; empty means none."""
     outbox_size: int = 10000
@@ -37,7 +38,13 @@ class RelayConfig:
         if self.instance is not None and not self.instance.strip():
             self.instance = None
 
+    @property
+    def enabled(self) -> bool:
+        return bool(self.endpoint.strip())
+
     def validate(self) -> None:
+        if not self.enabled:
+            return
         parts = urlsplit(self.endpoint)
         if parts.scheme not in ("ws", "wss"):
             raise ValueError(f"endpoint must be a ws:// or wss:// URL such as ws://127.0.0.1:8787/socket, "

@@ -3,7 +3,8 @@
 Identity pin: ``session_id`` (the Codex thread) is the session and ``turn_id`` is a REAL run id,
 so drafts carry ``run`` and the runs processor synthesizes nothing. A run left open when the next
 prompt arrives was interrupted: ``run.started`` asks the runs processor to drain it as
-``run.cancelled`` first. Codex has no SessionEnd hook, so it never emits ``session.ended``.
+``run.cancelled`` first. Codex 0.169 fires ``SessionEnd`` (seen live: ``tests/live/test_live_hooks.py``),
+which the fixture predates; it closes the session as it does for the other hook vendors.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def _run_started(payload: hf.Payload, _state: Any) -> Event:
 
 HOOKS: dict[str, hf.Handler] = {
     "SessionStart": _session_started,
+    "SessionEnd": hf.session_ended,
     "UserPromptSubmit": _run_started,
     "Stop": hf.run_finished,
     "PreToolUse": hf.tool_requested,
@@ -54,7 +56,8 @@ HOOKS: dict[str, hf.Handler] = {
 
 def map_hook(name: str, payload: Any) -> list[Event]:
     """One Codex hook firing -> drafts, each in the run its ``turn_id`` names."""
-    run = get_str(payload, "turn_id") if isinstance(payload, dict) else None
+    session_scoped = name in ("SessionStart", "SessionEnd")  # never inside a run, whatever turn_id says
+    run = get_str(payload, "turn_id") if isinstance(payload, dict) and not session_scoped else None
     return hf.map_table(AGENT, HOOKS, name, payload, run=run)
 
 

@@ -128,7 +128,15 @@ def tool_completed(payload: Payload, _state: Any = None, *, call_ids: bool = Tru
         data["result_digest"] = digest(raw)
         if isinstance(raw, (dict, str)):  # the schema's `result` is an object or a string
             data["result"] = json_copy(raw)
+    _duration(payload, data)
     return draft("tool.completed", data, tool["name"])
+
+
+def _duration(payload: Payload, data: Payload) -> None:
+    """Keep the vendor's ``duration_ms`` (Claude Code 2.1 and Qwen 0.24 send it on PostToolUse)."""
+    ms = payload.get("duration_ms")
+    if isinstance(ms, (int, float)) and not isinstance(ms, bool) and ms >= 0:
+        data["duration_ms"] = int(ms)
 
 
 def tool_failed(payload: Payload, error_type: str, message: Any, *, call_ids: bool = True) -> Event:
@@ -137,7 +145,9 @@ def tool_failed(payload: Payload, error_type: str, message: Any, *, call_ids: bo
     error: Payload = {"type": error_type}
     if isinstance(message, str) and message:
         error["message"] = message
-    return draft("tool.failed", {"tool": tool, "error": error}, tool["name"])
+    data: Payload = {"tool": tool, "error": error}
+    _duration(payload, data)
+    return draft("tool.failed", data, tool["name"])
 
 
 def tool_use_failure(payload: Payload, _state: Any = None) -> Event:

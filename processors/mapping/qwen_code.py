@@ -7,6 +7,7 @@ notification suppressed, compaction once at PostCompact, todo hooks as ``progres
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from functools import partial
 from typing import Any
 
@@ -21,9 +22,39 @@ AGENT = "qwen-code"
 NEUTRAL_REPLY: dict[str, Any] = {}
 
 
-def new_state() -> None:
-    """Qwen Code mapping is stateless (runs are synthesized downstream, tools carry ids)."""
-    return None
+MAX_OPEN_PROMPTS = 10_000
+"""Sessions whose open ``prompt_id`` is remembered (least recently used forgotten)."""
+
+
+class QwenState:
+    """The ``prompt_id`` of each session's open run, so a repeated UserPromptSubmit continues it.
+
+    Qwen Code 0.24.4 fires UserPromptSubmit again (``prompt: ""``, the same ``prompt_id``) when it
+    sends a tool result back to the model (seen live: ``tests/live/test_live_hooks.py``). That is
+    the same turn continuing, not a new run; a new user prompt gets a new ``prompt_id``.
+    """
+
+    def __init__(self) -> None:
+        self.open: OrderedDict[str, str] = OrderedDict()
+
+    def continues(self, session: str, prompt_id: str | None) -> bool:
+        """True if ``prompt_id`` is the session's open run; otherwise it becomes the open one."""
+        if prompt_id is not None and self.open.get(session) == prompt_id:
+            self.open.move_to_end(session)
+            return True
+        if prompt_id is None:
+            self.open.pop(session, None)
+        else:
+            self.open[session] = prompt_id
+            self.open.move_to_end(session)
+            while len(self.open) > MAX_OPEN_PROMPTS:
+                self.open.popitem(last=False)
+        return False
+
+
+def new_state() -> QwenState:
+    """Runs are synthesized downstream and tools carry ids; only the open prompt is remembered."""
+    return QwenState()
 
 
 def _session_started(payload: hf.Payload, _state: Any) -> Event:
@@ -71,9 +102,16 @@ def map_hook(name: str, payload: Any) -> list[Event]:
     return hf.map_table(AGENT, HOOKS, name, payload)
 
 
-def map_signal(signal: Signal, state: None) -> list[Event]:
+def map_signal(signal: Signal, state: QwenState | None) -> list[Event]:
     """Map a received Qwen Code hook call; its permission card is keyed for the attention book."""
-    return hf.key_permissions(map_hook(hf.hook_name(signal), hf.payload_of(signal)), signal)
+    name, payload = hf.hook_name(signal), hf.payload_of(signal)
+    if state is not None:
+        session = hf.session_of(payload) or ""
+        if name == "UserPromptSubmit" and state.continues(session, get_str(payload, "prompt_id")):
+            return []  # the open run continuing after a tool result, not a new run
+        if name in ("Stop", "StopFailure", "SessionEnd"):
+            state.open.pop(session, None)
+    return hf.key_permissions(map_hook(name, payload), signal)
 
 
 def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:

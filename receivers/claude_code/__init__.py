@@ -14,7 +14,7 @@ from aiohttp import web
 
 from pipeline.canonical import digest
 from pipeline.component import Factory, Kind
-from pipeline.control import RESPOND, Hold, Outcome
+from pipeline.control import CANCEL, RESPOND, Hold, Outcome
 from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import claude_code as cc
@@ -26,6 +26,9 @@ from receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServ
 AGENT = "claude-code"
 NEUTRAL_REPLY: dict[str, Any] = cc.NEUTRAL_REPLY
 DENY_MESSAGE = "Denied via AEP attention loop"
+CANCEL_MESSAGE = "Run cancelled via AEP control"
+# Claude Code's common hook output: stop the agent loop (control.cancel, AEP-0004 §5).
+STOP_REPLY: dict[str, Any] = {"continue": False, "stopReason": CANCEL_MESSAGE}
 
 # Every hook Annex A.1 maps, registered by `aep-collector hooks claude-code`.
 HOOKS = (
@@ -37,6 +40,9 @@ HOOKS = (
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
                         "PermissionDenied"})
 HELD_HOOKS = frozenset({"PermissionRequest", "Elicitation"})
+# Claude Code 2.1.328 fires these for `command` hooks only, never for `http` hooks (checked live):
+# they are registered as the command shim, which POSTs the same payload to the same receiver.
+COMMAND_HOOKS = frozenset({"SessionStart"})
 
 
 @dataclass
@@ -71,7 +77,7 @@ class ClaudeCodeSurface:
 
     async def on_start(self, host: Host, server: HookServer) -> None:
         assert server.deliver is not None
-        self.loop.bind(host, server.deliver, [RESPOND], server.consumer)
+        self.loop.bind(host, server.deliver, [RESPOND, CANCEL], server.consumer)
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         name = payload.get("hook_event_name")
@@ -98,12 +104,15 @@ class ClaudeCodeSurface:
                 await self.loop.dismiss(hold)
         elif name == "SessionEnd":
             await self.loop.sweep(session)  # AEP-0002 §7.1: nothing left open at session.ended
+        stop = name not in ("SessionStart", "SessionEnd") and self.loop.cancelled(session)
         await deliver([signal])
         if name == "ElicitationResult":
             key = cc.elicitation_key(p)
             for hold in self.loop.pending(session):
                 if hold.key == key:
                     self.loop.settle_oob(hold)  # answered in Claude Code's own dialog
+        if stop and name != "UserPromptSubmit":  # a new prompt starts a new run: nothing to stop
+            return STOP_REPLY
         return NEUTRAL_REPLY
 
     async def _held_call(self, signal: Signal, validate: Any) -> tuple[Hold, Outcome] | None:
@@ -124,6 +133,9 @@ class ClaudeCodeSurface:
         if held is None:
             return NEUTRAL_REPLY
         hold, outcome = held
+        if outcome.how == "cancelled":
+            self.loop.cancelled(hold.session)  # this reply is the stop: the next hook runs normally
+            return cancel_reply()
         if outcome.how != "answered" or outcome.answer is None:
             return NEUTRAL_REPLY  # timeout/dismissal: no decision, Claude Code asks the user itself
         applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
@@ -162,6 +174,13 @@ class ClaudeCodeSurface:
         return cc.elicitation_reply(values)
 
 
+def cancel_reply() -> dict[str, Any]:
+    """A held PermissionRequest whose run was cancelled: deny the call and interrupt Claude Code."""
+    reply = cc.permission_reply("deny", CANCEL_MESSAGE)
+    reply["hookSpecificOutput"]["decision"]["interrupt"] = True
+    return reply
+
+
 def _session(payload: dict[str, Any]) -> str:
     value = payload.get("session_id")
     return value if isinstance(value, str) and value else "unknown"
@@ -175,17 +194,22 @@ def _call_key(payload: dict[str, Any]) -> str:
     return f"{payload.get('tool_name')}:{digest(payload.get('tool_input'))}"
 
 
-def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: float = 55.0) -> dict[str, Any]:
+def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: float = 55.0,
+                   commands: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``~/.claude/settings.json`` ``hooks`` block pointing every mapped hook at the receiver.
 
     Held hooks get a vendor-side timeout above our hold window, so Claude Code never cancels a
-    hook we are still holding for an operator.
+    hook we are still holding for an operator. ``commands`` registers a hook as a ``command``
+    hook instead (``COMMAND_HOOKS``: the ones Claude Code never fires over http).
     """
     held = int(attention_timeout) + 30
     hooks: dict[str, Any] = {}
     for name in HOOKS:
-        entry: dict[str, Any] = {"hooks": [{"type": "http", "url": url,
-                                            "timeout": held if name in HELD_HOOKS else 10}]}
+        handler: dict[str, Any] = {"type": "http", "url": url}
+        if commands and name in commands:
+            handler = {"type": "command", "command": commands[name]}
+        handler["timeout"] = held if name in HELD_HOOKS else 10
+        entry: dict[str, Any] = {"hooks": [handler]}
         if name in TOOL_HOOKS:
             entry = {"matcher": "*", **entry}
         hooks[name] = [entry]

@@ -20,6 +20,7 @@ from processors.mapping import antigravity
 from receivers.hook_http import HookReceiverConfig, HookServer
 from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import HookVendorSurface, Spec
+from receivers.wiring import Wiring, json_target
 
 VENDOR = "antigravity"
 HOOKS = antigravity.HOOKS
@@ -42,7 +43,7 @@ def exact_neutral(hook: str) -> bytes:
 SPEC = Spec(mapping=antigravity, name_keys=(), neutral=exact_neutral, canonical=antigravity.canonical_hook)
 
 
-def registration(url: str | None, cfg: Any) -> str:
+def registration(url: str | None, cfg: Any) -> Wiring:
     """A ``hooks.json`` named hook registering the five events, each passing its name to the shim.
 
     Format (hooks.json as Antigravity loads it): top-level keys are hook names; ``PreToolUse`` /
@@ -55,8 +56,9 @@ def registration(url: str | None, cfg: Any) -> str:
         command, timeout = blocks.shim_hook(VENDOR, name, url, cfg)
         handler = {"type": "command", "command": command, "timeout": timeout}
         events[name] = [{"matcher": "*", "hooks": [handler]}] if name in TOOL_HOOKS else [handler]
-    return ("// Merge into <workspace>/.agents/hooks.json (or ~/.gemini/config/hooks.json); CLI >= 1.0.16:\n"
-            + json.dumps({"aep-collector": events}, indent=2))
+    return Wiring(VENDOR, [json_target(".gemini/config/hooks.json", {"aep-collector": events})], [
+        "merge into ~/.gemini/config/hooks.json (or <workspace>/.agents/hooks.json); CLI >= 1.0.16; "
+        "or run: aep-collector hooks antigravity --install"])
 
 
 FACTORY = Factory(

@@ -17,9 +17,10 @@ from receivers.gate import HeldConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
+from receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"
-HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps
+HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps, and SessionEnd (fired by Codex 0.169)
 HELD_HOOKS = frozenset({"PermissionRequest"})
 
 
@@ -38,21 +39,25 @@ SPEC = Spec(mapping=codex, permission_reply=codex.permission_reply,
             dismissed_by=frozenset({"PostToolUse"}))
 
 
-def registration(url: str | None, cfg: Any) -> str:
-    """Inline ``[hooks]`` tables for Codex's ``config.toml``, every mapped hook through the shim.
+def registration(url: str | None, cfg: Any) -> Wiring:
+    """``~/.codex/hooks.json`` (``$CODEX_HOME``), every mapped hook through the shim.
 
-    Format (developers.openai.com/codex/hooks, "Config shape"): ``[[hooks.<Event>]]`` groups with
-    ``[[hooks.<Event>.hooks]]`` handlers ``{type = "command", command, timeout}``; timeout is in
-    seconds (default 600); a group without ``matcher`` runs for every tool.
+    Format (developers.openai.com/codex/hooks; Codex 0.169.0 reads it): ``hooks.<Event>`` is a
+    list of groups ``{matcher?, hooks: [{type: "command", command, timeout}]}``; timeout in
+    seconds (default 600); a group without ``matcher`` runs for every tool. Codex runs a new or
+    changed hook only once it is trusted, keyed on the hook's content: a reinstall that changes
+    nothing writes the same bytes and keeps that trust.
     """
     hold = cfg.attention_timeout if cfg is not None else CodexConfig.attention_timeout
-    lines = ["# Append to ~/.codex/config.toml (or <repo>/.codex/config.toml), then review and trust",
-             "# the hooks with Codex's /hooks command. Receiver: aep-collector (receiver type codex)."]
+    hooks = {}
     for name in HOOKS:
         command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
-        lines += ["", f"[[hooks.{name}]]", f"[[hooks.{name}.hooks]]", 'type = "command"',
-                  f"command = {blocks.toml_str(command)}", f"timeout = {timeout}"]
-    return "\n".join(lines)
+        hooks[name] = [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
+    return Wiring(VENDOR, [json_target("hooks.json", {"hooks": hooks}, "CODEX_HOME:.codex")], [
+        "save as ~/.codex/hooks.json (or merge; $CODEX_HOME moves it), or run: aep-collector hooks codex --install",
+        "Codex runs these hooks only once trusted, and skips untrusted ones silently: open `codex`, "
+        "run /hooks and trust the aep-collector hooks; for one headless run pass "
+        "`codex exec --dangerously-bypass-hook-trust`"])
 
 
 FACTORY = Factory(

@@ -6,7 +6,6 @@ all, and every reply is ``{}`` (the shim always exits 0: exit code 2 would block
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ from processors.mapping import gemini_cli
 from receivers.hook_http import HookReceiverConfig, HookServer
 from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import HookVendorSurface, Spec
+from receivers.wiring import Wiring, json_target
 
 VENDOR = "gemini-cli"
 # AfterModel fires per streamed chunk: mapped when sent, but not registered by default (§1.3).
@@ -31,7 +31,7 @@ class GeminiCliConfig(HookReceiverConfig):
 SPEC = Spec(mapping=gemini_cli)
 
 
-def registration(url: str | None, cfg: Any) -> str:
+def registration(url: str | None, cfg: Any) -> Wiring:
     """The ``settings.json`` ``hooks`` block, every registered hook through the shim.
 
     Format (geminicli.com/docs/hooks/reference, "Configuration schema"): ``hooks.<Event>`` is a
@@ -45,8 +45,11 @@ def registration(url: str | None, cfg: Any) -> str:
         hooks[name] = [{"hooks": [{"type": "command", "name": "aep-collector", "command": command,
                                    "timeout": timeout * 1000}]}]
     block = {"hooksConfig": {"enabled": True}, "hooks": hooks}
-    return ("// Merge into ~/.gemini/settings.json (or .gemini/settings.json in a project):\n"
-            + json.dumps(block, indent=2))
+    return Wiring(VENDOR, [json_target(".gemini/settings.json", block)], [
+        "merge into ~/.gemini/settings.json (or .gemini/settings.json in a project), "
+        "or run: aep-collector hooks gemini-cli --install",
+        "Gemini CLI loads hooks only in a trusted folder: trust the project folder when gemini asks, "
+        "or add it to ~/.gemini/trustedFolders.json as {\"/abs/project\": \"TRUST_FOLDER\"}"])
 
 
 FACTORY = Factory(

@@ -18,6 +18,7 @@ from receivers.gate import GateConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
+from receivers.wiring import Target, Wiring
 
 VENDOR = "kimi-code"
 # The 16 events of Kimi's external-hooks surface (Annex A.6). Kimi refuses the WHOLE config for an
@@ -46,7 +47,7 @@ SPEC = Spec(
 )
 
 
-def registration(url: str | None, cfg: Any) -> str:
+def registration(url: str | None, cfg: Any) -> Wiring:
     """``[[hooks]]`` tables for ``~/.kimi-code/config.toml``, all 16 events through the shim.
 
     Format (moonshotai.github.io/kimi-code customization/hooks, "Configuration"): each table has
@@ -54,13 +55,14 @@ def registration(url: str | None, cfg: Any) -> str:
     matcher matches everything. Anything else in a table breaks the whole file.
     """
     hold = cfg.attention_timeout if cfg is not None else KimiCodeConfig.attention_timeout
-    lines = ["# Append at the very END of ~/.kimi-code/config.toml ($KIMI_CODE_HOME relocates it):",
-             "# a key written below a [[hooks]] table belongs to that table and breaks the hooks section."]
+    lines: list[str] = []
     for name in HOOKS:
         command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
-        lines += ["", "[[hooks]]", f"event = {blocks.toml_str(name)}", f"command = {blocks.toml_str(command)}",
-                  f"timeout = {timeout}"]
-    return "\n".join(lines)
+        lines += ["[[hooks]]", f"event = {blocks.toml_str(name)}", f"command = {blocks.toml_str(command)}",
+                  f"timeout = {timeout}", ""]
+    return Wiring(VENDOR, [Target("config.toml", "toml", "\n".join(lines), base="KIMI_CODE_HOME:.kimi-code")], [
+        "append at the very END of ~/.kimi-code/config.toml ($KIMI_CODE_HOME moves it): a key written "
+        "below a [[hooks]] table belongs to that table; or run: aep-collector hooks kimi-code --install"])
 
 
 FACTORY = Factory(

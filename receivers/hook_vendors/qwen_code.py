@@ -7,7 +7,6 @@ while a control route is live, exactly as Claude Code's; ``{}`` is neutral every
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +17,7 @@ from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec, vendor_timeout
 from receivers.registration import hook_url
+from receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"
 HOOKS = tuple(qwen_code.HOOKS)
@@ -41,7 +41,7 @@ SPEC = Spec(mapping=qwen_code, permission_reply=qwen_code.permission_reply,
             session_end=frozenset({"SessionEnd"}))
 
 
-def registration(url: str | None, cfg: Any) -> str:
+def registration(url: str | None, cfg: Any) -> Wiring:
     """The ``settings.json`` ``hooks`` block with native ``http`` hooks to the receiver.
 
     Format (Qwen Code docs, users/features/hooks "HTTP Hooks"): ``{type: "http", url, timeout,
@@ -57,8 +57,9 @@ def registration(url: str | None, cfg: Any) -> str:
         if name in TOOL_HOOKS:
             entry = {"matcher": "*", **entry}
         hooks[name] = [entry]
-    return ("// Merge into ~/.qwen/settings.json (or .qwen/settings.json in a project):\n"
-            + json.dumps({"hooks": hooks}, indent=2))
+    return Wiring(VENDOR, [json_target(".qwen/settings.json", {"hooks": hooks})], [
+        "merge into ~/.qwen/settings.json (or .qwen/settings.json in a project), "
+        "or run: aep-collector hooks qwen-code --install"])
 
 
 FACTORY = Factory(

@@ -19,6 +19,7 @@ from receivers.gate import GateConfig
 from receivers.hook_http import HookServer
 from receivers.hook_vendors import blocks
 from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
+from receivers.wiring import Target, Wiring
 
 VENDOR = "vscode"
 HOOKS = tuple(vscode.HOOKS)  # the 8-event Preview surface
@@ -44,7 +45,7 @@ SPEC = Spec(
 )
 
 
-def registration(url: str | None, cfg: Any) -> str:
+def registration(url: str | None, cfg: Any) -> Wiring:
     """A ``.github/hooks/aep-collector.json`` hooks file, every event through the shim.
 
     Format (code.visualstudio.com/docs/agents/reference/hooks-reference, "Hook command
@@ -57,9 +58,11 @@ def registration(url: str | None, cfg: Any) -> str:
     for name in HOOKS:
         command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         hooks[name] = [{"type": "command", "command": command, "timeout": timeout}]
-    return ("// Save as .github/hooks/aep-collector.json in the workspace. VS Code also reads\n"
-            "// .claude/settings.json hooks: a workspace wired for Claude Code reports there too.\n"
-            + json.dumps({"hooks": hooks}, indent=2))
+    text = json.dumps({"hooks": hooks}, indent=2) + "\n"
+    return Wiring(VENDOR, [Target(".github/hooks/aep-collector.json", "file", text, base="project")], [
+        "save as .github/hooks/aep-collector.json in the workspace, or run there: "
+        "aep-collector hooks vscode --install (--project DIR for another workspace)",
+        "VS Code also reads .claude/settings.json hooks: a workspace wired for Claude Code reports there too"])
 
 
 FACTORY = Factory(

@@ -1,27 +1,32 @@
 """``aep-collector hooks opencode|kilocode|pi|cline|hermes``: what each vendor's own side needs.
 
-The JavaScript halves ship in ``js/`` and are used in place or copied; the printed text names the
-absolute path of the installed file, the command or config entry that loads it, and the settings
-that differ from the plugin's defaults. Cline and Hermes run the shared shim (``pipeline/shim.py``)
-as their hook command. Nothing here writes a file: the output is meant to be read, then pasted or
-run (``aep-collector hooks cline | sh`` creates the hook files, for instance).
+OpenCode, Kilo and pi discover a plugin or extension by its folder: the registration is the
+shipped JavaScript file itself (``js/``), with the receiver's URL as its built-in default, copied
+into that folder. Cline runs one executable file per event, each the shared shim's command;
+Hermes takes the shim's commands in its ``config.yaml``. ``receivers.wiring`` prints or installs
+what these return.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from receivers.registration import hold_wait, hook_url, shim_command
+from receivers.wiring import Target, Wiring
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 JS_FILES = {"opencode": "opencode-plugin.js", "kilocode": "kilocode-plugin.js", "pi": "pi-extension.js"}
 PORTS = {"opencode": 8390, "kilocode": 8391, "cline": 8392, "hermes": 8393, "pi": 8396}
+ENV_PREFIX = {"opencode": "AEP_OPENCODE_", "kilocode": "AEP_KILOCODE_", "pi": "AEP_PI_"}
 DEFAULT_ATTENTION = 55.0
 HOLD_MARGIN = 10.0
 """Seconds a plugin's held request outlives the collector's hold, so the collector always answers first."""
+DEFAULT_HOLD_MS = int((DEFAULT_ATTENTION + HOLD_MARGIN) * 1000)
+"""The plugins' built-in hold bound (``holdMs`` in their DEFAULTS)."""
 
 # Cline hook files by the names its loader maps to typed events (cline/cline sdk/packages/core/src/
 # hooks/hook-file-config.ts HOOK_CONFIG_FILE_EVENT_MAP); PreCompact maps to no event there: not installed.
@@ -50,83 +55,80 @@ def hold_ms(cfg: Any) -> int:
     return int((getattr(cfg, "attention_timeout", DEFAULT_ATTENTION) + HOLD_MARGIN) * 1000)
 
 
-def _opencode(url: str, cfg: Any) -> str:
-    src = js_path("opencode")
-    lines = [
-        "# OpenCode loads every file in .opencode/plugins/ (project) or ~/.config/opencode/plugins/ (global).",
-        "# Copy the plugin there (or symlink it to follow upgrades of aep-collector):",
-        "mkdir -p .opencode/plugins",
-        f"cp {shlex.quote(str(src))} .opencode/plugins/aep-collector.js",
-        "#",
-        "# The plugin reads its settings from OpenCode's environment:",
-        f"export AEP_OPENCODE_URL={shlex.quote(url)}",
-        f"export AEP_OPENCODE_HOLD_MS={hold_ms(cfg)}  # above the receiver's attention_timeout",
-    ]
-    return "\n".join(lines)
+def plugin_text(vendor: str, url: str) -> str:
+    """The shipped file with ``url`` as its built-in default, so the installed copy needs no environment."""
+    text = js_path(vendor).read_text(encoding="utf-8")
+    return text.replace(f"url: {json.dumps(default_url(vendor))}", f"url: {json.dumps(url)}", 1)  # DEFAULTS
 
 
-def _kilocode(url: str, cfg: Any) -> str:
-    entry = [js_path("kilocode").as_uri(), {"url": url, "holdMs": hold_ms(cfg)}]
-    block = {"plugin": [entry]}
-    return ("// Merge into .kilo/kilo.jsonc (project) or ~/.config/kilo/kilo.jsonc (global); keep any\n"
-            "// plugins already listed. Options: url, holdMs (above the receiver's attention_timeout),\n"
-            "// timeoutMs, retryMs, maxBodyBytes.\n" + json.dumps(block, indent=2))
+def default_url(vendor: str) -> str:
+    return f"http://127.0.0.1:{PORTS[vendor]}/hook"
 
 
-def _pi(url: str, cfg: Any) -> str:
-    path = str(js_path("pi"))
-    lines = [
-        "// pi loads a .js extension only by explicit path: add it to the \"extensions\" array of pi's",
-        "// settings.json (~/.pi/agent/settings.json, or .pi/settings.json in a project):",
-        json.dumps({"extensions": [path]}, indent=2),
-        f"// or run it once: pi -e {shlex.quote(path)}",
-        "//",
-        "// The extension reads its settings from pi's environment:",
-        f"//   AEP_PI_URL={url}",
-        f"//   AEP_PI_HOLD_MS={hold_ms(cfg)}   (above the receiver's attention_timeout)",
-        "//   AEP_PI_CONTROL=1   registers the tool_call gate (the receiver needs control: true as well)",
-        "//   AEP_PI_DELTAS=1    forwards stream updates; the receiver maps them with deltas: true",
-    ]
-    return "\n".join(lines)
+def _plugin(vendor: str, path: str, base: str, where: str) -> Any:
+    """A plugin or extension file the host discovers by its folder: the file itself is the registration."""
+
+    def render(url: str, cfg: Any) -> Wiring:
+        text = plugin_text(vendor, url)
+        advice = [f"save as {where}, or run: aep-collector hooks {vendor} --install"]
+        if url != default_url(vendor) and f"url: {json.dumps(url)}" not in text:
+            advice.append(f"set {ENV_PREFIX[vendor]}URL={url} in the agent's environment")
+        if hold_ms(cfg) != DEFAULT_HOLD_MS:
+            advice.append(f"set {ENV_PREFIX[vendor]}HOLD_MS={hold_ms(cfg)} in the agent's environment "
+                          "(above the receiver's attention_timeout)")
+        if vendor == "pi":
+            advice.append("AEP_PI_CONTROL=1 registers the tool_call gate (the receiver needs control: true as "
+                          "well); AEP_PI_DELTAS=1 forwards stream updates (mapped with deltas: true)")
+        return Wiring(vendor, [Target(path, "file", text, base=base)], advice)
+
+    return render
 
 
-def _cline(url: str, cfg: Any) -> str:
+def _cline(url: str, cfg: Any) -> Wiring:
     command = shim_command("cline", url=url, posix=True)  # the hook file is a /bin/sh script
     script = f"#!/bin/sh\nexec {command}\n"
-    lines = [
-        "# Cline runs one hook file per event from .cline/hooks/ (project) or ~/.cline/hooks/ (global).",
-        "# Run this in the project (or pipe it to sh) to create them:",
-        "mkdir -p .cline/hooks",
-        f"for hook in {' '.join(CLINE_HOOK_FILES)}; do",
-        f"  printf '%s' {shlex.quote(script)} > .cline/hooks/$hook",
-        "  chmod +x .cline/hooks/$hook",
-        "done",
-    ]
-    return "\n".join(lines)
+    targets = [Target(f".cline/hooks/{name}", "file", script, mode=0o755) for name in CLINE_HOOK_FILES]
+    return Wiring("cline", targets, [
+        f"save as ~/.cline/hooks/EVENT (executable) for each EVENT in {' '.join(CLINE_HOOK_FILES)} "
+        "(or .cline/hooks/ in a project), or run: aep-collector hooks cline --install"])
 
 
-def _hermes(url: str, cfg: Any) -> str:
+def _hermes(url: str, cfg: Any) -> Wiring:
     attention = getattr(cfg, "attention_timeout", DEFAULT_ATTENTION)
     held_wait = hold_wait(attention)  # what the shim waits for a held pre_tool_call
     held_timeout = min(HERMES_MAX_TIMEOUT, int(held_wait) + 25)  # the vendor kills the hook after this
-    out = ["# Merge into ~/.hermes/config.yaml. Hermes asks once per (event, command) before running a",
-           "# hook: approve at the prompt, or start it with --accept-hooks. pre_tool_call may be held",
-           "# by the opt-in gate (receiver control: true), so its timeout is above the hold window.",
-           "hooks:"]
+    hooks: dict[str, Any] = {}
     for hook in HERMES_HOOKS:
         held = hook == "pre_tool_call"
         command = shim_command("hermes", url=url, wait=held_wait if held else None)
-        out += [f"  {hook}:", f"    - command: {json.dumps(command)}",
-                f"      timeout: {held_timeout if held else HERMES_SHORT_TIMEOUT}"]
+        hooks[hook] = [{"command": command, "timeout": held_timeout if held else HERMES_SHORT_TIMEOUT}]
+    text = yaml.safe_dump({"hooks": hooks}, sort_keys=False, width=1 << 16)
+    advice = ["merge into ~/.hermes/config.yaml, or run: aep-collector hooks hermes --install",
+              "Hermes asks once per (event, command) before running a hook: approve at the prompt, start it "
+              "with --accept-hooks, or set hooks_auto_accept: true in ~/.hermes/config.yaml",
+              "pre_tool_call may be held by the opt-in gate (receiver control: true), so its timeout is above "
+              "the hold window"]
     if held_timeout < held_wait + 5:
-        out.append(f"# warning: attention_timeout {attention:g}s leaves no margin under Hermes' "
-                   f"{HERMES_MAX_TIMEOUT}s hook limit")
-    return "\n".join(out)
+        advice.append(f"warning: attention_timeout {attention:g}s leaves no margin under Hermes' "
+                      f"{HERMES_MAX_TIMEOUT}s hook limit")
+    return Wiring("hermes", [Target("config.yaml", "yaml", text, {"hooks": hooks},
+                                    base="HERMES_HOME:.hermes")], advice)
 
 
-RENDER = {"opencode": _opencode, "kilocode": _kilocode, "pi": _pi, "cline": _cline, "hermes": _hermes}
+# OpenCode and Kilo discover plugins in <config>/plugins/ (XDG_CONFIG_HOME, default ~/.config);
+# pi 0.73.1 discovers *.ts and *.js in <agent dir>/extensions/ (PI_CODING_AGENT_DIR, default ~/.pi/agent).
+RENDER = {
+    "opencode": _plugin("opencode", "opencode/plugins/aep-collector.js", "XDG_CONFIG_HOME:.config",
+                        "~/.config/opencode/plugins/aep-collector.js (or .opencode/plugins/ in a project)"),
+    "kilocode": _plugin("kilocode", "kilo/plugins/aep-collector.js", "XDG_CONFIG_HOME:.config",
+                        "~/.config/kilo/plugins/aep-collector.js (or .kilo/plugins/ in a project)"),
+    "pi": _plugin("pi", "extensions/aep-collector.js", "PI_CODING_AGENT_DIR:.pi/agent",
+                  "~/.pi/agent/extensions/aep-collector.js (or .pi/extensions/ in a project)"),
+    "cline": _cline,
+    "hermes": _hermes,
+}
 
 
-def render(vendor: str, url: str | None, cfg: Any) -> str:
-    """The vendor-side text for ``vendor`` (``opencode``, ``kilocode``, ``pi``, ``cline``, ``hermes``)."""
+def render(vendor: str, url: str | None, cfg: Any) -> Wiring:
+    """The registration of ``vendor`` (``opencode``, ``kilocode``, ``pi``, ``cline``, ``hermes``)."""
     return RENDER[vendor](receiver_url(vendor, url, cfg), cfg)

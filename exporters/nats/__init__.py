@@ -1,0 +1,335 @@
+"""The ``nats`` exporter: every event into a NATS JetStream stream, and commands back from the fleet.
+
+Each event is published to ``<subject_prefix>.<agent>.<session>`` with ``Nats-Msg-Id`` = its id,
+so a resend (a retried batch, a replay of the sending queue after a restart) is stored once
+within the stream's duplicate window. A batch is published in order on one connection and
+``deliver`` returns only when JetStream acknowledged every event; a failure raises, and the
+sending queue retries the whole batch (what was stored already is deduped). See
+``pipeline.natsconn`` for the subjects and headers.
+
+Control across machines: with ``control`` on, the exporter answers requests on its
+per-collector subject ``<control_prefix>.<collector>``, announced in the ``Aep-Control`` header
+of every event it publishes. A request carries one AEP command; it goes to the collector's own
+control router exactly as a relay's command would, and the reply is the ack events the router
+recorded for it (so a retransmission gets the same bytes again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from pipeline.component import CreateSettings, Factory, Kind
+from pipeline.host import Host
+from pipeline.model import Event
+from pipeline.natsconn import (
+    ACCEPTS_HEADER,
+    AGENT_HEADER,
+    CONTROL_HEADER,
+    ERROR_HEADER,
+    MSG_ID_HEADER,
+    NatsConnection,
+    NatsStream,
+    default_collector,
+    event_subject,
+    token,
+)
+from pipeline.wire import dumps_bytes
+
+__all__ = ["FACTORY", "NatsExporter", "NatsExporterConfig"]
+
+log = logging.getLogger("aep.exporter.nats")
+
+
+@dataclass
+class NatsExporterConfig:
+    """Config of the ``nats`` exporter (edge tier)."""
+
+    connection: NatsConnection = field(default_factory=NatsConnection)
+    stream: NatsStream = field(default_factory=NatsStream)
+    publish_timeout: float = 5.0
+    """Seconds a batch may wait for the connection and for JetStream's acks before it is retried."""
+    max_in_flight: int = 512
+    """Events published before waiting for their acks (1 = one at a time, ack by ack)."""
+    control: bool = True
+    """Serve operators' commands for this collector's held requests over NATS."""
+    control_prefix: str = "aep.control"
+    collector: str | None = None
+    """This collector's name in the fleet (its control subject); default ``<hostname>-<hash of state_dir>``."""
+
+    def __post_init__(self) -> None:
+        if self.collector is not None and not self.collector.strip():
+            self.collector = None
+
+    def validate(self) -> None:
+        self.connection.validate()
+        self.stream.validate()
+        if self.publish_timeout <= 0:
+            raise ValueError("publish_timeout must be positive")
+        if self.max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        prefix = self.control_prefix
+        if not prefix or any(not t or token(t) != t for t in prefix.split(".")):
+            raise ValueError(f"control_prefix {prefix!r}: dot-separated tokens of letters, digits, '_' and '-'")
+
+
+class NatsExporter:
+    """Publishes to JetStream (``deliver``) and serves the collector's control subject."""
+
+    def __init__(self, settings: CreateSettings, config: NatsExporterConfig) -> None:
+        config.validate()
+        self.id = f"exporter/{settings.id}"
+        self.config = config
+        self.host = Host()
+        self.nc: Any = None
+        self.js: Any = None
+        self.control_subject = ""
+        self._ready = asyncio.Event()
+        self._stream_ok = False
+        self._stopped = False
+        self._task: asyncio.Task[None] | None = None
+        self._sub: Any = None
+        self._watched: set[str] = set()
+        self._routed: set[str] = set()
+        self._accepts: dict[str, bytes | None] = {}
+        self._down_logged = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self, host: Host) -> None:
+        self.host = host
+        collector = self.config.collector or default_collector(host.state_dir)
+        self.control_subject = f"{self.config.control_prefix}.{token(collector)}"
+        host.health.set_flag(self.id, "nats", False)
+        if self.config.control:
+            watch = getattr(host.control, "watch", None)
+            if watch is not None:
+                watch(self._watch)
+        # Connecting never blocks start: a collector starting while NATS is away keeps its
+        # events in the sending queue and connects when NATS is back.
+        self._task = asyncio.get_running_loop().create_task(self._connect(), name=f"nats:{self.id}")
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        self._route(False)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.drain(), 2.0)
+            with contextlib.suppress(Exception):
+                await self.nc.close()
+        self.host.health.set_flag(self.id, "nats", False)
+
+    async def _connect(self) -> None:
+        import nats
+
+        attempt = 0
+        opts = self.config.connection.options(
+            disconnected_cb=self._disconnected, reconnected_cb=self._reconnected,
+            error_cb=self._error, closed_cb=self._closed)
+        while not self._stopped:
+            try:
+                self.nc = await nats.connect(**opts)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # reported once per outage, retried with backoff
+                self._down(f"cannot connect to {', '.join(self.config.connection.servers)}: "
+                           f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(min(self.config.connection.reconnect_wait * (2 ** min(attempt, 4)), 10.0))
+                attempt += 1
+        if self._stopped:
+            return
+        self.js = self.nc.jetstream(timeout=self.config.publish_timeout)
+        if self.config.control:
+            self._sub = await self.nc.subscribe(self.control_subject, cb=self._on_command)
+        await self._up()
+
+    async def _up(self) -> None:
+        self._down_logged = False
+        self.host.health.recover(self.id, "nats-down")
+        self.host.health.set_flag(self.id, "nats", True)
+        self._ready.set()
+        self._route(True)
+        log.info("%s: connected to NATS %s (control subject %s)", self.id,
+                 getattr(self.nc, "connected_url", None) and self.nc.connected_url.netloc, self.control_subject)
+
+    def _down(self, detail: str) -> None:
+        self._ready.clear()
+        self._route(False)
+        self.host.health.set_flag(self.id, "nats", False)
+        self.host.health.fail(self.id, "nats-down", detail)
+        if not self._down_logged:
+            self._down_logged = True
+            log.warning("%s: %s; events wait in the sending queue", self.id, detail)
+
+    async def _disconnected(self) -> None:
+        if not self._stopped:
+            self._down("disconnected from NATS; reconnecting")
+
+    async def _reconnected(self) -> None:
+        await self._up()
+
+    async def _closed(self) -> None:
+        if not self._stopped:
+            self._down("the NATS connection closed")
+
+    async def _error(self, exc: Exception) -> None:
+        # The client retries a refused connect forever and reports each failure here.
+        if not self._ready.is_set() and not self._stopped:
+            self._down(f"cannot reach NATS at {', '.join(self.config.connection.servers)}: "
+                       f"{type(exc).__name__}: {exc}")
+        else:
+            log.debug("%s: NATS client error: %s: %s", self.id, type(exc).__name__, exc)
+
+    # -- control routes -------------------------------------------------------------------------
+
+    def _watch(self, agent: str) -> None:
+        self._watched.add(agent)
+        self._accepts.pop(agent, None)
+        if self._ready.is_set():
+            self._route(True)
+
+    def _route(self, live: bool) -> None:
+        """Tell the router whether an operator's answer can reach this collector's held requests."""
+        set_route = getattr(self.host.control, "set_route", None)
+        if set_route is None:
+            return
+        agents = (self._watched - self._routed) if live else set(self._routed)
+        for agent in agents:
+            set_route(agent, live)
+            (self._routed.add if live else self._routed.discard)(agent)
+
+    def _accepts_header(self, agent: str) -> bytes | None:
+        if agent not in self._accepts:
+            accepts = getattr(self.host.control, "accepts", None)
+            value = accepts(agent) if accepts is not None else None
+            self._accepts[agent] = None if value is None else json.dumps(sorted(value)).encode()
+        return self._accepts[agent]
+
+    async def _on_command(self, msg: Any) -> None:
+        """One command request: decide it through the control router, reply with its recorded acks."""
+        headers = msg.headers or {}
+        agent = headers.get(AGENT_HEADER)
+        try:
+            command = orjson.loads(msg.data)
+            if not isinstance(command, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            self.host.health.count(self.id, "bad-commands")
+            await self._reply(msg, b"", {ERROR_HEADER: f"invalid: the command is not a JSON object ({exc})"})
+            return
+        submit = getattr(self.host.control, "submit", None)
+        if not agent or submit is None:
+            await self._reply(msg, b"", {ERROR_HEADER: "unsupported: no agent named or no control router"})
+            return
+        acks = await submit(command, agent)
+        self.host.health.count(self.id, "commands")
+        await self._reply(msg, b"\n".join(dumps_bytes(e) for e in acks or []), None)
+
+    async def _reply(self, msg: Any, body: bytes, headers: dict[str, str] | None) -> None:
+        if not msg.reply:
+            return
+        try:
+            await self.nc.publish(msg.reply, body, headers=headers)
+        except Exception as exc:  # the gateway's request times out and it nacks on our behalf
+            log.warning("%s: could not reply to a command: %s: %s", self.id, type(exc).__name__, exc)
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def _message(self, event: Event) -> tuple[str, bytes, dict[str, str]]:
+        agent = str(event.get("agent") or "unknown")
+        session = event.get("session")
+        headers = {MSG_ID_HEADER: str(event.get("id", ""))}
+        if self.config.control:
+            headers[CONTROL_HEADER] = self.control_subject
+            accepts = self._accepts_header(agent)
+            if accepts is not None:
+                headers[ACCEPTS_HEADER] = accepts.decode()
+        subject = event_subject(self.config.stream.subject_prefix, agent,
+                                session if isinstance(session, str) else None)
+        return subject, dumps_bytes(event), headers
+
+    async def deliver(self, events: list[Event]) -> None:
+        """Return once JetStream stored (or deduped) every event, in order; raise to have it retried."""
+        if self._stopped:
+            raise RuntimeError("the nats exporter is shut down")
+        timeout = self.config.publish_timeout
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            raise ConnectionError("NATS is not connected") from None
+        js = self.js
+        if not self._stream_ok:
+            await self.config.stream.ensure(js)
+            self._stream_ok = True
+        pending: list[asyncio.Future[Any]] = []
+        duplicates = 0
+        try:
+            for event in events:
+                subject, body, headers = self._message(event)
+                if self.config.max_in_flight == 1:
+                    ack = await js.publish(subject, body, timeout=timeout, headers=headers)
+                    duplicates += bool(ack.duplicate)
+                    continue
+                pending.append(await js.publish_async(subject, body, wait_stall=timeout, headers=headers))
+                if len(pending) >= self.config.max_in_flight:
+                    duplicates += await self._settle(pending, timeout)
+                    pending = []
+            duplicates += await self._settle(pending, timeout)
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            raise
+        if duplicates:
+            self.host.health.count(self.id, "deduplicated", duplicates)
+
+    @staticmethod
+    async def _settle(pending: list[asyncio.Future[Any]], timeout: float) -> int:
+        if not pending:
+            return 0
+        done, waiting = await asyncio.wait(pending, timeout=timeout)
+        if waiting:
+            raise TimeoutError(f"JetStream acknowledged {len(done)} of {len(pending)} events within {timeout} s")
+        duplicates = 0
+        for fut in pending:
+            ack = fut.result()  # a refused publish raises here: the batch is retried
+            duplicates += bool(getattr(ack, "duplicate", False))
+        return duplicates
+
+    async def export(self, events: list[Event]) -> None:
+        """For the memory queue: deliver, retrying with backoff until delivered or shut down."""
+        attempt = 0
+        while True:
+            try:
+                await self.deliver(events)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._stopped:
+                    raise
+                if attempt == 0:
+                    log.warning("%s: publishing %d events failed (%s: %s); retrying", self.id, len(events),
+                                type(exc).__name__, exc)
+                await asyncio.sleep(min(0.2 * 2 ** min(attempt, 6), 5.0))
+                attempt += 1
+
+
+FACTORY = Factory(
+    kind=Kind.EXPORTER,
+    type="nats",
+    config_class=NatsExporterConfig,
+    create=lambda settings, cfg: NatsExporter(settings, cfg),
+    description="Publishes every event to a NATS JetStream stream (subject per agent and session, "
+                "Nats-Msg-Id = event id); serves this collector's control subject for fleet operators",
+)

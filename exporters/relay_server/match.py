@@ -1,0 +1,111 @@
+"""The relay's pure rules (AEP-0001 §5, AEP-0003 §6): envelope check, attr-match, command test.
+
+Shared by the ``relay_server`` exporter and the test relay double, so both judge an event or a
+filter the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+VERSION = "0.1"
+_TYPE = re.compile(
+    r"^((agent|session|run|progress|tool|delegation|attention|resource|error|state|assessment|message|control)"
+    r"(\.[a-z0-9_]+)+|x\.[a-z0-9_-]+\.[a-z0-9_]+(\.[a-z0-9_]+)+)$")
+# AEP-0001 §5.2: foreign-emitter session events carry session but no seq.
+_SEQLESS = re.compile(r"^(control\.attention\.respond|control\.cancel|control\.pause|control\.resume"
+                      r"|x\.[a-z0-9_-]+\.control\..+|attention\.routed)$")
+_VENDOR_COMMAND = re.compile(r"^x\.[a-z0-9_-]+\.control\.")
+_CORE = frozenset({"aep", "id", "type", "subject", "time", "source", "agent", "session", "run", "step", "seq",
+                   "epoch", "cause", "traceparent", "severity", "capture", "data"})
+_FILTER_KEYS = frozenset({"id", "type", "subject", "source", "agent", "session", "run", "step", "epoch",
+                          "cause", "severity", "capture"})
+_EXTENSION = re.compile(r"[a-z0-9]{1,20}")
+_TYPE_PATTERN = re.compile(r"^([a-z0-9_-]+\.)+\*$")
+_SEVERITIES = ("debug", "info", "notice", "warning", "error", "critical")
+_DEFAULTS = {"severity": "info", "capture": "metadata", "epoch": 0}
+
+
+def is_command(event_type: str) -> bool:
+    """What the relay routes instead of buffering: ``control.*`` but the acks, and vendor commands."""
+    if event_type.startswith("control."):
+        return event_type not in ("control.accepted", "control.rejected")
+    return _VENDOR_COMMAND.match(event_type) is not None
+
+
+def envelope_problem(ev: Any) -> str | None:
+    """The first envelope problem of ``ev`` (AEP-0001 §5, scope rules of §5.2), or None."""
+    if not isinstance(ev, dict):
+        return "an Event is a JSON object"
+    for name in ("aep", "id", "type", "time", "source", "agent"):
+        if not isinstance(ev.get(name), str) or not ev[name]:
+            return f"{name} is missing or not a non-empty string"
+    if ev["aep"] != VERSION:
+        return f"aep must be {VERSION!r}"
+    if any(v is None for v in ev.values()):
+        return "an absent attribute is omitted, never null"
+    etype = ev["type"]
+    if not _TYPE.match(etype):
+        return f"type {etype!r} does not match the type grammar"
+    for name in ("seq", "epoch"):
+        if name in ev and (type(ev[name]) is not int or ev[name] < 0):
+            return f"{name} must be a non-negative integer"
+    if etype.startswith("agent."):
+        if any(k in ev for k in ("session", "run", "step", "seq")):
+            return "an agent-scoped event carries no session, run, step or seq"
+    elif _SEQLESS.match(etype):
+        if "session" not in ev or "seq" in ev:
+            return "a command or attention.routed carries session and no seq"
+    elif "session" not in ev or "seq" not in ev:
+        return "a session event carries session and seq"
+    return None
+
+
+def filter_problem(flt: Any) -> str | None:
+    """Why ``flt`` is not a valid attr-match filter (AEP-0003 §6.1, failing closed), or None."""
+    if not isinstance(flt, dict):
+        return "a filter is a JSON object"
+    for key, pred in flt.items():
+        allowed = key in _FILTER_KEYS or (key not in _CORE and _EXTENSION.fullmatch(key))
+        if not allowed:
+            return f"{key!r} cannot be filtered on"
+        if key == "severity" and isinstance(pred, dict):
+            if not pred or set(pred) - {"gte", "lte"} or any(v not in _SEVERITIES for v in pred.values()):
+                return "severity takes gte/lte with a known level"
+            continue
+        if isinstance(pred, list) and not pred:
+            return f"{key}: an empty any-of matches nothing"
+        for value in pred if isinstance(pred, list) else [pred]:
+            if not isinstance(value, (str, int, bool)):
+                return f"{key}: predicates are scalars"
+            if isinstance(value, str) and "*" in value and (key != "type" or not _TYPE_PATTERN.match(value)):
+                return f"{key}: {value!r} is not a valid pattern"
+    return None
+
+
+def matches(flt: dict[str, Any], ev: dict[str, Any]) -> bool:
+    """attr-match (AEP-0003 §6.2): an absent attribute fails, except those with a default."""
+    for key, pred in flt.items():
+        if key in ev:
+            value = ev[key]
+        elif key in _DEFAULTS:
+            value = _DEFAULTS[key]
+        else:
+            return False
+        if key == "severity" and isinstance(pred, dict):
+            rank = _SEVERITIES.index(value) if value in _SEVERITIES else -1
+            if "gte" in pred and rank < _SEVERITIES.index(pred["gte"]):
+                return False
+            if "lte" in pred and rank > _SEVERITIES.index(pred["lte"]):
+                return False
+            continue
+        if not any(_equal(p, value, key) for p in (pred if isinstance(pred, list) else [pred])):
+            return False
+    return True
+
+
+def _equal(pattern: Any, value: Any, key: str) -> bool:
+    if key == "type" and isinstance(pattern, str) and pattern.endswith(".*"):
+        return isinstance(value, str) and value.startswith(pattern[:-1])
+    return type(pattern) is type(value) and pattern == value  # JSON true is not 1

@@ -1,0 +1,590 @@
+"""The relay role's HTTP/SSE/WebSocket surface (AEP-0003 bindings, AEP-0004 routing).
+
+One aiohttp app on the configured loopback port:
+
+- ``GET /events`` and ``/.well-known/aep``: discovery; ``POST /events``: ingest (JSON or NDJSON,
+  the whole batch validated before anything is ingested; commands refused: they flow only on the
+  authenticated duplex);
+- ``GET /stream``: SSE with ``filter``, ``capture``, ``from`` (or ``Last-Event-ID``), ``live=0``;
+- ``/socket``: WebSocket with the hello handshake, subscriptions, roster, event ingest and commands;
+- ``GET /healthz``: ``{"ok": true}``, plus counts and the collector's health when authorized.
+
+Every subscriber has one outlet with a byte budget: past ``soft_limit`` its debug/info events are
+shed (counted), past ``hard_limit`` it is disconnected (WS: ``closing`` then 1013). Replay snapshot
+and registration happen with no ``await`` between them, so nothing is lost or reordered at the seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from pipeline.wire import dumps
+
+from .buffer import Buffers, Entry, from_problem
+from .match import VERSION, envelope_problem, filter_problem, is_command, matches
+
+log = logging.getLogger("aep.exporter.relay_server")
+
+LEVELS = ("none", "metadata", "redacted", "full")
+_SHEDDABLE = frozenset({"debug", "info"})
+_LAST_ID = re.compile(r"^(.+):(\d+):(\d+)$")
+_CORS = {"access-control-allow-origin": "*"}
+
+
+def _frame(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+class Outlet:
+    """One subscriber's outgoing queue with a byte budget (slow-consumer shedding)."""
+
+    def __init__(self, soft: int, hard: int) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.pending = 0
+        self.soft, self.hard = soft, hard
+        self.closed = False
+        self.shed = 0
+
+    def put(self, item: str, severity: str | None = None) -> bool:
+        """Queue an item; False when it was shed or the outlet is over its hard limit (now closing)."""
+        if self.closed:
+            return False
+        if self.pending > self.hard:
+            self.overflow()
+            return False
+        if severity is not None and self.pending > self.soft and severity in _SHEDDABLE:
+            self.shed += 1
+            return False
+        self.pending += len(item)
+        self.queue.put_nowait(item)
+        return True
+
+    def taken(self, item: str) -> None:
+        self.pending -= len(item)
+
+    def overflow(self) -> None:
+        self.end("backpressure")
+
+    def end(self, why: str) -> None:
+        if not self.closed:
+            self.closed = True
+            self.queue.put_nowait(("end", why))
+
+
+@dataclass(eq=False)
+class Sub:
+    filter: dict[str, Any]
+    ceiling: str | None
+
+
+@dataclass(eq=False)
+class Conn:
+    """One ``/socket`` connection."""
+
+    ws: web.WebSocketResponse
+    outlet: Outlet
+    hello: dict[str, Any] | None = None
+    subs: dict[str, Sub] = field(default_factory=dict)
+    claims: dict[str, None] = field(default_factory=dict)
+
+    @property
+    def role(self) -> str:
+        role = (self.hello or {}).get("role")
+        return role if role in ("emitter", "consumer", "both") else "both"
+
+    def identity(self, key: str) -> Any:
+        ident = (self.hello or {}).get("identity")
+        return ident.get(key) if isinstance(ident, dict) else None
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        caps = (self.hello or {}).get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self.outlet.put(_frame(frame))
+
+
+@dataclass(eq=False)
+class Stream:
+    """One SSE subscriber."""
+
+    sub: Sub
+    outlet: Outlet
+
+
+class Surface:
+    """The relay role's state and handlers; ``owner`` is the exporter (control, health, token)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        cfg = owner.config
+        self.cfg = cfg
+        self.buffers = Buffers(cfg.buffer, cfg.max_sessions)
+        self.conns: list[Conn] = []
+        self.streams: list[Stream] = []
+        self.started = time.monotonic()
+        self.shed_total = 0
+
+    # -- app ------------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.cfg.max_body)
+        app.router.add_get("/events", self.discovery)
+        app.router.add_get("/.well-known/aep", self.discovery)
+        app.router.add_post("/events", self.post)
+        app.router.add_get("/stream", self.stream)
+        app.router.add_get("/socket", self.socket)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_route("OPTIONS", "/stream", self.preflight)
+        return app
+
+    def capabilities(self) -> dict[str, Any]:
+        return {"filters": ["attr-match"], "replay": {"buffer": self.cfg.buffer, "all": True},
+                "capture": list(LEVELS), "control": {"accepts": self.owner.accepts_union()}, "roster": {}}
+
+    def authorized(self, request: web.Request) -> bool:
+        header = request.headers.get("Authorization", "")
+        offered = header[7:] if header.startswith("Bearer ") else request.query.get("access_token", "")
+        return hmac.compare_digest(offered.encode(), self.owner.token.encode())
+
+    @staticmethod
+    def unauthorized() -> web.Response:
+        return web.json_response({"error": "unauthorized", "detail": "a bearer token is required"},
+                                 status=401, headers=_CORS)
+
+    async def preflight(self, request: web.Request) -> web.Response:
+        return web.Response(status=204, headers={
+            **_CORS, "access-control-allow-methods": "GET, OPTIONS",
+            "access-control-allow-headers": "authorization, accept, content-type, last-event-id",
+            "access-control-max-age": "86400"})
+
+    async def discovery(self, request: web.Request) -> web.Response:
+        return web.json_response({"aep": [VERSION], "role": "collector",
+                                  "endpoints": {"events": "/events", "stream": "/stream", "socket": "/socket"},
+                                  "capabilities": self.capabilities()})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        body: dict[str, Any] = {"ok": True}
+        if self.authorized(request):
+            body.update(sessions=len(self.buffers.sessions), connections=len(self.conns),
+                        subscribers=len(self.streams) + sum(len(c.subs) for c in self.conns),
+                        consumers=self.owner.consumers, shed=self.shed_total,
+                        uptime_s=int(time.monotonic() - self.started), collector=self.owner.health_snapshot())
+        return web.json_response(body)
+
+    # -- ingest and fan-out ---------------------------------------------------------------------
+
+    def ingest(self, ev: dict[str, Any], text: str, conn: Conn | None) -> None:
+        """An event from another emitter (HTTP or WebSocket); commands go to ``route``."""
+        etype = ev["type"]
+        if is_command(etype):
+            self.route(ev, text, conn)
+            return
+        if "seq" in ev and "session" in ev:
+            if conn is not None:
+                conn.claims.setdefault(ev["session"], None)
+            self.buffers.admit(ev, text)
+        self.fan_out(ev, text)  # live fan-out forwards every copy, duplicates included (AEP-0003 §5)
+
+    def publish(self, ev: dict[str, Any]) -> None:
+        """An event the collector's own pipelines stamped."""
+        text = dumps(ev)
+        if "seq" in ev and isinstance(ev.get("session"), str):
+            self.buffers.admit(ev, text)
+        self.fan_out(ev, text)
+
+    def fan_out(self, ev: dict[str, Any], text: str) -> None:
+        variants: dict[str | None, str | None] = {None: text}
+        severity = ev.get("severity", "info")
+        for conn in self.conns:
+            for sub in list(conn.subs.values()):
+                if matches(sub.filter, ev):
+                    body = self._variant(ev, text, sub.ceiling, variants)
+                    if body is not None and not conn.outlet.put(body, severity):
+                        self._shed(conn.outlet)
+        for stream in self.streams:
+            if matches(stream.sub.filter, ev):
+                body = self._variant(ev, text, stream.sub.ceiling, variants)
+                if body is not None and not stream.outlet.put(_sse_chunk(ev, body), severity):
+                    self._shed(stream.outlet)
+
+    def _shed(self, outlet: Outlet) -> None:
+        self.shed_total += 1
+        if outlet.closed:
+            self.owner.report_shed("a subscriber fell past the hard limit and was disconnected")
+        else:
+            self.owner.report_shed("a slow subscriber's debug/info events were shed")
+
+    @staticmethod
+    def _variant(ev: dict[str, Any], text: str, ceiling: str | None, cache: dict[str | None, str | None]) -> str | None:
+        """The text a subscriber with ``ceiling`` gets: the raw text, or a down-levelled copy."""
+        if ceiling in cache:
+            return cache[ceiling]
+        level = ev.get("capture", "metadata")
+        if level in LEVELS and LEVELS.index(level) <= LEVELS.index(ceiling or "full"):
+            cache[ceiling] = text
+        else:
+            from processors.capture.gate import downlevel  # the one down-levelling the capture gate uses
+
+            cache[ceiling] = dumps(downlevel(ev, ceiling or "metadata"))
+        return cache[ceiling]
+
+    # -- command routing (AEP-0004 §4) ---------------------------------------------------------
+
+    def route(self, cmd: dict[str, Any], text: str, sender: Conn | None) -> None:
+        def refuse(code: str, detail: str) -> None:
+            if sender is not None:
+                sender.send({"type": "error", "code": code, "cause": cmd["id"], "detail": detail})
+
+        session = cmd["session"]
+        targets: list[Any] = [c for c in self.conns if c.hello is not None and c.role != "consumer"
+                              and session in c.claims]
+        agent = self.owner.owner_of(session)
+        if agent is not None:
+            targets.append(agent)
+        if not targets:
+            refuse("no-route", f"no live emitter owns session {session!r}")
+            return
+        if len(targets) > 1:
+            refuse("ambiguous", f"{len(targets)} emitters claim session {session!r}")
+            return
+        target = targets[0]
+        if isinstance(target, Conn):
+            control = target.capabilities.get("control")
+            accepts = control.get("accepts") if isinstance(control, dict) else None
+            if isinstance(accepts, list) and cmd["type"] not in accepts:
+                refuse("unsupported", f"the target does not accept {cmd['type']}")
+                return
+            target.outlet.put(text)  # forwarded byte-identically (AEP-0004 §4 rule 5)
+        else:
+            self.owner.submit(cmd, target)
+        self.fan_out(cmd, text)
+
+    def roster(self) -> list[dict[str, Any]]:
+        entries = []
+        for conn in self.conns:
+            if conn.hello is None or conn.role == "consumer":
+                continue
+            for session in conn.claims:
+                entry: dict[str, Any] = {"session": session, "agent": conn.identity("agent"),
+                                         "instance": conn.identity("instance")}
+                for key in ("control", "emits"):
+                    if key in conn.capabilities:
+                        entry[key] = conn.capabilities[key]
+                entries.append(entry)
+        entries.extend(self.owner.own_roster())
+        return entries
+
+    # -- HTTP ingest ------------------------------------------------------------------------------
+
+    async def post(self, request: web.Request) -> web.Response:
+        if request.headers.get("AEP-Version") != VERSION:  # AEP-0003 §3.2: before everything else
+            return web.json_response({"versions": [VERSION]}, status=426)
+        if not self.authorized(request):
+            return self.unauthorized()
+        if request.content_length is not None and request.content_length > self.cfg.max_body:
+            return web.json_response({"error": "payload-too-large", "max_bytes": self.cfg.max_body}, status=413)
+        media = request.content_type
+        if media not in ("application/json", "application/x-ndjson"):
+            return web.json_response({"error": "unsupported-media-type",
+                                      "detail": "send application/json or application/x-ndjson"}, status=415)
+        try:
+            body = await request.text()
+        except web.HTTPRequestEntityTooLarge:
+            return web.json_response({"error": "payload-too-large", "max_bytes": self.cfg.max_body}, status=413)
+        except UnicodeDecodeError:
+            return web.json_response({"error": "invalid-json", "detail": "the body is not UTF-8"}, status=400)
+        lines = [body] if media == "application/json" else [x for x in body.split("\n") if x.strip()]
+        if len(lines) > self.cfg.max_batch:
+            return web.json_response({"error": "too-many-events", "max": self.cfg.max_batch, "count": len(lines)},
+                                     status=413)
+        events = []
+        for i, line in enumerate(lines):  # the whole batch is checked before anything is ingested
+            try:
+                ev = json.loads(line)
+            except ValueError as exc:
+                return web.json_response({"error": "invalid-json", "line": i, "detail": str(exc)}, status=400)
+            problem = envelope_problem(ev)
+            if problem is not None:
+                return web.json_response({"error": "invalid-event", "line": i, "detail": problem}, status=400)
+            if is_command(ev["type"]):
+                return web.json_response({"error": "invalid-event", "line": i,
+                                          "detail": "commands flow only on an authenticated WebSocket"}, status=403)
+            text = line.strip()
+            events.append((ev, _frame(ev) if "\n" in text else text))  # SSE data is one line
+        for ev, text in events:
+            self.ingest(ev, text, None)
+        return web.Response(status=202)
+
+    # -- SSE --------------------------------------------------------------------------------------
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        if not self.authorized(request):
+            return self.unauthorized()
+        q = request.query
+
+        def bad(detail: str) -> web.Response:
+            return web.Response(status=400, text=detail, headers=_CORS)
+
+        try:
+            flt = json.loads(q.get("filter", "{}"))
+        except ValueError:
+            return bad("filter is not JSON")
+        problem = filter_problem(flt)
+        if problem is not None:
+            return bad(f"invalid filter: {problem}")
+        ceiling = q.get("capture")
+        if ceiling is not None and ceiling not in LEVELS:
+            return bad(f"capture must be one of {', '.join(LEVELS)}")
+        from_: Any = None
+        if "from" in q:
+            if q["from"] == "all":
+                from_ = "all"
+            else:
+                try:
+                    from_ = json.loads(q["from"])
+                except ValueError:
+                    return bad("from is not JSON")
+        elif "Last-Event-ID" in request.headers:
+            m = _LAST_ID.match(request.headers["Last-Event-ID"])
+            if m:
+                from_ = [{"session": m.group(1), "epoch": int(m.group(2)), "seq": int(m.group(3))}]
+        fp = from_problem(from_, self.cfg.max_from)
+        if fp is not None:
+            return bad(fp[1] if fp[0] != "limit-exceeded" else f"from too large: {fp[1]}")
+        live = q.get("live") != "0"
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache",
+                                           **_CORS})
+        await resp.prepare(request)
+        stream = Stream(Sub(flt, ceiling), Outlet(self.cfg.soft_limit, self.cfg.hard_limit))
+        # From here to registration: no await, so replay and live meet without a gap or overlap.
+        if from_ is not None:
+            replay = self.buffers.replay(from_)
+            for session, (epoch, seq) in replay.exhausted:
+                stream.outlet.put(f": replay-exhausted {session} {epoch}:{seq}\n\n")
+            entries = replay.entries
+            named = {p["session"] for p in from_} if isinstance(from_, list) else None
+            if not live and named is not None and isinstance(flt.get("session"), str) and flt["session"] not in named:
+                entries = entries + self.buffers.whole(flt["session"])
+            self._replay_into(entries, stream.sub, lambda ev, body: stream.outlet.put(_sse_chunk(ev, body)))
+        if live:
+            self.streams.append(stream)
+        else:
+            stream.outlet.put(": replay-complete\n\n")
+            stream.outlet.end("complete")
+        try:
+            await self._drain_sse(stream, resp)
+        finally:
+            if stream in self.streams:
+                self.streams.remove(stream)
+        return resp
+
+    def _replay_into(self, entries: list[Entry], sub: Sub, put: Any) -> None:
+        cache: dict[tuple[int, str | None], str | None] = {}
+        for e in entries:
+            if matches(sub.filter, e.event):
+                key = (e.order, sub.ceiling)
+                if key not in cache:
+                    cache[key] = self._variant(e.event, e.text, sub.ceiling, {})
+                body = cache[key]
+                if body is not None:
+                    put(e.event, body)
+
+    async def _drain_sse(self, stream: Stream, resp: web.StreamResponse) -> None:
+        outlet = stream.outlet
+        try:
+            while True:
+                item = await outlet.queue.get()
+                if isinstance(item, tuple):
+                    why = item[1]
+                    if why == "shutdown":
+                        await resp.write(b": shutting-down\n\n")
+                    break
+                outlet.taken(item)
+                await resp.write(item.encode("utf-8"))
+            with contextlib.suppress(Exception):
+                await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
+            outlet.closed = True
+
+    # -- WebSocket ------------------------------------------------------------------------------
+
+    async def socket(self, request: web.Request) -> web.StreamResponse:
+        if not self.authorized(request):
+            return self.unauthorized()
+        ws = web.WebSocketResponse(max_msg_size=self.cfg.max_body, compress=False, heartbeat=None)
+        await ws.prepare(request)
+        conn = Conn(ws, Outlet(self.cfg.soft_limit, self.cfg.hard_limit))
+        writer = asyncio.get_running_loop().create_task(self._drain_ws(conn))
+        try:
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    self._text(conn, msg.data)
+                elif msg.type == WSMsgType.BINARY:
+                    conn.send({"type": "error", "code": "binary-unsupported"})
+                    conn.outlet.end("1003")
+                if conn.outlet.closed:
+                    break
+        finally:
+            self._drop(conn)
+            conn.outlet.end("gone")
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer, 5.0)
+            writer.cancel()
+        return ws
+
+    def _drop(self, conn: Conn) -> None:
+        if conn in self.conns:
+            self.conns.remove(conn)
+            if conn.role in ("consumer", "both"):
+                self.owner.consumer_left()
+
+    async def _drain_ws(self, conn: Conn) -> None:
+        outlet, ws = conn.outlet, conn.ws
+        try:
+            while True:
+                item = await outlet.queue.get()
+                if isinstance(item, tuple):
+                    why = item[1]
+                    if why == "backpressure":
+                        with contextlib.suppress(Exception):
+                            await ws.send_str(_frame({"type": "closing", "reason": "backpressure", "delivered": []}))
+                        await ws.close(code=1013, message=b"backpressure")
+                    elif why in ("1002", "1003"):
+                        await ws.close(code=int(why))
+                    elif why == "shutdown":
+                        await ws.close(code=1001, message=b"collector stopping")
+                    break
+                outlet.taken(item)
+                await ws.send_str(item)
+        except (ConnectionResetError, RuntimeError, asyncio.CancelledError):
+            pass
+        finally:
+            self._drop(conn)
+            outlet.closed = True
+            with contextlib.suppress(Exception):
+                await ws.close()
+
+    def _text(self, conn: Conn, text: str) -> None:
+        try:
+            frame: Any = json.loads(text)
+        except ValueError:
+            frame = None
+        if conn.hello is None:
+            self._hello(conn, frame)
+            return
+        if not isinstance(frame, dict):
+            conn.send({"type": "error", "code": "bad-json"})
+            return
+        kind = frame.get("type")
+        if isinstance(kind, str) and "." in kind:
+            problem = envelope_problem(frame)
+            if problem is not None:
+                conn.send({"type": "error", "code": "invalid-event", "detail": problem,
+                           **({"cause": frame["id"]} if isinstance(frame.get("id"), str) else {})})
+                return
+            if conn.role == "consumer" and not is_command(kind):
+                conn.send({"type": "error", "code": "unauthorized", "cause": frame["id"],
+                           "detail": "a consumer connection does not emit events"})
+                return
+            self.ingest(frame, text if "\n" not in text else _frame(frame), conn)
+        elif kind == "subscribe":
+            self._subscribe(conn, frame)
+        elif kind == "unsubscribe":
+            conn.subs.pop(str(frame.get("id")), None)
+            conn.send({"type": "unsubscribed", "id": frame.get("id")})
+        elif kind == "roster":
+            rid = frame.get("id")
+            if not isinstance(rid, str):
+                conn.send({"type": "error", "code": "invalid", "detail": "a roster request needs an id"})
+            elif conn.role == "emitter":
+                conn.send({"type": "error", "id": rid, "code": "unauthorized"})
+            else:
+                conn.send({"type": "roster", "id": rid, "entries": self.roster()})
+        elif kind == "ping":
+            conn.send({"type": "pong", **({"t": frame["t"]} if "t" in frame else {})})
+        # AEP-0003 §2: pong, closing, a second hello and unknown frames are ignored.
+
+    def _hello(self, conn: Conn, frame: Any) -> None:
+        if not isinstance(frame, dict) or frame.get("type") != "hello":
+            conn.send({"type": "error", "code": "hello-required"})
+            conn.outlet.end("1002")
+            return
+        versions = frame.get("versions")
+        if not isinstance(versions, list) or VERSION not in versions:
+            conn.send({"type": "error", "code": "version-unsupported", "versions": [VERSION]})
+            conn.outlet.end("1002")
+            return
+        conn.hello = frame
+        self.conns.append(conn)
+        conn.send({"type": "hello", "versions": [VERSION], "role": "both",
+                   "identity": {"agent": "aep-collector", "instance": self.owner.instance},
+                   "capabilities": self.capabilities()})
+        if conn.role in ("consumer", "both"):
+            self.owner.consumer_joined()
+
+    def _subscribe(self, conn: Conn, frame: dict[str, Any]) -> None:
+        sid = frame.get("id")
+        if conn.role == "emitter":
+            conn.send({"type": "error", "id": sid, "code": "unauthorized", "detail": "an emitter does not subscribe"})
+            return
+        flt = frame.get("filter", {})
+        problem = filter_problem(flt)
+        code = "invalid-filter"
+        ceiling = frame.get("capture")
+        if problem is None and ceiling is not None and ceiling not in LEVELS:
+            problem = f"capture must be one of {', '.join(LEVELS)}"
+        from_ = frame.get("from")
+        if problem is None:
+            fp = from_problem(from_, self.cfg.max_from)
+            if fp is not None:
+                code, problem = fp
+        if problem is not None:
+            conn.send({"type": "error", "id": sid, "code": code, "detail": problem})
+            return
+        sub = Sub(flt, ceiling)
+        conn.send({"type": "subscribed", "id": sid})
+        if from_ is not None:
+            replay = self.buffers.replay(from_)
+            for session, (epoch, seq) in replay.exhausted:
+                conn.send({"type": "replay-exhausted", "sub": sid, "session": session,
+                           "earliest": {"epoch": epoch, "seq": seq}})
+            self._replay_into(replay.entries, sub, lambda ev, body: conn.outlet.put(body))
+        key = str(sid) if sid is not None else f"_{id(sub)}"
+        conn.subs[key] = sub
+
+    # -- heartbeats and shutdown -----------------------------------------------------------------
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.ping_interval)
+            t = int(time.time() * 1000)
+            for conn in list(self.conns):
+                conn.send({"type": "ping", "t": t})
+            for stream in list(self.streams):
+                stream.outlet.put(": ping\n\n")
+
+    def close_all(self) -> None:
+        for stream in list(self.streams):
+            stream.outlet.closed = False
+            stream.outlet.end("shutdown")
+        for conn in list(self.conns):
+            conn.outlet.end("shutdown")
+
+
+def _sse_chunk(ev: dict[str, Any], body: str) -> str:
+    chunk = f"event: {ev['type']}\ndata: {body}\n"
+    if "seq" in ev and isinstance(ev.get("session"), str):
+        chunk += f"id: {ev['session']}:{ev.get('epoch', 0)}:{ev['seq']}\n"
+    return chunk + "\n"

@@ -1,0 +1,200 @@
+"""What the ``nats`` exporter (edge) and ``nats`` receiver (gateway) agree on: connection and
+stream settings, subject naming and the message headers of the fleet protocol.
+
+Wire protocol (one JetStream stream, core NATS request/reply for control):
+
+- every event is one message on ``<prefix>.<agent>.<session>`` (tokens escaped by ``token``;
+  agent-scoped events use the session token ``~``), its body the event's wire bytes
+  (``pipeline.wire``), header ``Nats-Msg-Id`` = the event id so JetStream drops a resend within
+  its duplicate window;
+- a collector that serves control adds ``Aep-Control`` (its per-collector request subject) and
+  ``Aep-Accepts`` (the command types the event's agent honours there) to every event: that is how
+  a gateway learns which collector holds which session;
+- a command goes to that subject as a request with header ``Aep-Agent`` (the target agent); the
+  reply body is the ack events the collector's control router recorded for it, one per line,
+  byte-identical on every retransmission (empty while a first copy is still being decided).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import socket
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+CONTROL_HEADER = "Aep-Control"
+ACCEPTS_HEADER = "Aep-Accepts"
+AGENT_HEADER = "Aep-Agent"
+ERROR_HEADER = "Aep-Error"
+MSG_ID_HEADER = "Nats-Msg-Id"
+NO_SESSION = "~"
+
+# Subject tokens: NATS separates on '.', treats '*' and '>' as wildcards and whitespace as a
+# protocol delimiter. Only this set passes through; every other byte becomes '~XX' (and '~'
+# itself is escaped), so distinct names always give distinct tokens and none can inject.
+_SAFE = re.compile(r"[A-Za-z0-9_-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+
+
+def token(name: str) -> str:
+    """``name`` as one safe subject token (reversible; the empty name is ``~``)."""
+    if not name:
+        return NO_SESSION
+    if _SAFE.fullmatch(name):
+        return name
+    return _UNSAFE.sub(lambda m: "".join(f"~{b:02X}" for b in m.group().encode("utf-8")), name)
+
+
+def event_subject(prefix: str, agent: str, session: str | None) -> str:
+    return f"{prefix}.{token(agent)}.{token(session) if session else NO_SESSION}"
+
+
+def default_collector(state_dir: Path) -> str:
+    """A collector name stable across restarts and distinct per state directory on one host."""
+    digest = hashlib.sha256(str(state_dir.expanduser().resolve()).encode()).hexdigest()[:8]
+    return f"{socket.gethostname()}-{digest}"
+
+
+@dataclass
+class NatsConnection:
+    """Where and how to connect: servers, TLS and one of token, user/password, NKey or creds."""
+
+    servers: list[str] = field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    name: str | None = None
+    """Connection name shown in the server's monitoring; default ``aep-collector``."""
+    token: str | None = None
+    user: str | None = None
+    password: str | None = None
+    nkey_seed: str | None = None
+    """Path of an NKey seed file (``SU...``)."""
+    creds: str | None = None
+    """Path of a ``.creds`` file (user JWT and NKey seed), as ``nsc`` writes it."""
+    tls_ca: str | None = None
+    """CA bundle to verify the server with; setting any ``tls_*`` turns TLS on."""
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_hostname: str | None = None
+    tls: bool = False
+    """Use TLS with the system CAs (implied by any ``tls_*`` key or a ``tls://`` server)."""
+    connect_timeout: float = 5.0
+    reconnect_wait: float = 1.0
+
+    def __post_init__(self) -> None:
+        # ``${env:NATS_TOKEN:-}`` yields "" when unset: that means none.
+        for key in ("name", "token", "user", "password", "nkey_seed", "creds", "tls_ca", "tls_cert",
+                    "tls_key", "tls_hostname"):
+            value = getattr(self, key)
+            if value is not None and not value.strip():
+                setattr(self, key, None)
+
+    def validate(self) -> None:
+        if not self.servers:
+            raise ValueError("servers must name at least one nats:// or tls:// URL")
+        for url in self.servers:
+            if not re.match(r"^(nats|tls)://[^/\s]+$", url):
+                raise ValueError(f"servers: expected nats://host:port or tls://host:port, got {url!r}")
+        chosen = [k for k in ("token", "nkey_seed", "creds") if getattr(self, k)] + (["user"] if self.user else [])
+        if len(chosen) > 1:
+            raise ValueError(f"choose one authentication method, got {', '.join(chosen)}")
+        if self.password and not self.user:
+            raise ValueError("password needs user")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("tls_cert and tls_key go together (client certificate and its key)")
+        for key in ("nkey_seed", "creds", "tls_ca", "tls_cert", "tls_key"):
+            path = getattr(self, key)
+            if path and not Path(path).expanduser().is_file():
+                raise ValueError(f"{key}: no such file {path!r}")
+        if self.connect_timeout <= 0 or self.reconnect_wait <= 0:
+            raise ValueError("connect_timeout and reconnect_wait must be positive")
+
+    def _ssl(self) -> ssl.SSLContext | None:
+        wants = self.tls or self.tls_ca or self.tls_cert or any(u.startswith("tls://") for u in self.servers)
+        if not wants:
+            return None
+        ctx = ssl.create_default_context(cafile=str(Path(self.tls_ca).expanduser()) if self.tls_ca else None)
+        if self.tls_cert and self.tls_key:
+            ctx.load_cert_chain(str(Path(self.tls_cert).expanduser()), str(Path(self.tls_key).expanduser()))
+        return ctx
+
+    def options(self, **callbacks: Any) -> dict[str, Any]:
+        """Keyword arguments for ``nats.connect``: reconnect forever, report through ``callbacks``."""
+        opts: dict[str, Any] = {
+            "servers": list(self.servers),
+            "name": self.name or "aep-collector",
+            "connect_timeout": self.connect_timeout,
+            "reconnect_time_wait": self.reconnect_wait,
+            "max_reconnect_attempts": -1,
+            # A collector starting while NATS is down keeps trying instead of failing its start.
+            "allow_reconnect": True,
+            **callbacks,
+        }
+        tls = self._ssl()
+        if tls is not None:
+            opts["tls"] = tls
+            if self.tls_hostname:
+                opts["tls_hostname"] = self.tls_hostname
+        if self.token:
+            opts["token"] = self.token
+        if self.user:
+            opts["user"], opts["password"] = self.user, self.password or ""
+        if self.nkey_seed:
+            opts["nkeys_seed"] = str(Path(self.nkey_seed).expanduser())
+        if self.creds:
+            opts["user_credentials"] = str(Path(self.creds).expanduser())
+        return opts
+
+
+@dataclass
+class NatsStream:
+    """The JetStream stream every collector publishes to; created if absent."""
+
+    name: str = "AEP_EVENTS"
+    subject_prefix: str = "aep.events"
+    """Events go to ``<subject_prefix>.<agent>.<session>``; the stream binds ``<subject_prefix>.>``."""
+    create: bool = True
+    """Create the stream when it does not exist (an existing one is used as it is)."""
+    replicas: int = 1
+    retention: Literal["limits", "interest", "workqueue"] = "limits"
+    storage: Literal["file", "memory"] = "file"
+    max_age: float = 7 * 86400.0
+    """Seconds an event is kept; 0 keeps it until another limit drops it."""
+    max_bytes: int = -1
+    max_msgs: int = -1
+    duplicate_window: float = 120.0
+    """Seconds JetStream remembers a ``Nats-Msg-Id``: a resend inside it is stored once."""
+
+    def validate(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", self.name):
+            raise ValueError(f"stream name {self.name!r}: letters, digits, '_' and '-' only")
+        if not _PREFIX.fullmatch(self.subject_prefix):
+            raise ValueError(f"subject_prefix {self.subject_prefix!r}: dot-separated tokens of letters, "
+                             "digits, '_' and '-'")
+        if self.replicas not in (1, 3, 5):
+            raise ValueError("replicas must be 1, 3 or 5 (JetStream clusters use odd quorums)")
+        if self.max_age < 0 or self.duplicate_window <= 0:
+            raise ValueError("max_age must be >= 0 and duplicate_window positive")
+
+    def config(self) -> Any:
+        from nats.js import api
+
+        return api.StreamConfig(
+            name=self.name, subjects=[f"{self.subject_prefix}.>"],
+            retention=api.RetentionPolicy(self.retention), storage=api.StorageType(self.storage),
+            num_replicas=self.replicas, max_age=self.max_age or None, max_bytes=self.max_bytes,
+            max_msgs=self.max_msgs, duplicate_window=self.duplicate_window)
+
+    async def ensure(self, js: Any) -> None:
+        """Create the stream if absent and allowed; an existing stream is never changed."""
+        from nats.js.errors import NotFoundError
+
+        try:
+            await js.stream_info(self.name)
+            return
+        except NotFoundError:
+            if not self.create:
+                raise
+        await js.add_stream(self.config())
