@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,9 @@ log = logging.getLogger("aep.control")
 RESPOND = "control.attention.respond"
 CANCEL = "control.cancel"
 Validator = Callable[[dict[str, Any]], "str | None"]
+Forward = Callable[[Event, str], Awaitable["list[Event] | None"]]
+"""Sends a command to the collector that holds its session; returns that collector's acks, or
+``None`` when it could not be reached."""
 
 
 @dataclass
@@ -84,9 +87,14 @@ class ControlRouter:
         # (source, id) -> the recorded ack lanes, or None while the decision is being made.
         self.decisions: OrderedDict[tuple[str, str], list[tuple[Any, list[Event]]] | None] = OrderedDict()
         self.max_decisions = max_decisions
+        # (target agent, session, command id) -> the source whose command owns that ack cause.
+        self.causes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self.pipelines: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
         self._watchers: list[Callable[[str], None]] = []
+        # (agent, session) -> how to reach the collector holding that session's requests (a gateway).
+        self.remotes: OrderedDict[tuple[str, str], Forward] = OrderedDict()
+        self.max_remotes = max(max_decisions, 10_000)
         self.cancelled: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Sessions whose run was cancelled and whose agent has not been told to stop yet."""
 
@@ -131,6 +139,18 @@ class ControlRouter:
     def route_live(self, agent: str) -> bool:
         """Whether an operator's answer could reach us now (if not, receivers do not hold)."""
         return self.routes.get(agent, 0) > 0
+
+    def remote(self, agent: str, session: str, forward: Forward) -> None:
+        """``session`` of ``agent`` is held on another collector: its commands go through ``forward``.
+
+        A gateway learns this from the events it takes in; that collector decides the command
+        (dedupe and byte-identical re-acks included) and its acks come back through ``forward``.
+        """
+        key = (agent, session)
+        self.remotes[key] = forward
+        self.remotes.move_to_end(key)
+        while len(self.remotes) > self.max_remotes:
+            self.remotes.popitem(last=False)
 
     # -- holds ------------------------------------------------------------------------------------
 
@@ -179,12 +199,31 @@ class ControlRouter:
         that answers a command with its ack (NATS request/reply) replies with these.
         """
         try:
+            forward = self.remotes.get((target_agent, command.get("session")))  # type: ignore[arg-type]
+            if forward is not None and not self.pending(target_agent, command.get("session")):
+                return await self._forward(forward, command, target_agent)
             await self._submit(command, target_agent)
         except Exception as exc:
-            self.health.fail("control", "submit-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident("control", "submit-error", f"{type(exc).__name__}: {exc}")
             log.exception("control: command handling failed")
             return []
         recorded = self.decisions.get((command.get("source"), command.get("id")))  # type: ignore[arg-type]
+        return [e for _, events in recorded or [] for e in events]
+
+    async def _forward(self, forward: Forward, command: Event, agent: str) -> list[Event]:
+        acks = await forward(command, agent)
+        if acks is not None:
+            self.health.count("control", "forwarded")
+            return acks
+        cid, source = command.get("id"), command.get("source")
+        if not (isinstance(cid, str) and cid and isinstance(source, str) and source):
+            await self._submit(command, agent)  # malformed: counted and dropped as any other
+            return []
+        key = (source, cid)
+        await self._ack(key, command, agent, None, "busy",
+                        "the collector holding this session cannot be reached now; try again")
+        # Not remembered: a retransmission tries that collector again.
+        recorded = self.decisions.pop(key, None)
         return [e for _, events in recorded or [] for e in events]
 
     async def _submit(self, command: Event, target_agent: str) -> None:
@@ -193,9 +232,20 @@ class ControlRouter:
         if not all(isinstance(v, str) and v for v in (cid, source, session, ctype)):
             # Without id, source and session no ack can be correlated or placed: count and log it.
             self.health.count("control", "rejected")
-            self.health.fail("control", "malformed-command", "a command without id/source/session/type was dropped")
+            self.health.incident("control", "malformed-command",
+                                 "a command without id/source/session/type was dropped")
             return
         key = (source, cid)
+        claim = (target_agent, session, cid)
+        owner = self.causes.get(claim)
+        if owner is not None and owner != source:
+            # AEP-0001: an ack's bare-id `cause` resolves inside one session's view. A second
+            # sender reusing a decided id there could only get a second ack with the same cause
+            # (two decisions for one cause, AEP-0004 §3), so it gets none: counted and shown.
+            self.health.count("control", "collided")
+            self.health.incident("control", "command-id-collision",
+                                 f"command id already used in session by another sender ({owner})")
+            return
         if key in self.decisions:
             recorded = self.decisions[key]
             if recorded is not None:  # AEP-0004 §7: re-send the recorded ack, byte-identical
@@ -203,8 +253,11 @@ class ControlRouter:
                     pipeline.deliver(events, redelivery=True)
             return  # still deciding: a duplicate gets no second ack
         self.decisions[key] = None
+        self.causes[claim] = source
         while len(self.decisions) > self.max_decisions:
             self.decisions.popitem(last=False)
+        while len(self.causes) > self.max_decisions:
+            self.causes.popitem(last=False)
         agent = self.agents.get(target_agent)
         if agent is None or agent.accepts is None or ctype not in agent.accepts:
             await self._ack(key, command, target_agent, None, "unsupported",

@@ -26,6 +26,7 @@ def render(service: Any) -> str:
     health = service.health
     lines = ["# HELP aep_collector_items_total Items handled per component and outcome.",
              "# TYPE aep_collector_items_total counter"]
+    health.refresh()  # incidents past their window and conditions whose cause is gone are not counted
     with health._lock:
         counters = sorted(health.counters.items())
         problems = {c: len(p) for c, p in health.problems.items()}

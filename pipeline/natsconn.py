@@ -17,10 +17,13 @@ Wire protocol (one JetStream stream, core NATS request/reply for control):
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import re
 import socket
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -198,3 +201,82 @@ class NatsStream:
             if not self.create:
                 raise
         await js.add_stream(self.config())
+
+
+class Link:
+    """One NATS connection kept up for a component: connects in the background (never blocking
+    its start), lets the client reconnect forever, and reports each change through ``up`` and
+    ``down(detail)``; ``ready`` is set while connected."""
+
+    def __init__(self, conn: NatsConnection, up: Callable[[Any], Awaitable[None]],
+                 down: Callable[[str], None]) -> None:
+        self.conn, self._up, self._down = conn, up, down
+        self.nc: Any = None
+        self.ready = asyncio.Event()
+        self.stopped = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, name: str) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._connect(), name=name)
+
+    async def _connect(self) -> None:
+        import nats
+
+        servers = ", ".join(self.conn.servers)
+        opts = self.conn.options(disconnected_cb=self._disconnected, reconnected_cb=self._reconnected,
+                                 error_cb=self._error, closed_cb=self._closed)
+        attempt = 0
+        while not self.stopped:
+            try:
+                self.nc = await nats.connect(**opts)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # e.g. a bad creds file: reported, retried with backoff
+                self._lost(f"cannot connect to {servers}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(min(self.conn.reconnect_wait * 2 ** min(attempt, 4), 10.0))
+                attempt += 1
+        if not self.stopped:
+            await self._reconnected()
+
+    def _lost(self, detail: str) -> None:
+        self.ready.clear()
+        if not self.stopped:
+            self._down(detail)
+
+    async def _disconnected(self) -> None:
+        self._lost("disconnected from NATS; reconnecting")
+
+    async def _reconnected(self) -> None:
+        if self.nc is not None and not self.stopped:
+            self.ready.set()
+            await self._up(self.nc)
+
+    async def _closed(self) -> None:
+        self._lost("the NATS connection closed")
+
+    async def _error(self, exc: Exception) -> None:
+        # The client retries a refused connect forever and reports each failure here.
+        if not self.ready.is_set():
+            self._lost(f"cannot reach NATS at {', '.join(self.conn.servers)}: {type(exc).__name__}: {exc}")
+
+    async def wait(self, timeout: float) -> Any:
+        """The connection, once up; ``ConnectionError`` after ``timeout`` seconds without one."""
+        try:
+            await asyncio.wait_for(self.ready.wait(), timeout)
+        except TimeoutError:
+            raise ConnectionError("NATS is not connected") from None
+        return self.nc
+
+    async def close(self) -> None:
+        self.stopped = True
+        self.ready.clear()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.drain(), 2.0)
+            with contextlib.suppress(Exception):
+                await self.nc.close()

@@ -32,10 +32,13 @@ BUILTINS = (
     "exporters.relay",
     "exporters.relay_server",
     "exporters.nats",
+    "exporters.otlp",
+    "exporters.cloudevents",
     "receivers.claude_code",
     "receivers.hook_vendors",
     "receivers.plugin_vendors",
     "receivers.otlp",
+    "receivers.nats",
 )
 
 

@@ -17,7 +17,9 @@ name the wait, e.g. from ``Retry-After``); raise ``Permanent`` when the batch ca
 delivered (the peer refused the content itself): it is dropped, counted and logged, and the queue
 moves on. ``deliver`` is never called concurrently for one exporter and batches come in order.
 An exporter without ``deliver`` is driven through ``export(events)`` instead (for those,
-returning counts as delivered).
+returning counts as delivered). An exporter that hands events to something in this process (no
+peer that can be away, nothing worth replaying after a restart) sets the class attribute
+``persistent_queue = False`` and keeps the memory queue (``pipeline.pipeline.QueuedExporter``).
 
 Layout of ``<state_dir>/queue/<exporter id>/``: ``<n>.seg`` segment files of JSON lines (one
 event per line, the ``pipeline.wire`` bytes, appended with one ``write`` per batch), ``cursor``
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import errno
 import fcntl
 import logging
@@ -181,6 +184,18 @@ class SendingQueue:
             os.close(lock_fd)
             raise OSError(errno.EBUSY, f"queue directory {d} is in use by another collector") from None
         self._lock_fd = lock_fd
+        try:
+            self._load(d)
+        except BaseException:
+            self.close()  # releases the lock too, so a later attempt can take it again
+            raise
+        self._opened = True
+        if self.pending_events:
+            log.info("%s: %d undelivered events (%d bytes) waiting in %s from before", self.id,
+                     self.pending_events, self.pending_bytes, d)
+
+    def _load(self, d: Path) -> None:
+        """Find the segments, read the cursor, repair a torn tail, open the tail segment, count."""
         for p in d.glob("*.seg"):
             if p.stem.isdigit():
                 self.segments.append(int(p.stem))
@@ -204,10 +219,6 @@ class SendingQueue:
         off = min(off, self.sizes.get(seg, 0))
         self.cursor = (seg, off)
         self.pending_events = self._count_from_cursor()
-        self._opened = True
-        if self.pending_events:
-            log.info("%s: %d undelivered events (%d bytes) waiting in %s from before", self.id,
-                     self.pending_events, self.pending_bytes, d)
 
     def _path(self, n: int) -> Path:
         return self.directory / f"{n:016d}.seg"
@@ -261,7 +272,7 @@ class SendingQueue:
                 self._roll()
             data = b"".join(lines)
             try:
-                _write_all(self._fd, data)  # type: ignore[arg-type]
+                _write_all(self._fd, data, self.sizes[self.segments[-1]])  # type: ignore[arg-type]
             except OSError as exc:
                 self._refuse(len(lines), _cause(exc), f"{self._path(self.segments[-1])}: {exc.strerror or exc}")
             else:
@@ -456,9 +467,23 @@ class SendingQueue:
                      self.pending_events, self.directory)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """One ``write`` (whole lines for a reader); a short write is cut back and reported."""
-    size = os.fstat(fd).st_size
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` (delay-seconds or an HTTP-date) in seconds, None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _write_all(fd: int, data: bytes, size: int) -> None:
+    """One ``write`` at the end (``size``) of the file: whole lines for a reader; a short write is
+    cut back and reported."""
     try:
         written = os.write(fd, data)
     except OSError:

@@ -132,11 +132,11 @@ class Deliver:
             events = await asyncio.wait_for(asyncio.shield(task), self.timeout)
         except TimeoutError:
             # The batch keeps going in the background: slow is not lost.
-            self.health.fail(self.component, "pipeline-slow",
+            self.health.incident(self.component, "pipeline-slow",
                              f"pipeline took over {self.timeout}s; replied neutral")
             return None
         except Exception as exc:
-            self.health.fail(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
             return None
         self.health.count(self.component, "accepted", len(batch))
         return events
@@ -145,7 +145,7 @@ class Deliver:
         self.pending.discard(task)
         if not task.cancelled() and task.exception() is not None:
             exc = task.exception()
-            self.health.fail(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
 
     async def drain(self, timeout: float) -> None:
         if self.pending:
@@ -239,7 +239,8 @@ class HookServer:
         extra = getattr(self.surface, "health_extra", None)
         if extra is not None:
             body.update(extra())
-        return json_response(body)
+        # Probes (`curl -f`, a container healthcheck) read the status, not the body.
+        return json_response(body, 200 if body.get("ok") else 503)
 
     async def _hook(self, request: web.Request) -> web.Response:
         CURRENT_REQUEST.set(request)
@@ -280,7 +281,7 @@ class HookServer:
         except HookError as exc:
             return self._refuse(exc)
         except Exception as exc:  # fail open: the agent gets its neutral reply, the log gets the cause
-            self.health.fail(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
             self.health.request_error(self.id, "hook-error", f"{type(exc).__name__}: {exc}; replied neutral")
             log.debug("%s: hook failed; replied neutral", self.id, exc_info=True)
             body = self._neutral(signal)
@@ -312,7 +313,7 @@ class HookServer:
                 self.health.request_error(self.id, exc.body["error"], f"batch item {index}: {exc.body['detail']}")
                 errors.append({"index": index, **exc.body})
             except Exception as exc:  # fail open, as for a lone moment; the rest still goes in
-                self.health.fail(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
+                self.health.incident(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
                 self.health.request_error(self.id, "hook-error", f"batch item {index}: {type(exc).__name__}: {exc}")
                 log.debug("%s: batch item %d failed", self.id, index, exc_info=True)
                 errors.append({"index": index, "error": "hook-error", "detail": f"{type(exc).__name__}"})

@@ -22,7 +22,8 @@ from pipeline.validate import StreamValidator, envelope_errors
 from tests.helpers import Collector, read_jsonl
 
 REGISTRY, _ = build_registry(load_plugins=False)
-HOOK_RECEIVERS = [t for t in REGISTRY.types(Kind.RECEIVER) if t != "otlp"]
+# otlp has its own case below; nats takes AEP events from a stream, not vendor payloads over HTTP.
+HOOK_RECEIVERS = [t for t in REGISTRY.types(Kind.RECEIVER) if t not in ("otlp", "nats")]
 KNOWN_KEYS = ["hook_event_name", "session_id", "tool_name", "tool_input", "tool_response", "tool_use_id",
               "prompt", "turn_id", "notification_type", "kind", "event", "hookName", "taskId", "conversationId",
               "stepIdx", "toolCall", "questions", "requested_schema", "mcp_server_name", "extra", "type"]

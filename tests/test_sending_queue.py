@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import aiohttp
@@ -181,3 +182,88 @@ async def test_drain_does_not_wait_for_a_peer_that_is_away(tmp_path):
     again.open()
     assert again.pending_events == 1  # still on disk for the next start
     again.close()
+
+
+async def test_an_in_process_exporter_opts_out_of_the_disk(tmp_path):
+    from exporters.relay import RelayExporter
+
+    class Local(RelayExporter):
+        persistent_queue = False
+
+    raw = base_config(tmp_path, extra_exporters={"relay": {"endpoint": "ws://127.0.0.1:9/socket"}})
+    async with running(raw) as service:
+        service.exporters["relay"].__class__ = Local  # what a local surface declares
+        assert isinstance(service._queue("relay", service.exporters["relay"]), QueuedExporter)
+
+
+def test_an_unusable_directory_refuses_counted_and_reported(tmp_path):
+    (tmp_path / "q").write_text("a file where the queue directory should be")
+    health = Health()
+    q = make(tmp_path, Peer(), health)
+    q.put([ev(1), ev(2)])
+    assert health.counters[("exporter/t", "dropped")] == 2
+    assert "queue-unavailable" in health.problems["exporter/t"]
+
+
+async def test_a_corrupt_line_is_counted_and_skipped_not_a_wedge(tmp_path):
+    q = make(tmp_path, Peer())
+    q.open()
+    q.put([ev(1)])
+    seg = sorted((tmp_path / "q").glob("*.seg"))[-1]
+    with open(seg, "ab") as fh:
+        fh.write(b"\x00\x00 not json\n")
+    q.close()
+    peer, health = Peer(), Health()
+    again = make(tmp_path, peer, health)
+    again.start()
+    again.put([ev(2)])
+    await wait_until(lambda: len(peer.got) == 2, "the events around the bad line")
+    assert [e["id"] for e in peer.got] == ["e000001", "e000002"]
+    assert health.counters[("exporter/t", "corrupt")] == 1
+    await again.drain(0.1)
+
+
+async def test_a_plug_in_exporter_with_only_export_is_retried_through_the_disk(tmp_path):
+    """A plug-in written before ``deliver`` existed: ``export`` raising means not delivered."""
+    from dataclasses import dataclass
+
+    import aiohttp
+
+    from pipeline.component import Factory, Kind
+
+    got: list[dict] = []
+    failures = [RuntimeError("peer away")] * 3
+
+    @dataclass
+    class Cfg:
+        pass
+
+    class Flaky:
+        async def start(self, host):
+            return None
+
+        async def export(self, events):
+            if failures:
+                raise failures.pop()
+            got.extend(events)
+
+        async def shutdown(self):
+            return None
+
+    registry, _ = build_registry(load_plugins=False)
+    registry.register(Factory(kind=Kind.EXPORTER, type="flaky", config_class=Cfg,
+                              create=lambda settings, cfg: Flaky()), "test")
+    raw = base_config(tmp_path, extra_exporters={"flaky": {"sending_queue": {"backoff_initial": 0.01,
+                                                                             "backoff_max": 0.02}}})
+    async with running(raw, registry) as service:
+        assert isinstance(service.queues[0], SendingQueue)
+        port = service.receivers["claude_code"].port
+        async with aiohttp.ClientSession() as s:
+            for name in ("SessionStart", "UserPromptSubmit", "Stop"):
+                async with s.post(f"http://127.0.0.1:{port}/hook",
+                                  json={"session_id": "pl", "hook_event_name": name, "prompt": "x"}) as r:
+                    assert r.status == 200
+        written = [json.loads(line)["id"]
+                   for line in (tmp_path / "logs" / "claude-code" / "pl.jsonl").read_text().splitlines()]
+        await wait_until(lambda: len(got) >= len(written), "every event past three failed exports")
+    assert [e["id"] for e in got] == written and not failures

@@ -17,7 +17,6 @@ recorded for it (so a retransmission gets the same bytes again).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from pipeline.natsconn import (
     CONTROL_HEADER,
     ERROR_HEADER,
     MSG_ID_HEADER,
+    Link,
     NatsConnection,
     NatsStream,
     default_collector,
@@ -87,13 +87,11 @@ class NatsExporter:
         self.id = f"exporter/{settings.id}"
         self.config = config
         self.host = Host()
-        self.nc: Any = None
+        self.link = Link(config.connection, self._up, self._down)
         self.js: Any = None
         self.control_subject = ""
-        self._ready = asyncio.Event()
         self._stream_ok = False
         self._stopped = False
-        self._task: asyncio.Task[None] | None = None
         self._sub: Any = None
         self._watched: set[str] = set()
         self._routed: set[str] = set()
@@ -111,60 +109,28 @@ class NatsExporter:
             watch = getattr(host.control, "watch", None)
             if watch is not None:
                 watch(self._watch)
-        # Connecting never blocks start: a collector starting while NATS is away keeps its
-        # events in the sending queue and connects when NATS is back.
-        self._task = asyncio.get_running_loop().create_task(self._connect(), name=f"nats:{self.id}")
+        # Never blocks start: a collector starting while NATS is away keeps its events in the
+        # sending queue and connects when NATS is back.
+        self.link.start(f"nats:{self.id}")
 
     async def shutdown(self) -> None:
         self._stopped = True
         self._route(False)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        if self.nc is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.nc.drain(), 2.0)
-            with contextlib.suppress(Exception):
-                await self.nc.close()
+        await self.link.close()
         self.host.health.set_flag(self.id, "nats", False)
 
-    async def _connect(self) -> None:
-        import nats
-
-        attempt = 0
-        opts = self.config.connection.options(
-            disconnected_cb=self._disconnected, reconnected_cb=self._reconnected,
-            error_cb=self._error, closed_cb=self._closed)
-        while not self._stopped:
-            try:
-                self.nc = await nats.connect(**opts)
-                break
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # reported once per outage, retried with backoff
-                self._down(f"cannot connect to {', '.join(self.config.connection.servers)}: "
-                           f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(min(self.config.connection.reconnect_wait * (2 ** min(attempt, 4)), 10.0))
-                attempt += 1
-        if self._stopped:
-            return
-        self.js = self.nc.jetstream(timeout=self.config.publish_timeout)
-        if self.config.control:
-            self._sub = await self.nc.subscribe(self.control_subject, cb=self._on_command)
-        await self._up()
-
-    async def _up(self) -> None:
+    async def _up(self, nc: Any) -> None:
+        if self.js is None:
+            self.js = nc.jetstream(timeout=self.config.publish_timeout)
+        if self.config.control and self._sub is None:
+            self._sub = await nc.subscribe(self.control_subject, cb=self._on_command)
         self._down_logged = False
         self.host.health.recover(self.id, "nats-down")
         self.host.health.set_flag(self.id, "nats", True)
-        self._ready.set()
         self._route(True)
-        log.info("%s: connected to NATS %s (control subject %s)", self.id,
-                 getattr(self.nc, "connected_url", None) and self.nc.connected_url.netloc, self.control_subject)
+        log.info("%s: connected to NATS (control subject %s)", self.id, self.control_subject)
 
     def _down(self, detail: str) -> None:
-        self._ready.clear()
         self._route(False)
         self.host.health.set_flag(self.id, "nats", False)
         self.host.health.fail(self.id, "nats-down", detail)
@@ -172,31 +138,12 @@ class NatsExporter:
             self._down_logged = True
             log.warning("%s: %s; events wait in the sending queue", self.id, detail)
 
-    async def _disconnected(self) -> None:
-        if not self._stopped:
-            self._down("disconnected from NATS; reconnecting")
-
-    async def _reconnected(self) -> None:
-        await self._up()
-
-    async def _closed(self) -> None:
-        if not self._stopped:
-            self._down("the NATS connection closed")
-
-    async def _error(self, exc: Exception) -> None:
-        # The client retries a refused connect forever and reports each failure here.
-        if not self._ready.is_set() and not self._stopped:
-            self._down(f"cannot reach NATS at {', '.join(self.config.connection.servers)}: "
-                       f"{type(exc).__name__}: {exc}")
-        else:
-            log.debug("%s: NATS client error: %s: %s", self.id, type(exc).__name__, exc)
-
     # -- control routes -------------------------------------------------------------------------
 
     def _watch(self, agent: str) -> None:
         self._watched.add(agent)
         self._accepts.pop(agent, None)
-        if self._ready.is_set():
+        if self.link.ready.is_set():
             self._route(True)
 
     def _route(self, live: bool) -> None:
@@ -240,7 +187,7 @@ class NatsExporter:
         if not msg.reply:
             return
         try:
-            await self.nc.publish(msg.reply, body, headers=headers)
+            await self.link.nc.publish(msg.reply, body, headers=headers)
         except Exception as exc:  # the gateway's request times out and it nacks on our behalf
             log.warning("%s: could not reply to a command: %s: %s", self.id, type(exc).__name__, exc)
 
@@ -264,10 +211,7 @@ class NatsExporter:
         if self._stopped:
             raise RuntimeError("the nats exporter is shut down")
         timeout = self.config.publish_timeout
-        try:
-            await asyncio.wait_for(self._ready.wait(), timeout)
-        except TimeoutError:
-            raise ConnectionError("NATS is not connected") from None
+        await self.link.wait(timeout)
         js = self.js
         if not self._stream_ok:
             await self.config.stream.ensure(js)

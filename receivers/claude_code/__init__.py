@@ -18,6 +18,7 @@ from pipeline.control import CANCEL, RESPOND, Hold, Outcome
 from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import claude_code as cc
+from processors.mapping import hookfamily as hf
 from processors.mapping.common import PERMISSION_OPTIONS
 from receivers.forms import form_validator, form_values
 from receivers.held import HeldLoop, permission_choice, permission_validator
@@ -40,8 +41,9 @@ HOOKS = (
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
                         "PermissionDenied"})
 HELD_HOOKS = frozenset({"PermissionRequest", "Elicitation"})
-# Claude Code 2.1.328 fires these for `command` hooks only, never for `http` hooks (checked live):
-# they are registered as the command shim, which POSTs the same payload to the same receiver.
+# Claude Code 2.1.328 skips `http` hooks for SessionStart and Setup ("HTTP hooks are not supported
+# for SessionStart", in its debug log; checked live): SessionStart is registered as the command shim,
+# which POSTs the same payload to the same receiver. Setup is not a mapped hook.
 COMMAND_HOOKS = frozenset({"SessionStart"})
 
 
@@ -117,7 +119,8 @@ class ClaudeCodeSurface:
 
     async def _held_call(self, signal: Signal, validate: Any) -> tuple[Hold, Outcome] | None:
         """Hold a tool-call request, findable by its call so the PostToolUse can dismiss it."""
-        hold = await self.loop.request(signal, validate)
+        # The mapping keys the card with the same key: the hold's legs close the book's entry.
+        hold = await self.loop.request(signal, validate, hf.card_key(signal))
         if hold is None:
             return None
         key = (_session(signal.payload), _call_key(signal.payload))

@@ -166,7 +166,7 @@ class OtlpReceiver:
             try:
                 await self.consumer.consume(batch)
             except Exception as exc:
-                self.health.fail(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
+                self.health.incident(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
                 raise PipelineUnavailable(f"pipeline unavailable: {type(exc).__name__}") from exc
             self.health.recover(self.id, "pipeline-error")
             self.health.count(self.id, "accepted", len(batch))

@@ -1,0 +1,123 @@
+"""The ``cloudevents`` exporter: AEP events as CloudEvents 1.0 over HTTP (AEP-0005 §2).
+
+``mode: batched`` POSTs each delivered batch as one ``application/cloudevents-batch+json`` array;
+``mode: structured`` POSTs one ``application/cloudevents+json`` event per request. It sits behind the
+persistent sending queue: 2xx delivers; 408, 429 and 5xx are retried (``Retry-After`` honoured);
+any other answer drops the batch (counted, logged). A receiver dedupes a retried copy on
+``(source, id)``. An event whose ``capture`` is above ``max_capture`` is down-levelled to it first
+(AEP-0001 §8.2, the same hop rule a relay applies), so nothing above the ceiling leaves.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from pipeline.component import CreateSettings, Factory, Kind
+from pipeline.host import Health, Host
+from pipeline.model import Event
+from pipeline.sending_queue import Permanent, RetryLater, retry_after
+from pipeline.wire import dumps_bytes
+
+from .projection import to_cloudevent
+
+__all__ = ["FACTORY", "CloudEventsConfig", "CloudEventsExporter"]
+
+log = logging.getLogger("aep.exporter.cloudevents")
+
+CAPTURE_ORDER = ("none", "metadata", "redacted", "full")
+STRUCTURED = "application/cloudevents+json; charset=utf-8"
+BATCH = "application/cloudevents-batch+json; charset=utf-8"
+
+
+@dataclass
+class CloudEventsConfig:
+    """Config of the ``cloudevents`` exporter."""
+
+    endpoint: str = "http://127.0.0.1:8080/"
+    """The URL events are POSTed to."""
+    mode: Literal["batched", "structured"] = "batched"
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout: float = 10.0
+    max_capture: Literal["none", "metadata", "redacted", "full"] = "metadata"
+    """The exporter's capture ceiling: an event declaring more is down-levelled to it."""
+
+    def validate(self) -> None:
+        parts = urlsplit(self.endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"endpoint must be an http(s) URL, got {self.endpoint!r}")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive")
+        if self.max_capture not in CAPTURE_ORDER:
+            raise ValueError(f"max_capture must be one of {', '.join(CAPTURE_ORDER)}")
+
+
+def gated(event: Event, ceiling: str) -> Event:
+    """``event`` as it may leave under ``ceiling``: down-levelled when it declares more."""
+    declared = event.get("capture", "metadata")
+    if declared in CAPTURE_ORDER and CAPTURE_ORDER.index(declared) <= CAPTURE_ORDER.index(ceiling):
+        return event
+    # The AEP-0001 §8.2 hop algorithm, shared with the capture processor (a pure function).
+    from processors.capture.gate import downlevel
+
+    return downlevel(event, ceiling)
+
+
+class CloudEventsExporter:
+    def __init__(self, settings: CreateSettings, config: CloudEventsConfig) -> None:
+        config.validate()
+        self.id = f"exporter/{settings.id}"
+        self.config = config
+        self.health = Health()
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self, host: Host) -> None:
+        self.health = host.health
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout),
+                                              trust_env=False)
+
+    async def export(self, events: list[Event]) -> None:
+        await self.deliver(events)
+
+    async def deliver(self, events: list[Event]) -> None:
+        ces = [dumps_bytes(to_cloudevent(gated(e, self.config.max_capture))) for e in events]
+        if not ces:
+            return
+        if self.config.mode == "batched":
+            await self._post(b"[" + b",".join(ces) + b"]", BATCH)
+        else:
+            for body in ces:  # a failure retries the whole batch: the receiver dedupes the copies
+                await self._post(body, STRUCTURED)
+
+    async def _post(self, body: bytes, content_type: str) -> None:
+        assert self._session is not None
+        headers = {"Content-Type": content_type, **self.config.headers}
+        async with self._session.post(self.config.endpoint, data=body, headers=headers) as resp:
+            await resp.read()
+            if 200 <= resp.status < 300:
+                return
+            what = f"CloudEvents POST got HTTP {resp.status}"
+            if resp.status in (408, 429) or resp.status >= 500:
+                delay = retry_after(resp.headers.get("Retry-After"))
+                if delay is not None:
+                    raise RetryLater(delay, what)
+                raise ConnectionError(what)
+            raise Permanent(what)
+
+    async def shutdown(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+FACTORY = Factory(
+    kind=Kind.EXPORTER,
+    type="cloudevents",
+    config_class=CloudEventsConfig,
+    create=lambda settings, cfg: CloudEventsExporter(settings, cfg),
+    description="POSTs events as CloudEvents 1.0 JSON (AEP-0005 §2), batched or structured",
+)

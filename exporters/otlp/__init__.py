@@ -1,0 +1,206 @@
+"""The ``otlp`` exporter: AEP events as OTLP LogRecords over gRPC or HTTP/protobuf (AEP-0005 §3).
+
+It sits behind the persistent sending queue (``deliver``): a batch becomes one
+``ExportLogsServiceRequest``. Retries follow the OTLP specification: gRPC ``CANCELLED``,
+``DEADLINE_EXCEEDED``, ``ABORTED``, ``OUT_OF_RANGE``, ``UNAVAILABLE``, ``DATA_LOSS`` (and
+``RESOURCE_EXHAUSTED`` when the server sends ``RetryInfo``) and HTTP 429/502/503/504 are retried,
+honouring ``RetryInfo`` / ``Retry-After``; any other refusal drops the batch (counted, logged).
+A partial success (``rejected_log_records``) is counted and logged, never retried.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import aiohttp
+import grpc
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
+
+from pipeline.component import CreateSettings, Factory, Kind
+from pipeline.host import Health, Host
+from pipeline.model import Event
+from pipeline.sending_queue import Permanent, RetryLater, retry_after
+
+from .projection import CAPTURE_ORDER, to_otlp
+from .wire import request
+
+__all__ = ["FACTORY", "OtlpExporter", "OtlpExporterConfig", "retry_after"]
+
+log = logging.getLogger("aep.exporter.otlp")
+
+RETRYABLE_GRPC = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
+                            grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS})
+RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
+DEFAULT_ENDPOINT = {"grpc": "127.0.0.1:4317", "http": "http://127.0.0.1:4318/v1/logs"}
+
+
+@dataclass
+class OtlpExporterConfig:
+    """Config of the ``otlp`` exporter."""
+
+    protocol: Literal["grpc", "http"] = "grpc"
+    endpoint: str | None = None
+    """gRPC: ``host:port`` (``https://host:port`` for TLS); HTTP: the full URL of ``/v1/logs``.
+    Default ``127.0.0.1:4317`` / ``http://127.0.0.1:4318/v1/logs``."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with every export (gRPC metadata keys are lowercased), e.g. an API key."""
+    timeout: float = 10.0
+    compression: Literal["none", "gzip"] = "none"
+    max_capture: Literal["none", "metadata", "redacted", "full"] = "metadata"
+    """The exporter's capture ceiling: an event declaring more goes without its data (no body,
+    no ``gen_ai.*`` attributes), whatever the pipeline let through."""
+
+    def __post_init__(self) -> None:
+        if not self.endpoint:
+            self.endpoint = DEFAULT_ENDPOINT[self.protocol]
+
+    def validate(self) -> None:
+        if self.timeout <= 0:
+            raise ValueError("timeout must be positive")
+        if self.max_capture not in CAPTURE_ORDER:
+            raise ValueError(f"max_capture must be one of {', '.join(CAPTURE_ORDER)}")
+        assert self.endpoint is not None
+        if self.protocol == "http":
+            parts = urlsplit(self.endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"endpoint must be an http(s) URL such as {DEFAULT_ENDPOINT['http']}, "
+                                 f"got {self.endpoint!r}")
+        elif "://" in self.endpoint and not self.endpoint.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint must be host:port or http(s)://host:port, got {self.endpoint!r}")
+
+
+class OtlpExporter:
+    """Sends each delivered batch as one OTLP logs export request."""
+
+    def __init__(self, settings: CreateSettings, config: OtlpExporterConfig) -> None:
+        config.validate()
+        self.id = f"exporter/{settings.id}"
+        self.config = config
+        self.health = Health()
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self, host: Host) -> None:
+        self.health = host.health
+        cfg = self.config
+        assert cfg.endpoint is not None
+        if cfg.protocol == "grpc":
+            target = cfg.endpoint
+            secure = target.startswith("https://")
+            target = target.split("://", 1)[-1]
+            options = [("grpc.enable_http_proxy", 0)]  # loopback or a named collector: never a proxy
+            compression = grpc.Compression.Gzip if cfg.compression == "gzip" else None
+            self._channel = (grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options, compression)
+                             if secure else grpc.aio.insecure_channel(target, options, compression))
+            self._stub = LogsServiceStub(self._channel)
+        else:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.timeout), trust_env=False)
+
+    async def export(self, events: list[Event]) -> None:
+        await self.deliver(events)
+
+    async def deliver(self, events: list[Event]) -> None:
+        """One export request for ``events``; raises to retry, ``Permanent`` to drop (see module doc)."""
+        records = []
+        for event in events:
+            try:
+                records.append(to_otlp(event, self.config.max_capture))
+            except (KeyError, ValueError, TypeError) as exc:  # not a stamped event: never retried
+                self.health.count(self.id, "dropped")
+                self.health.fail(self.id, "unprojectable", f"{event.get('id')}: {type(exc).__name__}: {exc}")
+        if not records:
+            return
+        body = request(records)
+        if self.config.protocol == "grpc":
+            response = await self._grpc(body)
+        else:
+            response = await self._http(body)
+        rejected = response.partial_success.rejected_log_records if response.HasField("partial_success") else 0
+        if rejected:
+            self.health.count(self.id, "rejected", rejected)
+            log.warning("%s: the OTLP receiver rejected %d of %d records: %s", self.id, rejected, len(records),
+                        response.partial_success.error_message or "no reason given")
+
+    async def _grpc(self, body: Any) -> ExportLogsServiceResponse:
+        metadata = tuple((k.lower(), v) for k, v in self.config.headers.items()) or None
+        try:
+            return await self._stub.Export(body, timeout=self.config.timeout, metadata=metadata)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            delay = _retry_info(exc)
+            what = f"OTLP/gRPC export failed: {code.name}: {exc.details()}"
+            if code in RETRYABLE_GRPC or (code == grpc.StatusCode.RESOURCE_EXHAUSTED and delay is not None):
+                if delay is not None:
+                    raise RetryLater(delay, what) from None
+                raise ConnectionError(what) from None
+            raise Permanent(what) from None
+
+    async def _http(self, body: Any) -> ExportLogsServiceResponse:
+        assert self._session is not None and self.config.endpoint is not None
+        data = body.SerializeToString()
+        headers = {"Content-Type": "application/x-protobuf", **self.config.headers}
+        if self.config.compression == "gzip":
+            data = gzip.compress(data)
+            headers["Content-Encoding"] = "gzip"
+        async with self._session.post(self.config.endpoint, data=data, headers=headers) as resp:
+            payload = await resp.read()
+            if 200 <= resp.status < 300:
+                out = ExportLogsServiceResponse()
+                if payload and resp.content_type == "application/x-protobuf":
+                    try:
+                        out.ParseFromString(payload)
+                    except Exception:  # noqa: BLE001 -- a 2xx is a delivery, whatever its body
+                        pass
+                return out
+            what = f"OTLP/HTTP export got HTTP {resp.status}"
+            if resp.status in RETRYABLE_HTTP:
+                delay = retry_after(resp.headers.get("Retry-After"))
+                if delay is not None:
+                    raise RetryLater(delay, what)
+                raise ConnectionError(what)
+            raise Permanent(what)
+
+    async def shutdown(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def _retry_info(exc: grpc.aio.AioRpcError) -> float | None:
+    """The server's ``google.rpc.RetryInfo`` delay from the status details, if it sent one."""
+    try:
+        from google.rpc import error_details_pb2, status_pb2
+    except ImportError:  # the protos ship with the OTel exporters; without them, plain backoff
+        return None
+    for key, value in exc.trailing_metadata() or ():
+        if key != "grpc-status-details-bin" or not isinstance(value, bytes):
+            continue
+        status = status_pb2.Status()
+        try:
+            status.ParseFromString(value)
+        except Exception:  # noqa: BLE001 -- unreadable details mean no RetryInfo
+            return None
+        for detail in status.details:
+            if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                info = error_details_pb2.RetryInfo()
+                detail.Unpack(info)
+                return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    return None
+
+
+FACTORY = Factory(
+    kind=Kind.EXPORTER,
+    type="otlp",
+    config_class=OtlpExporterConfig,
+    create=lambda settings, cfg: OtlpExporter(settings, cfg),
+    description="Sends events as OTLP LogRecords (AEP-0005 §3) over gRPC or HTTP/protobuf",
+)

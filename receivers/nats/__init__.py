@@ -1,0 +1,289 @@
+"""The ``nats`` receiver (gateway tier): a durable JetStream consumer feeding AEP events to a pipeline.
+
+It reads the stream the edge collectors' ``nats`` exporters publish to, in stream order, through
+a durable pull consumer: a restarted gateway resumes where its acknowledgements left off. A
+fetched batch goes through the pipeline (durable exporters such as ``jsonl`` write it before
+``consume`` returns) and only then is each message acknowledged; what was not acknowledged is
+redelivered by JetStream. Event ids already taken in are skipped (bounded memory), so a
+redelivery never reaches the exporters twice.
+
+Control: every event names the collector holding its session (``Aep-Control``) and what its
+agent accepts (``Aep-Accepts``). The receiver registers the agent with this collector's control
+router and tells it where the session lives, so a command an operator sends here (through the
+relay role or a relay exporter) is forwarded to that collector as a NATS request; the acks in
+the reply are handed to the pipeline like any event (a re-ack again, byte-identical).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from pipeline.component import CreateSettings, Factory, Kind
+from pipeline.host import Host
+from pipeline.model import Event
+from pipeline.natsconn import (
+    ACCEPTS_HEADER,
+    AGENT_HEADER,
+    CONTROL_HEADER,
+    ERROR_HEADER,
+    Link,
+    NatsConnection,
+    NatsStream,
+    token,
+)
+from pipeline.wire import dumps_bytes
+
+__all__ = ["FACTORY", "NatsReceiver", "NatsReceiverConfig"]
+
+log = logging.getLogger("aep.receiver.nats")
+
+ACK_TYPES = frozenset({"control.accepted", "control.rejected"})
+MAX_ACKS = 10_000
+"""Acks kept, as the pipeline made them, for byte-identical re-sends."""
+
+
+@dataclass
+class NatsReceiverConfig:
+    """Config of the ``nats`` receiver."""
+
+    connection: NatsConnection = field(default_factory=NatsConnection)
+    stream: NatsStream = field(default_factory=NatsStream)
+    durable: str = "aep-gateway"
+    """The durable consumer's name: gateways sharing it share the work; distinct names each see all."""
+    batch: int = 256
+    """Messages fetched (and acknowledged) per pipeline call."""
+    ack_wait: float = 30.0
+    """Seconds JetStream waits for an acknowledgement before redelivering."""
+    max_ack_pending: int = 20_000
+    control: bool = True
+    """Forward operators' commands to the collector holding the session."""
+    control_timeout: float = 5.0
+    """Seconds to wait for that collector's reply before nacking ``busy``."""
+    remember_ids: int = 200_000
+    """Event ids remembered to skip a redelivered message (oldest forgotten first)."""
+
+    def validate(self) -> None:
+        self.connection.validate()
+        self.stream.validate()
+        if token(self.durable) != self.durable or self.durable == "~":
+            raise ValueError(f"durable {self.durable!r}: letters, digits, '_' and '-' only")
+        if self.batch < 1 or self.max_ack_pending < self.batch:
+            raise ValueError("batch must be at least 1 and max_ack_pending at least batch")
+        if self.ack_wait <= 0 or self.control_timeout <= 0:
+            raise ValueError("ack_wait and control_timeout must be positive")
+        if self.remember_ids < self.max_ack_pending:
+            raise ValueError("remember_ids must be at least max_ack_pending")
+
+
+class NatsReceiver:
+    def __init__(self, settings: CreateSettings, config: NatsReceiverConfig, next_consumer: Any) -> None:
+        config.validate()
+        self.id = f"receiver/{settings.id}"
+        self.config = config
+        self.next = next_consumer
+        self.host = Host()
+        self.link = Link(config.connection, self._up, self._down)
+        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.acks: OrderedDict[str, list[tuple[Any, Event]]] = OrderedDict()
+        self.forwarded: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.known: dict[str, str | None] = {}
+        """Agents registered with the control router, with the accepts they were registered with."""
+        self._task: asyncio.Task[None] | None = None
+        self._sub: Any = None
+        self._stopped = False
+        self._down_logged = False
+
+    async def start(self, host: Host) -> None:
+        self.host = host
+        self.link.start(f"nats:{self.id}")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"consume:{self.id}")
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self.link.close()
+
+    async def _up(self, nc: Any) -> None:
+        self._down_logged = False
+        self.host.health.recover(self.id, "nats-down")
+        log.info("%s: connected to NATS; consuming %s as %s", self.id, self.config.stream.name,
+                 self.config.durable)
+
+    def _down(self, detail: str) -> None:
+        self.host.health.fail(self.id, "nats-down", detail)
+        if not self._down_logged:
+            self._down_logged = True
+            log.warning("%s: %s; the stream keeps events until the gateway is back", self.id, detail)
+
+    # -- consuming ------------------------------------------------------------------------------
+
+    async def _subscribe(self) -> Any:
+        from nats.js import api
+
+        nc = await self.link.wait(3600.0)
+        js = nc.jetstream(timeout=self.config.control_timeout)
+        await self.config.stream.ensure(js)
+        return await js.pull_subscribe(
+            f"{self.config.stream.subject_prefix}.>", durable=self.config.durable, stream=self.config.stream.name,
+            config=api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT, ack_wait=self.config.ack_wait,
+                                      max_ack_pending=self.config.max_ack_pending,
+                                      deliver_policy=api.DeliverPolicy.ALL))
+
+    async def _run(self) -> None:
+        from nats.errors import TimeoutError as NatsTimeout
+
+        failures = 0
+        while not self._stopped:
+            try:
+                if self._sub is None:
+                    self._sub = await self._subscribe()
+                msgs = await self._sub.fetch(self.config.batch, timeout=1.0)
+            except (NatsTimeout, TimeoutError):
+                continue  # nothing new
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS away, stream leader moving: retried, reported once
+                failures += 1
+                if failures == 1 or failures % 50 == 0:
+                    log.warning("%s: fetching from %s failed (%s: %s); retrying", self.id, self.config.stream.name,
+                                type(exc).__name__, exc)
+                self._sub = None if failures % 10 == 0 else self._sub
+                await asyncio.sleep(min(0.1 * failures, 2.0))
+                continue
+            failures = 0
+            await self._take(msgs)
+
+    async def _take(self, msgs: list[Any]) -> None:
+        """Pipeline first, then the acknowledgements: nothing is acknowledged before it is written."""
+        events: list[Event] = []
+        for msg in msgs:
+            event = self._parse(msg)
+            if event is None:
+                with contextlib.suppress(Exception):
+                    await msg.term()  # never valid, never redelivered
+                continue
+            self._learn(event, msg.headers or {})
+            if event["id"] in self.seen:
+                self.host.health.count(self.id, "duplicates")
+                continue
+            events.append(event)
+        if events:
+            try:
+                await self._consume(events)
+            except Exception as exc:  # not acknowledged: JetStream redelivers after ack_wait
+                self.host.health.fail(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
+                return
+            self.host.health.recover(self.id, "pipeline-error")
+            self.host.health.count(self.id, "accepted", len(events))
+            self._remember(e["id"] for e in events)
+        for msg in msgs:
+            with contextlib.suppress(Exception):  # a lost ack means a redelivery, which is skipped
+                await msg.ack()
+
+    def _parse(self, msg: Any) -> Event | None:
+        try:
+            event = orjson.loads(msg.data)
+        except orjson.JSONDecodeError:
+            event = None
+        if not isinstance(event, dict) or not all(isinstance(event.get(k), str) and event.get(k)
+                                                  for k in ("aep", "id", "type", "source", "agent")):
+            self.host.health.count(self.id, "rejected")
+            self.host.health.fail(self.id, "not-an-event", f"a message on {msg.subject} is not an AEP event; dropped")
+            return None
+        return event
+
+    async def _consume(self, events: list[Event]) -> None:
+        lanes = await self.next.consume_each(events)
+        for pipeline, out in lanes:
+            for event in out:
+                if event.get("type") in ACK_TYPES:  # kept to re-send exactly what went out
+                    self.acks.setdefault(event["id"], []).append((pipeline, event))
+        while len(self.acks) > MAX_ACKS:
+            self.acks.popitem(last=False)
+
+    def _remember(self, ids: Any) -> None:
+        for i in ids:
+            self.seen[i] = None
+        while len(self.seen) > self.config.remember_ids:
+            self.seen.popitem(last=False)
+
+    # -- control --------------------------------------------------------------------------------
+
+    def _learn(self, event: Event, headers: dict[str, str]) -> None:
+        """Tell the router which collector holds this event's session and what its agent accepts."""
+        control = self.host.control
+        subject = headers.get(CONTROL_HEADER)
+        session = event.get("session")
+        if not self.config.control or control is None or not subject or not isinstance(session, str):
+            return
+        agent = event["agent"]
+        raw = headers.get(ACCEPTS_HEADER)
+        if raw is not None and self.known.get(agent) != raw:
+            try:
+                accepts = [str(a) for a in json.loads(raw)]
+            except (ValueError, TypeError):
+                accepts = None
+            if accepts is not None:
+                self.known[agent] = raw
+                control.register(agent, accepts, self.next)
+        control.remote(agent, session, self._forwarder(subject))
+
+    def _forwarder(self, subject: str) -> Any:
+        async def forward(command: Event, agent: str) -> list[Event] | None:
+            return await self._forward(subject, command, agent)
+        return forward
+
+    async def _forward(self, subject: str, command: Event, agent: str) -> list[Event] | None:
+        nc = self.link.nc
+        if nc is None or not self.link.ready.is_set():
+            return None
+        try:
+            reply = await nc.request(subject, dumps_bytes(command), timeout=self.config.control_timeout,
+                                     headers={AGENT_HEADER: agent})
+        except Exception as exc:  # no responders, timeout: the router nacks busy
+            log.warning("%s: command %s for %s not delivered to %s: %s", self.id, command.get("id"), agent,
+                        subject, type(exc).__name__)
+            return None
+        if (reply.headers or {}).get(ERROR_HEADER):
+            log.warning("%s: %s refused command %s: %s", self.id, subject, command.get("id"),
+                        reply.headers[ERROR_HEADER])
+            return None
+        acks = [orjson.loads(line) for line in reply.data.split(b"\n") if line]
+        fresh = [a for a in acks if a.get("id") not in self.seen]
+        if fresh:
+            await self._consume(fresh)
+            self._remember(a["id"] for a in fresh)
+        key = (str(command.get("source")), str(command.get("id")))
+        retransmitted = key in self.forwarded
+        self.forwarded[key] = None
+        while len(self.forwarded) > MAX_ACKS:
+            self.forwarded.popitem(last=False)
+        # An ack already taken in: on a retransmitted command, re-send what the pipeline made of
+        # it the first time (no second record); on a first copy, its stream copy came first.
+        for ack in acks:
+            if ack in fresh or not retransmitted:
+                continue
+            for pipeline, event in self.acks.get(ack.get("id"), []):
+                pipeline.deliver([event], redelivery=True)
+        return acks
+
+
+FACTORY = Factory(
+    kind=Kind.RECEIVER,
+    type="nats",
+    config_class=NatsReceiverConfig,
+    create=lambda settings, cfg, next_consumer: NatsReceiver(settings, cfg, next_consumer),
+    description="Gateway tier: a durable JetStream consumer of the fleet's AEP events; forwards "
+                "operators' commands to the collector holding the session",
+)

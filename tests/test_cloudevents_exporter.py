@@ -1,0 +1,157 @@
+"""The ``cloudevents`` exporter: the B1–B5 projection against the 64 pins (and back), batched and
+structured HTTP against a real loopback receiver, retry classes, and the capture ceiling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aiohttp import web
+
+from exporters.cloudevents import CloudEventsConfig, CloudEventsExporter, gated
+from exporters.cloudevents.projection import from_cloudevent, to_cloudevent
+from pipeline.component import CreateSettings
+from pipeline.host import Host
+from pipeline.sending_queue import Permanent, RetryLater
+from tests.conftest import FIXTURES, corpus
+from tests.helpers import running
+from tests.relay_double import wait_until
+
+
+def jl(path):
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+GOLDEN = jl(FIXTURES / "golden" / "golden.jsonl")
+PINS = jl(FIXTURES / "ce-roundtrip" / "ce-expected.jsonl")
+INBOUND = corpus("ce-roundtrip/inbound-cases.json")["cases"]
+DOWNLEVEL = corpus("downlevel/cases.json")["cases"]
+
+
+def test_one_pin_per_golden_event():
+    assert len(PINS) == len(GOLDEN) == 64
+
+
+@pytest.mark.parametrize("i", range(len(GOLDEN)))
+def test_forward_matches_the_pin_and_the_inverse_gives_the_event_back(i):
+    assert to_cloudevent(GOLDEN[i]) == PINS[i]
+    assert from_cloudevent(PINS[i]) == GOLDEN[i]
+
+
+@pytest.mark.parametrize("case", INBOUND, ids=lambda c: c["name"])
+def test_inbound_cases(case):
+    assert from_cloudevent(case["ce"]) == case["expected"]
+
+
+def test_a_foreign_cloudevent_is_not_aep():
+    assert from_cloudevent({"specversion": "1.0", "id": "F1", "source": "s", "type": "com.example.thing"}) is None
+
+
+@pytest.mark.parametrize("case", DOWNLEVEL, ids=lambda c: c["name"])
+def test_the_ceiling_down_levels_as_the_corpus_says(case):
+    out = gated(case["event"], case["ceiling"])
+    assert out.get("capture") == case["expect_capture"]
+    assert out.get("data") == case.get("expect_data")
+    assert case["event"] == next(c for c in DOWNLEVEL if c["name"] == case["name"])["event"]  # not mutated
+
+
+def test_events_at_or_below_the_ceiling_pass_unchanged():
+    for event in GOLDEN:
+        if event.get("capture", "metadata") in ("none", "metadata"):
+            assert gated(event, "metadata") is event
+
+
+@pytest.fixture
+async def sink():
+    state = {"bodies": [], "types": [], "answers": []}
+
+    async def post(request: web.Request) -> web.Response:
+        if state["answers"]:
+            status, headers = state["answers"].pop(0)
+            return web.Response(status=status, headers=headers)
+        state["types"].append(request.headers["Content-Type"])
+        state["bodies"].append(await request.read())
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_post("/ce", post)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    state["url"] = f"http://127.0.0.1:{runner.addresses[0][1]}/ce"
+    yield state
+    await runner.cleanup()
+
+
+async def make(**cfg):
+    exp = CloudEventsExporter(CreateSettings(id="cloudevents"), CloudEventsConfig(**cfg))
+    await exp.start(Host())
+    return exp
+
+
+async def test_batched_mode_posts_one_array(sink):
+    exp = await make(endpoint=sink["url"], max_capture="full")
+    try:
+        await exp.deliver(GOLDEN[:10])
+    finally:
+        await exp.shutdown()
+    assert sink["types"] == ["application/cloudevents-batch+json; charset=utf-8"]
+    assert json.loads(sink["bodies"][0]) == PINS[:10]
+
+
+async def test_structured_mode_posts_one_event_each_and_classifies_answers(sink):
+    exp = await make(endpoint=sink["url"], mode="structured", max_capture="full")
+    try:
+        await exp.deliver(GOLDEN[:3])
+        assert [json.loads(b) for b in sink["bodies"]] == PINS[:3]
+        assert set(sink["types"]) == {"application/cloudevents+json; charset=utf-8"}
+        sink["answers"] = [(429, {"Retry-After": "4"})]
+        with pytest.raises(RetryLater) as later:
+            await exp.deliver(GOLDEN[:1])
+        assert later.value.delay == 4.0
+        sink["answers"] = [(503, {})]
+        with pytest.raises(ConnectionError):
+            await exp.deliver(GOLDEN[:1])
+        sink["answers"] = [(400, {})]
+        with pytest.raises(Permanent):
+            await exp.deliver(GOLDEN[:1])
+    finally:
+        await exp.shutdown()
+
+
+async def test_nothing_above_the_ceiling_is_posted(sink):
+    exp = await make(endpoint=sink["url"])  # metadata, the default
+    try:
+        await exp.deliver([c["event"] for c in DOWNLEVEL])
+    finally:
+        await exp.shutdown()
+    sent = json.loads(sink["bodies"][0])
+    for ce, case in zip(sent, DOWNLEVEL, strict=True):
+        assert ce["aepcapture"] in ("none", "metadata")
+        assert ce.get("data") == gated(case["event"], "metadata").get("data")
+    assert b"SECRET free text" not in sink["bodies"][0]
+
+
+async def test_in_the_service_behind_the_sending_queue(tmp_path, sink):
+    import aiohttp
+
+    sink["answers"] = [(503, {"Retry-After": "0"})]
+    raw = {
+        "receivers": {"claude_code": {"endpoint": "127.0.0.1:0"}},
+        "processors": {"mapping": None, "runs": None, "capture": None},
+        "exporters": {"jsonl": {"directory": str(tmp_path / "logs"), "fsync": "never"},
+                      "cloudevents": {"endpoint": sink["url"]}},
+        "service": {"state_dir": str(tmp_path / "state"), "pipelines": {"p": {
+            "receivers": ["claude_code"], "processors": ["mapping", "runs", "capture"],
+            "exporters": ["jsonl", "cloudevents"]}}},
+    }
+    async with running(raw) as service:
+        url = f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
+        async with aiohttp.ClientSession() as s:
+            for name in ("SessionStart", "UserPromptSubmit", "Stop"):
+                async with s.post(url, json={"session_id": "ce-1", "hook_event_name": name, "prompt": "hi"}) as r:
+                    assert r.status == 200
+        written = jl(tmp_path / "logs" / "claude-code" / "ce-1.jsonl")
+        await wait_until(lambda: sum(len(json.loads(b)) for b in sink["bodies"]) >= len(written), "every event")
+    sent = [from_cloudevent(ce) for b in sink["bodies"] for ce in json.loads(b)]
+    assert sent == written and not sink["answers"]

@@ -1,0 +1,249 @@
+"""The ``otlp`` exporter: the projection against the pins, the protobuf wire, OTLP retry rules against
+real gRPC and HTTP receivers on loopback, the capture ceiling, and the service's sending queue in front."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+
+import grpc
+import pytest
+from aiohttp import web
+from google.protobuf import duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+
+from exporters.otlp import OtlpExporter, OtlpExporterConfig, retry_after
+from exporters.otlp.projection import SEVERITY, to_otlp
+from exporters.otlp.wire import records_of, request
+from pipeline.component import CreateSettings
+from pipeline.host import Host
+from pipeline.sending_queue import Permanent, RetryLater
+from tests.conftest import AEP_DIR, FIXTURES, corpus
+from tests.helpers import running
+from tests.relay_double import wait_until
+
+GOLDEN = [json.loads(line) for line in (FIXTURES / "golden" / "golden.jsonl").read_text().splitlines() if line.strip()]
+PINS = corpus("otlp/otlp-expected.json")
+DOWNLEVEL = corpus("downlevel/cases.json")["cases"]
+
+
+@pytest.mark.parametrize("k", sorted(PINS, key=int))
+def test_projection_and_wire_match_the_pins(k):
+    assert to_otlp(GOLDEN[int(k)]) == PINS[k]
+    wire = ExportLogsServiceRequest.FromString(request([PINS[k]]).SerializeToString())
+    assert records_of(wire) == [PINS[k]]
+
+
+def test_severity_table_is_the_registry():
+    reg = json.loads((AEP_DIR / "schemas" / "registry" / "severity.json").read_text())
+    assert {k: (v["severity_text"], v["severity_number"]) for k, v in reg["otlp"].items()} == SEVERITY
+    assert set(reg["order"]) == set(SEVERITY)
+
+
+def test_every_golden_event_projects_and_survives_the_wire():
+    records = [to_otlp(e) for e in GOLDEN]
+    assert len(records) == len(GOLDEN)
+    back = records_of(ExportLogsServiceRequest.FromString(request(records).SerializeToString()))
+    # Grouped per agent on the wire; every record comes back unchanged.
+    key = lambda r: r["attributes"]["aep.event_id"] + r["attributes"]["aep.source"]  # noqa: E731
+    assert sorted(back, key=key) == sorted(records, key=key)
+
+
+@pytest.mark.parametrize("ceiling", ["none", "metadata", "redacted"])
+def test_nothing_above_the_ceiling_leaves(ceiling):
+    order = ["none", "metadata", "redacted", "full"]
+    events = GOLDEN + [c["event"] for c in DOWNLEVEL]
+    over = 0
+    for event in events:
+        rec = to_otlp(event, ceiling)
+        if order.index(event.get("capture", "metadata")) > order.index(ceiling) or event.get("capture") == "none":
+            over += 1
+            assert "body" not in rec
+            assert all(k.startswith("aep.") for k in rec["attributes"])  # nothing hoisted from data
+            wire = request([rec]).SerializeToString()
+            assert records_of(ExportLogsServiceRequest.FromString(wire)) == [rec]
+            envelope = json.dumps({k: v for k, v in event.items() if k != "data"})
+            for text in _strings(event.get("data")):
+                if len(text) >= 8 and text not in envelope:
+                    assert text.encode() not in wire
+    assert over > 0
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_retry_after_reads_seconds_and_dates():
+    assert retry_after("7") == 7.0
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert retry_after(None) is None and retry_after("soon") is None
+
+
+# -- a real gRPC receiver ------------------------------------------------------------------
+
+class Logs(logs_service_pb2_grpc.LogsServiceServicer):
+    def __init__(self) -> None:
+        self.requests: list[ExportLogsServiceRequest] = []
+        self.metadata: list[dict] = []
+        self.answers: list[tuple] = []  # (code, details, trailing metadata) to fail with, in order
+        self.rejected = 0
+
+    async def Export(self, req, context):  # noqa: N802 -- the generated servicer's name
+        self.metadata.append(dict(context.invocation_metadata()))
+        if self.answers:
+            code, details, trailing = self.answers.pop(0)
+            if trailing:
+                context.set_trailing_metadata(trailing)
+            await context.abort(code, details)
+        self.requests.append(req)
+        if self.rejected:
+            return ExportLogsServiceResponse(partial_success=ExportLogsPartialSuccess(
+                rejected_log_records=self.rejected, error_message="too old"))
+        return ExportLogsServiceResponse()
+
+
+@pytest.fixture
+async def grpc_receiver():
+    server = grpc.aio.server()
+    logs = Logs()
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(logs, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield logs, port
+    await server.stop(None)
+
+
+async def exporter(**cfg) -> tuple[OtlpExporter, Host]:
+    exp = OtlpExporter(CreateSettings(id="otlp"), OtlpExporterConfig(**cfg))
+    host = Host()
+    await exp.start(host)
+    return exp, host
+
+
+def retry_info(seconds: int) -> tuple:
+    status = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message="slow down")
+    info = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=seconds))
+    status.details.add().Pack(info)
+    return (("grpc-status-details-bin", status.SerializeToString()),)
+
+
+async def test_grpc_delivers_and_classifies_failures(grpc_receiver):
+    logs, port = grpc_receiver
+    exp, host = await exporter(endpoint=f"127.0.0.1:{port}", headers={"X-Api-Key": "k1"})
+    try:
+        await exp.deliver([GOLDEN[3], GOLDEN[13]])
+        assert records_of(logs.requests[0]) == [PINS["3"], PINS["13"]]
+        assert logs.metadata[0]["x-api-key"] == "k1"
+        logs.answers = [(grpc.StatusCode.UNAVAILABLE, "restarting", None)]
+        with pytest.raises(ConnectionError, match="UNAVAILABLE"):
+            await exp.deliver([GOLDEN[3]])
+        logs.answers = [(grpc.StatusCode.RESOURCE_EXHAUSTED, "quota", retry_info(3))]
+        with pytest.raises(RetryLater) as later:
+            await exp.deliver([GOLDEN[3]])
+        assert later.value.delay == 3
+        logs.answers = [(grpc.StatusCode.RESOURCE_EXHAUSTED, "quota", None)]
+        with pytest.raises(Permanent):  # no RetryInfo: the server says retrying will not help
+            await exp.deliver([GOLDEN[3]])
+        logs.answers = [(grpc.StatusCode.INVALID_ARGUMENT, "bad", None)]
+        with pytest.raises(Permanent, match="INVALID_ARGUMENT"):
+            await exp.deliver([GOLDEN[3]])
+        logs.rejected = 1
+        await exp.deliver([GOLDEN[3], GOLDEN[24]])  # partial success: counted, not retried
+        assert host.health.counters[("exporter/otlp", "rejected")] == 1
+    finally:
+        await exp.shutdown()
+
+
+# -- a real HTTP receiver ------------------------------------------------------------------
+
+@pytest.fixture
+async def http_receiver():
+    state = {"requests": [], "answers": [], "headers": []}
+
+    async def v1_logs(request: web.Request) -> web.Response:
+        state["headers"].append(dict(request.headers))
+        if state["answers"]:
+            status, headers = state["answers"].pop(0)
+            return web.Response(status=status, headers=headers)
+        body = await request.read()
+        if request.headers.get("Content-Encoding") == "gzip" and body[:2] == b"\x1f\x8b":
+            body = gzip.decompress(body)
+        state["requests"].append(ExportLogsServiceRequest.FromString(body))
+        return web.Response(body=ExportLogsServiceResponse().SerializeToString(), content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/logs", v1_logs)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    state["url"] = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/logs"
+    yield state
+    await runner.cleanup()
+
+
+async def test_http_delivers_and_honours_retry_after(http_receiver):
+    exp, _ = await exporter(protocol="http", endpoint=http_receiver["url"], compression="gzip")
+    try:
+        await exp.deliver([GOLDEN[15], GOLDEN[24]])
+        assert records_of(http_receiver["requests"][0]) == [PINS["15"], PINS["24"]]
+        assert http_receiver["headers"][0]["Content-Type"] == "application/x-protobuf"
+        for status in (429, 502, 503, 504):
+            http_receiver["answers"] = [(status, {"Retry-After": "2"})]
+            with pytest.raises(RetryLater) as later:
+                await exp.deliver([GOLDEN[3]])
+            assert later.value.delay == 2.0
+        http_receiver["answers"] = [(503, {})]
+        with pytest.raises(ConnectionError, match="503"):
+            await exp.deliver([GOLDEN[3]])
+        for status in (400, 401, 413, 500):
+            http_receiver["answers"] = [(status, {})]
+            with pytest.raises(Permanent, match=str(status)):
+                await exp.deliver([GOLDEN[3]])
+    finally:
+        await exp.shutdown()
+
+
+async def test_in_the_service_behind_the_sending_queue_through_a_receiver_outage(tmp_path, grpc_receiver):
+    """Hook in, OTLP out: the receiver answers UNAVAILABLE twice, then takes every event exactly as pinned."""
+    import aiohttp
+
+    logs, port = grpc_receiver
+    logs.answers = [(grpc.StatusCode.UNAVAILABLE, "warming up", None)] * 2
+    raw = {
+        "receivers": {"claude_code": {"endpoint": "127.0.0.1:0"}},
+        "processors": {"mapping": None, "runs": None, "capture": None},
+        "exporters": {"jsonl": {"directory": str(tmp_path / "logs"), "fsync": "never"},
+                      "otlp": {"endpoint": f"127.0.0.1:{port}",
+                               "sending_queue": {"backoff_initial": 0.05, "backoff_max": 0.1}}},
+        "service": {"state_dir": str(tmp_path / "state"), "pipelines": {"p": {
+            "receivers": ["claude_code"], "processors": ["mapping", "runs", "capture"],
+            "exporters": ["jsonl", "otlp"]}}},
+    }
+    async with running(raw) as service:
+        url = f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
+        async with aiohttp.ClientSession() as s, s.post(url, json={
+                "session_id": "otlp-1", "hook_event_name": "SessionStart", "source": "startup",
+                "cwd": "/tmp", "transcript_path": "/tmp/t.jsonl"}) as r:
+            assert r.status == 200
+        written = [json.loads(x) for x in (tmp_path / "logs" / "claude-code" / "otlp-1.jsonl").read_text().splitlines()]
+        await wait_until(lambda: logs.requests, "the export after two UNAVAILABLE answers", timeout=20)
+        await asyncio.sleep(0)
+    assert not logs.answers  # both UNAVAILABLE answers were met, and retried past
+    got = [r for req in logs.requests for r in records_of(req)]
+    assert got == [to_otlp(e) for e in written]
+    assert [r["attributes"]["aep.event_id"] for r in got] == [e["id"] for e in written]
