@@ -16,12 +16,14 @@ import pytest
 from pipeline import wire
 from pipeline.component import Kind
 from pipeline.registry import build_registry
-from receivers.hook_http import json_response
+from receivers.hook_http import HookReceiverConfig, json_response
 from receivers.otlp import wire as otlp_wire
 from tests.helpers import base_config, read_jsonl, running
 
 REGISTRY, _ = build_registry(load_plugins=False)
-HOOK_RECEIVERS = [t for t in REGISTRY.types(Kind.RECEIVER) if t != "otlp"]
+# Every receiver built on the shared hook server (not otlp, not the NATS consumer).
+HOOK_RECEIVERS = [t for t in REGISTRY.types(Kind.RECEIVER)
+                  if issubclass(REGISTRY.get(Kind.RECEIVER, t).config_class, HookReceiverConfig)]
 OTLP = {"profile": "vscode", "mode": "primary", "http": {"endpoint": "127.0.0.1:0"}}
 
 
