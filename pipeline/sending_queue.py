@@ -308,10 +308,11 @@ class SendingQueue:
         self._full = self._full or cause == "queue-full"
         self._refused_since_log += n
         now = time.monotonic()
-        if now - self._last_log >= LOG_EVERY:
-            log.warning("%s: sending queue refused %d events in the last %.0f s (%s; %d bytes queued, "
-                        "bound %d)", self.id, self._refused_since_log, min(now - self._last_log, 1e9) if
-                        self._last_log else 0, cause, self.pending_bytes, self.config.max_bytes)
+        if not self._last_log or now - self._last_log >= LOG_EVERY:
+            since = f" in the last {now - self._last_log:.0f} s" if self._last_log else ""
+            log.warning("%s: sending queue refused %d events%s (%s; %d bytes queued, bound %d bytes; "
+                        "%d refused since start)", self.id, self._refused_since_log, since, cause,
+                        self.pending_bytes, self.config.max_bytes, self.dropped_total)
             self._refused_since_log = 0
             self._last_log = now
 
