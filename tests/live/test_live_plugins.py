@@ -223,20 +223,6 @@ async def operator_for() -> AsyncIterator[Any]:
             await closing
 
 
-async def arun(live: Live, prompt: str) -> None:
-    """Run the CLI without blocking the loop the operator answers on."""
-    argv = [*live.prefix, *live.spec.command(live, prompt)]
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=live.work, env=live.env, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), live.spec.timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise AssertionError(f"{live.spec.cli} did not finish:\n{live.describe()}") from None
-    assert proc.returncode == 0, f"{live.spec.cli} exited {proc.returncode}:\n{out.decode()}\n{err.decode()}"
-
-
 async def first_request(sub: Any) -> dict[str, Any]:
     async with asyncio.timeout(120):
         async for event in sub:
@@ -255,7 +241,7 @@ async def test_gate_answered_by_the_operator(tmp_path: Path, vendor: str, answer
               exporters=exporters) as live:
         live.env.update(env)
         sub, client = await operator_for(live)
-        run = asyncio.create_task(arun(live, f"run echo {MARK}"))
+        run = asyncio.create_task(live.arun(f"run echo {MARK}"))
         req = await first_request(sub)
         assert req["data"]["respond_via"] == ["control"], req
         data = {"answer": {"text": guidance}} if answer == "deny" else {"answer": {"option": "allow"}}
