@@ -289,3 +289,17 @@ async def test_a_batch_taken_but_not_yet_acknowledged_is_sent_again_after_a_cras
     await wait_until(lambda: len(peer.got) == 25, "everything after the restart")
     assert [e["id"] for e in peer.got] == [f"e{j:06d}" for j in range(25)]  # the first ten again, none lost
     await again.drain(0.1)
+
+
+def test_what_orjson_cannot_read_back_exactly_comes_back_exactly(tmp_path):
+    """Integers beyond 64 bits and lone surrogates leave the queue as they entered it."""
+    q = make(tmp_path, Peer())
+    q.open()
+    odd = [dict(ev(1), data={"big": 123456789012345678901234567890, "neg": -(1 << 70)}),
+           dict(ev(2), data={"text": "broken \ud800 half"}),
+           dict(ev(3), data={"id": "00000000000000000000000042", "n": 18446744073709551615})]
+    q.put(odd)
+    events, _, consumed = q.read_batch()
+    assert consumed == 3 and events == odd
+    assert isinstance(events[0]["data"]["big"], int)
+    q.close()
