@@ -193,3 +193,30 @@ async def test_an_in_process_exporter_opts_out_of_the_disk(tmp_path):
     async with running(raw) as service:
         service.exporters["relay"].__class__ = Local  # what a local surface declares
         assert isinstance(service._queue("relay", service.exporters["relay"]), QueuedExporter)
+
+
+def test_an_unusable_directory_refuses_counted_and_reported(tmp_path):
+    (tmp_path / "q").write_text("a file where the queue directory should be")
+    health = Health()
+    q = make(tmp_path, Peer(), health)
+    q.put([ev(1), ev(2)])
+    assert health.counters[("exporter/t", "dropped")] == 2
+    assert "queue-unavailable" in health.problems["exporter/t"]
+
+
+async def test_a_corrupt_line_is_counted_and_skipped_not_a_wedge(tmp_path):
+    q = make(tmp_path, Peer())
+    q.open()
+    q.put([ev(1)])
+    seg = sorted((tmp_path / "q").glob("*.seg"))[-1]
+    with open(seg, "ab") as fh:
+        fh.write(b"\x00\x00 not json\n")
+    q.close()
+    peer, health = Peer(), Health()
+    again = make(tmp_path, peer, health)
+    again.start()
+    again.put([ev(2)])
+    await wait_until(lambda: len(peer.got) == 2, "the events around the bad line")
+    assert [e["id"] for e in peer.got] == ["e000001", "e000002"]
+    assert health.counters[("exporter/t", "corrupt")] == 1
+    await again.drain(0.1)

@@ -40,8 +40,9 @@ HOOKS = (
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
                         "PermissionDenied"})
 HELD_HOOKS = frozenset({"PermissionRequest", "Elicitation"})
-# Claude Code 2.1.328 fires these for `command` hooks only, never for `http` hooks (checked live):
-# they are registered as the command shim, which POSTs the same payload to the same receiver.
+# Claude Code 2.1.328 skips `http` hooks for SessionStart and Setup ("HTTP hooks are not supported
+# for SessionStart", in its debug log; checked live): SessionStart is registered as the command shim,
+# which POSTs the same payload to the same receiver. Setup is not a mapped hook.
 COMMAND_HOOKS = frozenset({"SessionStart"})
 
 
