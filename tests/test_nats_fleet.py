@@ -68,6 +68,7 @@ class Operator:
     def __init__(self, url: str) -> None:
         self.url = url
         self.events: list[dict[str, Any]] = []
+        self.nats_url = ""
         self._sub: Any = None
         self._task: asyncio.Task[None] | None = None
 
@@ -96,6 +97,7 @@ async def fleet(tmp_path: Path, servers: list[str]):
             running(edge(tmp_path / "b", servers, "edge-b")) as b, \
             running(gateway(tmp_path / "gw", servers)) as gw:
         watcher = await Operator(gw.exporters["relay_server"].url).start()
+        watcher.nats_url = servers[0]
         try:
             yield watcher, a, b, gw
         finally:
@@ -210,6 +212,7 @@ async def test_an_unreachable_edge_is_nacked_busy_and_a_retry_reaches_it_when_ba
                 assert err.value.reason == "busy"
                 exporter._sub = await exporter.link.nc.subscribe(exporter.control_subject,
                                                                  cb=exporter._on_command)
+                await until_answering(watcher, exporter.control_subject)
                 with pytest.raises(NackError) as err:
                     await operator.send("control.attention.respond", "sb", subject="01JNOSUCH",
                                         data={"answer": {"option": "allow"}})
@@ -218,6 +221,24 @@ async def test_an_unreachable_edge_is_nacked_busy_and_a_retry_reaches_it_when_ba
                 await operator.close()
     finally:
         node.kill()
+
+
+async def until_answering(watcher: Operator, subject: str) -> None:
+    """Until a probe request to ``subject`` finds a responder (edge B is back on its subject)."""
+    import nats
+    from nats.errors import NoRespondersError
+
+    nc = await nats.connect(watcher.nats_url)
+    try:
+        for _ in range(200):
+            try:
+                await nc.request(subject, b"{}", timeout=2, headers={"Aep-Agent": "probe"})
+                return
+            except NoRespondersError:
+                await asyncio.sleep(0.02)
+        raise AssertionError(f"nothing answers on {subject}")
+    finally:
+        await nc.close()
 
 
 def test_the_readme_fleet_configs_are_valid(tmp_path: Path) -> None:
@@ -245,5 +266,5 @@ def test_the_readme_fleet_configs_are_valid(tmp_path: Path) -> None:
     exporter = parse(edge_doc, registry, "README.md").exporters["nats"][1]
     assert exporter.stream.replicas == 3 and exporter.connection.creds.endswith("edge.creds")
     assert exporter.connection.tls_ca.endswith("nats-ca.pem")
-    receiver = parse(gateway_doc, registry, "README.md", env={"AEP_TOKEN": "t"}).receivers["nats"][1]
+    receiver = parse(gateway_doc, registry, "README.md", env={"AEP_TOKEN": "t0ken-for-the-gateway"}).receivers["nats"][1]
     assert receiver.connection.creds.endswith("gateway.creds") and receiver.durable == "aep-gateway"
