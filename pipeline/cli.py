@@ -1,11 +1,14 @@
 """The ``aep-collector`` command.
 
-    aep-collector --config FILE                 run the collector
+    aep-collector [--config FILE]               run the collector (default: the packaged config)
     aep-collector validate --config FILE        check a config, exit non-zero with the reason
     aep-collector components                    list every component type it can build
     aep-collector validate-events FILE.jsonl    check AEP events against the envelope rules
     aep-collector hooks VENDOR                  print the file the vendor reads (advice on stderr)
     aep-collector hooks VENDOR --install        merge it into the vendor's own config (--uninstall, --dry-run)
+
+Operator commands (``pipeline/operator_cli.py``), talking to a running collector's relay role:
+    aep-collector tail | timeline SESSION | pending | respond REQUEST ... | cancel RUN | status
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 
 from .component import Kind
 from .config import ConfigError, load
+from .logs import config_secrets
+from .logs import install as install_log_redaction
 
 DEFAULT_CONFIG = str(Path(__file__).with_name("default.yaml"))
 """The default config ships inside the package, so ``aep-collector`` with no flags works from any folder."""
@@ -29,27 +34,41 @@ DEFAULT_CONFIG = str(Path(__file__).with_name("default.yaml"))
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aep-collector", description="Coding-agent hooks and OTLP logs in, AEP events out.")
-    p.add_argument("--config", help="pipeline config to run (default: the built-in default config)")
-    sub = p.add_subparsers(dest="command")
+    p.add_argument("--config", metavar="FILE", help="pipeline config to run (default: the built-in default config)")
+    p.add_argument("--version", action="version", version=f"aep-collector {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     run = sub.add_parser("run", help="run the collector (the default command)")
-    run.add_argument("--config", dest="run_config", help="pipeline config file")
+    run.add_argument("--config", dest="run_config", metavar="FILE", help="pipeline config file")
     val = sub.add_parser("validate", help="check a pipeline config")
-    val.add_argument("--config", dest="val_config", required=True, help="pipeline config file")
+    val.add_argument("--config", dest="val_config", metavar="FILE", required=True, help="pipeline config file")
     comp = sub.add_parser("components", help="list receiver, processor and exporter types")
     comp.add_argument("--json", action="store_true", help="print JSON with default configs")
     ev = sub.add_parser("validate-events", help="validate a JSONL file of AEP events")
-    ev.add_argument("file")
+    ev.add_argument("file", metavar="FILE", help="a JSONL log (its rotated and compressed parts are read too)")
     hooks = sub.add_parser("hooks", help="print, install or uninstall a vendor's hook registration")
-    hooks.add_argument("vendor")
-    hooks.add_argument("--url", help="receiver base URL (default: the vendor receiver's default endpoint)")
-    hooks.add_argument("--config", dest="hooks_config", help="take endpoint and timeouts from this config")
+    hooks.add_argument("vendor", metavar="VENDOR", help="e.g. claude-code, codex, gemini-cli")
+    hooks.add_argument("--url", metavar="URL", help="receiver base URL (default: the vendor receiver's default endpoint)")
+    hooks.add_argument("--config", dest="hooks_config", metavar="FILE", help="take endpoint and timeouts from this config")
     mode = hooks.add_mutually_exclusive_group()
     mode.add_argument("--install", action="store_true", help="merge the registration into the vendor's config")
     mode.add_argument("--uninstall", action="store_true", help="remove exactly what --install wrote")
     hooks.add_argument("--dry-run", action="store_true", help="say what --install/--uninstall would change")
-    hooks.add_argument("--home", help="treat DIR as the home folder (vendor configs and ~/.aep)")
-    hooks.add_argument("--project", help="workspace for project-level files (default: the current folder)")
+    hooks.add_argument("--home", metavar="DIR", help="treat DIR as the home folder (vendor configs and ~/.aep)")
+    hooks.add_argument("--project", metavar="DIR",
+                       help="workspace for project-level files (default: the current folder)")
+    from .operator_cli import add_commands
+
+    add_commands(sub)
     return p
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aep-collector")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _registry() -> Any:
@@ -108,6 +127,9 @@ def cmd_run(path: str) -> int:
         return 1
     logging.basicConfig(level=getattr(logging, cfg.telemetry.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # Never a secret in the log, at any level (websockets prints the relay's Authorization at debug).
+    components = [*cfg.receivers.values(), *cfg.processors.values(), *cfg.exporters.values()]
+    install_log_redaction([s for _, ccfg in components for s in config_secrets(ccfg)])
     for w in cfg.warnings:
         logging.getLogger("aep.config").warning(w)
     service = Service(cfg)
@@ -132,9 +154,11 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     with using_home(home):
         try:
             if args.uninstall:
-                changes = wiring.uninstall(vendor, dry_run=args.dry_run)
+                unrecorded = registration(vendor, url=args.url, config_path=args.hooks_config,
+                                          registry=_registry() if args.hooks_config else None)
+                changes = wiring.uninstall(vendor, args.dry_run, unrecorded, home, project)
                 if not changes:
-                    print(f"{vendor}: nothing recorded as installed (see {wiring.records_dir()})", file=sys.stderr)
+                    print(f"{vendor}: nothing of aep-collector found to remove", file=sys.stderr)
             else:
                 reg = registration(vendor, url=args.url, config_path=args.hooks_config,
                                    registry=_registry() if args.hooks_config else None)
@@ -180,6 +204,10 @@ def _main(argv: list[str] | None) -> int:
         return main_validate_events([args.file])
     if args.command == "hooks":
         return cmd_hooks(args)
+    from .operator_cli import COMMANDS, run
+
+    if args.command in COMMANDS:
+        return run(args)
     path = getattr(args, "run_config", None) or args.config or DEFAULT_CONFIG
     return cmd_run(path)
 

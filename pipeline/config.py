@@ -56,6 +56,8 @@ class PipelineSpec:
 class TelemetryConfig:
     log_level: str = "info"
     metrics_endpoint: str | None = None
+    health_window: float = 60.0
+    """Seconds an incident (a failed hook, a malformed command) stays in ``/healthz`` after its last occurrence."""
 
 
 @dataclass
@@ -314,11 +316,13 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
     if not isinstance(tel, dict):
         raise ConfigError(file, "service.telemetry", f"expected a mapping, got {_describe(tel)}")
     for key in tel:
-        if key not in ("logs", "metrics"):
-            raise ConfigError(file, f"service.telemetry.{key}", "unknown key (known keys: logs, metrics)")
+        if key not in ("logs", "metrics", "health"):
+            raise ConfigError(file, f"service.telemetry.{key}", "unknown key (known keys: health, logs, metrics)")
     logs = tel.get("logs") or {}
     metrics = tel.get("metrics") or {}
-    for sect, name, allowed_keys in ((logs, "logs", ("level",)), (metrics, "metrics", ("endpoint",))):
+    health = tel.get("health") or {}
+    for sect, name, allowed_keys in ((logs, "logs", ("level",)), (metrics, "metrics", ("endpoint",)),
+                                     (health, "health", ("window",))):
         if not isinstance(sect, dict):
             raise ConfigError(file, f"service.telemetry.{name}", f"expected a mapping, got {_describe(sect)}")
         for key in sect:
@@ -332,7 +336,10 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
     if endpoint is not None:
         endpoint = coerce(str, endpoint, file, "service.telemetry.metrics.endpoint")
         parse_endpoint(endpoint, file, "service.telemetry.metrics.endpoint")
-    cfg.telemetry = TelemetryConfig(log_level=level.lower(), metrics_endpoint=endpoint)
+    window = coerce(float, health.get("window", 60.0), file, "service.telemetry.health.window")
+    if window <= 0:
+        raise ConfigError(file, "service.telemetry.health.window", "expected a positive number of seconds")
+    cfg.telemetry = TelemetryConfig(log_level=level.lower(), metrics_endpoint=endpoint, health_window=window)
 
     pipelines = service.get("pipelines")
     if not isinstance(pipelines, dict) or not pipelines:

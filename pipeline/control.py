@@ -87,6 +87,8 @@ class ControlRouter:
         # (source, id) -> the recorded ack lanes, or None while the decision is being made.
         self.decisions: OrderedDict[tuple[str, str], list[tuple[Any, list[Event]]] | None] = OrderedDict()
         self.max_decisions = max_decisions
+        # (target agent, session, command id) -> the source whose command owns that ack cause.
+        self.causes: OrderedDict[tuple[str, str, str], str] = OrderedDict()
         self.pipelines: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
         self._watchers: list[Callable[[str], None]] = []
@@ -202,7 +204,7 @@ class ControlRouter:
                 return await self._forward(forward, command, target_agent)
             await self._submit(command, target_agent)
         except Exception as exc:
-            self.health.fail("control", "submit-error", f"{type(exc).__name__}: {exc}")
+            self.health.incident("control", "submit-error", f"{type(exc).__name__}: {exc}")
             log.exception("control: command handling failed")
             return []
         recorded = self.decisions.get((command.get("source"), command.get("id")))  # type: ignore[arg-type]
@@ -230,9 +232,20 @@ class ControlRouter:
         if not all(isinstance(v, str) and v for v in (cid, source, session, ctype)):
             # Without id, source and session no ack can be correlated or placed: count and log it.
             self.health.count("control", "rejected")
-            self.health.fail("control", "malformed-command", "a command without id/source/session/type was dropped")
+            self.health.incident("control", "malformed-command",
+                                 "a command without id/source/session/type was dropped")
             return
         key = (source, cid)
+        claim = (target_agent, session, cid)
+        owner = self.causes.get(claim)
+        if owner is not None and owner != source:
+            # AEP-0001: an ack's bare-id `cause` resolves inside one session's view. A second
+            # sender reusing a decided id there could only get a second ack with the same cause
+            # (two decisions for one cause, AEP-0004 §3), so it gets none: counted and shown.
+            self.health.count("control", "collided")
+            self.health.incident("control", "command-id-collision",
+                                 f"command id already used in session by another sender ({owner})")
+            return
         if key in self.decisions:
             recorded = self.decisions[key]
             if recorded is not None:  # AEP-0004 §7: re-send the recorded ack, byte-identical
@@ -240,8 +253,11 @@ class ControlRouter:
                     pipeline.deliver(events, redelivery=True)
             return  # still deciding: a duplicate gets no second ack
         self.decisions[key] = None
+        self.causes[claim] = source
         while len(self.decisions) > self.max_decisions:
             self.decisions.popitem(last=False)
+        while len(self.causes) > self.max_decisions:
+            self.causes.popitem(last=False)
         agent = self.agents.get(target_agent)
         if agent is None or agent.accepts is None or ctype not in agent.accepts:
             await self._ack(key, command, target_agent, None, "unsupported",

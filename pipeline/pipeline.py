@@ -36,7 +36,7 @@ class QueuedExporter:
             dropped = self.queue.get_nowait()
             n = len(dropped or [])
             self.health.count(self.id, "dropped", n)
-            self.health.fail(self.id, "queue-full", f"sending queue over {self.max_batches} batches; oldest dropped")
+            self.health.incident(self.id, "queue-full", f"sending queue over {self.max_batches} batches; oldest dropped")
         self.queue.put_nowait(events)
 
     async def _run(self) -> None:
@@ -49,7 +49,7 @@ class QueuedExporter:
                 self.health.count(self.id, "exported", len(events))
             except Exception as exc:  # reported, not fatal: the next batch is tried
                 self.health.count(self.id, "failed", len(events))
-                self.health.fail(self.id, "export-failed", f"{type(exc).__name__}: {exc}")
+                self.health.incident(self.id, "export-failed", f"{type(exc).__name__}: {exc}")
 
     async def drain(self, timeout: float) -> None:
         """Let the worker finish what is queued, then stop it."""
@@ -93,7 +93,7 @@ class Pipeline:
             if isinstance(item, Signal):
                 # A receiver fed a pipeline with no mapping for it: counted and shown, not hidden.
                 self.health.count(self.component, "dropped")
-                self.health.fail(self.component, "unmapped-signal",
+                self.health.incident(self.component, "unmapped-signal",
                                  f"a {item.agent} signal reached the end of the pipeline unmapped; "
                                  "add the mapping processor")
                 continue
@@ -101,7 +101,7 @@ class Pipeline:
                 events.append(self.stamper.stamp(item))
             except StampError as exc:
                 self.health.count(self.component, "rejected")
-                self.health.fail(self.component, "invalid-draft", str(exc))
+                self.health.incident(self.component, "invalid-draft", str(exc))
         if events:
             self.deliver(events)
         return events
@@ -115,7 +115,7 @@ class Pipeline:
                     self.health.count(cid, "exported", len(events))
                 except Exception as exc:
                     self.health.count(cid, "failed", len(events))
-                    self.health.fail(cid, "export-failed", f"{type(exc).__name__}: {exc}")
+                    self.health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
         for q in self.queued:
             q.put(events)
 

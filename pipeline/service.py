@@ -42,7 +42,7 @@ class Service:
 
     def __init__(self, config: ServiceConfig, host_name: str | None = None) -> None:
         self.config = config
-        self.health = Health()
+        self.health = Health(window=config.telemetry.health_window)
         self.host = Host(health=self.health, state_dir=config.state_dir)
         self.stamper = Stamper(config.state_dir, host_name, max_sessions=config.limits.max_sessions)
         self.exporters: dict[str, Any] = {}

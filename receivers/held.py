@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.control import RESPOND, ControlRouter, Hold, Outcome
+from pipeline.envelope import rfc3339_ms
 from pipeline.host import Host
 from pipeline.model import Event, Signal
 from receivers.hook_http import vendor_gone
@@ -47,9 +48,11 @@ def permission_choice(answer: dict[str, Any], options: list[dict[str, str]],
     and keeps the text as guidance; empty applies the refusing option. Never a grant from text."""
     ids = [o["id"] for o in options]
     option = answer.get("option")
-    if isinstance(option, str) and option in ids:
-        return Applied(option)
     text = answer.get("text")
+    if isinstance(option, str) and option in ids:
+        # A refusal may say why (``respond --deny REASON``); a grant carries no guidance.
+        reason = text.strip() if option == refusing and isinstance(text, str) and text.strip() else None
+        return Applied(option, reason)
     if isinstance(text, str):
         word = text.strip()
         if not word:
@@ -112,6 +115,8 @@ class HeldLoop:
         live = self.live() and self.router is not None and self.router.can_hold()
         # AEP-0008 respond_via is authoritative: without a route only the agent's own UI can answer.
         signal.attrs["respond_via"] = (["control", "oob"] if vendor_ui else ["control"]) if live else ["oob"]
+        if live:
+            signal.attrs["expires_at"] = rfc3339_ms(time.time() + self.timeout)
         lanes = await self.deliver.lanes([signal])
         if not live or lanes is None or self.router is None:
             return None

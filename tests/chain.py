@@ -22,7 +22,10 @@ class Chain:
         self.stamper = Stamper(state_dir, host="test-host")
 
     def feed(self, agent: str, name: str, payload: Any, **attrs: Any) -> list[dict[str, Any]]:
-        batch: list[Any] = [Signal(agent=agent, name=name, payload=payload, attrs=attrs)]
+        return self.feed_signal(Signal(agent=agent, name=name, payload=payload, attrs=attrs))
+
+    def feed_signal(self, signal: Signal) -> list[dict[str, Any]]:
+        batch: list[Any] = [signal]
         for p in self.processors:
             batch = p(batch)
         return [self.stamper.stamp(d) for d in batch if isinstance(d, dict)]

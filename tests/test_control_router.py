@@ -459,3 +459,28 @@ async def test_cancel_that_cannot_apply_is_nacked_with_the_reason(env, run, scop
     (nack,) = [e for e in env.jsonl() if e.get("cause") == c["id"]]
     assert nack["type"] == "control.rejected" and nack["data"]["reason"] == reason
     assert not [e for e in env.jsonl() if e["type"] == "run.cancelled"]
+
+
+async def test_one_command_id_from_two_senders_gets_one_decision_in_the_session(env):
+    from pipeline.validate import StreamValidator
+
+    rid, first, _ = await hold_and_answer(env, permission(), lambda rid: respond(rid, option="allow"))
+    other = ControlSender(lambda _c: None, agent="pager", host="elsewhere")
+    clash = {**other.build("control.attention.respond", SID, subject=rid, data={"answer": {"option": "deny"}}),
+             "id": first["id"]}
+    assert clash["source"] != first["source"]
+    await env.router.submit(clash, "claude-code")
+    events = env.jsonl()
+    acks = [e for e in events if e["type"] in ("control.accepted", "control.rejected")]
+    assert [a["cause"] for a in acks] == [first["id"]]  # one ack for the bare id in this session's view
+    stream = StreamValidator()
+    assert [p for e in events for p in stream.feed(e)] == []
+    health = env.service.health.snapshot()
+    assert "command-id-collision" in health["problems"]["control"]
+    assert env.service.health.counters[("control", "collided")] == 1
+    # The same id in another session is another view: decided on its own.
+    elsewhere = {**other.build("control.attention.respond", "sess-2", subject="nope",
+                               data={"answer": {"option": "deny"}}), "id": first["id"]}
+    await env.router.submit(elsewhere, "claude-code")
+    other_file = read_jsonl(env.tmp_path / "logs" / "claude-code" / "sess-2.jsonl")
+    assert [(e["type"], e["cause"]) for e in other_file] == [("control.rejected", first["id"])]

@@ -388,3 +388,40 @@ def test_elicitation_reply_accepts_with_the_values_verbatim() -> None:
     values = {"environment": "production", "replicas": 3, "confirm": True}
     assert cc.elicitation_reply(values) == {
         "hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept", "content": values}}
+
+
+@pytest.mark.parametrize("content", [
+    {},  # accept with nothing for the required environment and confirm
+    {"environment": "staging"},  # confirm (required) missing
+    {"environment": "qa", "confirm": True},  # not one of the closed choices
+    {"environment": "staging", "confirm": "yes"},  # a string in a boolean field
+])
+@pytest.mark.parametrize("ceiling", ["metadata", "redacted", "full"])
+def test_an_accept_that_does_not_satisfy_the_form_closes_it_as_dismissed(tmp_path, content, ceiling) -> None:
+    """AEP-0006: a form is answered whole; values that break its specs are no attention.answered."""
+    from pipeline.validate import StreamValidator, envelope_errors, payload_errors
+    from tests.chain import Chain
+
+    chain = Chain(tmp_path, ceiling=ceiling)
+    events = chain.feed("claude-code", "Elicitation", form_payload("elicitation"))
+    events += chain.feed("claude-code", "ElicitationResult", hook(
+        "ElicitationResult", mcp_server_name="deploy", elicitation_id="el_1", action="accept", content=content))
+    assert [(e["type"], e.get("data", {}).get("resolution")) for e in events] == [
+        ("attention.requested", None), ("attention.resolved", "dismissed")]
+    assert events[1]["subject"] == events[0]["id"]
+    assert chain.processors[0].attention.invalid == 1
+    stream = StreamValidator()
+    for e in events:
+        assert envelope_errors(e) + payload_errors(e) + stream.feed(e) == [], e
+
+
+def test_a_valid_accept_is_still_answered_through_the_chain(tmp_path) -> None:
+    from tests.chain import Chain
+
+    chain = Chain(tmp_path, ceiling="full")
+    chain.feed("claude-code", "Elicitation", form_payload("elicitation"))
+    events = chain.feed("claude-code", "ElicitationResult", hook(
+        "ElicitationResult", mcp_server_name="deploy", elicitation_id="el_1", action="accept",
+        content={"environment": "production", "confirm": False}))
+    assert [e["type"] for e in events] == ["attention.answered", "attention.resolved"]
+    assert events[1]["data"]["resolution"] == "answered"

@@ -599,3 +599,46 @@ async def test_with_the_real_service_and_router(relay: RelayDouble, tmp_path: Pa
         (nack,) = [e for e in relay.store_for(session_id) if e["type"] == "control.rejected"]
         assert nack["cause"] == json.loads(relay.forwarded[0][1])["id"]
     assert not router.route_live(CC)
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "not-http"])
+async def test_a_relay_that_never_completes_the_upgrade_is_reported(
+    exporters: Any, stamper: Stamper, behaviour: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """TCP accepted, then silence (or bytes that are not HTTP): health and the log say so, and it clears."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        if behaviour == "not-http":
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+            await writer.drain()
+            writer.close()
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    cause = "handshake-timeout" if behaviour == "silent" else "upgrade-failed"
+    caplog.set_level(logging.ERROR, logger="aep.health")
+    try:
+        exporter, host = await exporters(f"ws://127.0.0.1:{port}/socket", connect_timeout=0.3)
+        await exporter.export([make(stamper, "s1")])
+        problems = await wait_until(
+            lambda: host.health.snapshot().get("problems", {}).get("exporter/relay", {}).get(cause),
+            f"the {cause} report")
+        assert f"127.0.0.1:{port}" in problems and TOKEN not in problems
+        assert host.health.snapshot()["relay"] is False
+        assert any(cause in r.getMessage() for r in caplog.records)
+    finally:
+        server.close()
+        for w in held:
+            w.close()
+        await server.wait_closed()
+    # The real relay comes up on that port: the problem is gone with the cause.
+    relay = RelayDouble(token=TOKEN, port=port)
+    await relay.start()
+    try:
+        await wait_until(lambda: len(relay.stored) == 1, "the event once a relay answers")
+        await wait_until(lambda: host.health.snapshot()["ok"], "the problem to clear")
+    finally:
+        await relay.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import aiohttp
@@ -220,3 +221,85 @@ async def test_a_corrupt_line_is_counted_and_skipped_not_a_wedge(tmp_path):
     assert [e["id"] for e in peer.got] == ["e000001", "e000002"]
     assert health.counters[("exporter/t", "corrupt")] == 1
     await again.drain(0.1)
+
+
+async def test_a_plug_in_exporter_with_only_export_is_retried_through_the_disk(tmp_path):
+    """A plug-in written before ``deliver`` existed: ``export`` raising means not delivered."""
+    from dataclasses import dataclass
+
+    import aiohttp
+
+    from pipeline.component import Factory, Kind
+
+    got: list[dict] = []
+    failures = [RuntimeError("peer away")] * 3
+
+    @dataclass
+    class Cfg:
+        pass
+
+    class Flaky:
+        async def start(self, host):
+            return None
+
+        async def export(self, events):
+            if failures:
+                raise failures.pop()
+            got.extend(events)
+
+        async def shutdown(self):
+            return None
+
+    registry, _ = build_registry(load_plugins=False)
+    registry.register(Factory(kind=Kind.EXPORTER, type="flaky", config_class=Cfg,
+                              create=lambda settings, cfg: Flaky()), "test")
+    raw = base_config(tmp_path, extra_exporters={"flaky": {"sending_queue": {"backoff_initial": 0.01,
+                                                                             "backoff_max": 0.02}}})
+    async with running(raw, registry) as service:
+        assert isinstance(service.queues[0], SendingQueue)
+        port = service.receivers["claude_code"].port
+        async with aiohttp.ClientSession() as s:
+            for name in ("SessionStart", "UserPromptSubmit", "Stop"):
+                async with s.post(f"http://127.0.0.1:{port}/hook",
+                                  json={"session_id": "pl", "hook_event_name": name, "prompt": "x"}) as r:
+                    assert r.status == 200
+        written = [json.loads(line)["id"]
+                   for line in (tmp_path / "logs" / "claude-code" / "pl.jsonl").read_text().splitlines()]
+        await wait_until(lambda: len(got) >= len(written), "every event past three failed exports")
+    assert [e["id"] for e in got] == written and not failures
+
+
+async def test_a_batch_taken_but_not_yet_acknowledged_is_sent_again_after_a_crash(tmp_path):
+    """At-least-once: the cursor moves only after ``deliver`` returned; a crash in between repeats."""
+    seen: list[str] = []
+    hang = asyncio.Event()
+
+    async def takes_then_hangs(events):
+        seen.extend(e["id"] for e in events)
+        await hang.wait()  # the peer has the batch; its acknowledgement never comes
+
+    q = SendingQueue("exporter/t", tmp_path / "q", SendingQueueConfig(batch_size=10), takes_then_hangs, Health())
+    q.start()
+    q.put([ev(j) for j in range(25)])
+    await wait_until(lambda: len(seen) == 10, "the first batch at the peer")
+    await q.drain(0.1)  # the process ends with the batch unacknowledged
+    peer = Peer()
+    again = make(tmp_path, peer, batch_size=10)
+    again.start()
+    await wait_until(lambda: len(peer.got) == 25, "everything after the restart")
+    assert [e["id"] for e in peer.got] == [f"e{j:06d}" for j in range(25)]  # the first ten again, none lost
+    await again.drain(0.1)
+
+
+def test_what_orjson_cannot_read_back_exactly_comes_back_exactly(tmp_path):
+    """Integers beyond 64 bits and lone surrogates leave the queue as they entered it."""
+    q = make(tmp_path, Peer())
+    q.open()
+    odd = [dict(ev(1), data={"big": 123456789012345678901234567890, "neg": -(1 << 70)}),
+           dict(ev(2), data={"text": "broken \ud800 half"}),
+           dict(ev(3), data={"id": "00000000000000000000000042", "n": 18446744073709551615})]
+    q.put(odd)
+    events, _, consumed = q.read_batch()
+    assert consumed == 3 and events == odd
+    assert isinstance(events[0]["data"]["big"], int)
+    q.close()

@@ -48,6 +48,9 @@ class JsonlConfig:
     ``fsync_interval`` seconds; ``never``: leave it to the OS."""
     fsync_interval: float = 1.0
     max_open_files: int = 128
+    min_free_bytes: int = 16 << 20
+    """Once a write hit a full disk, the disk is reported full until its filesystem has this much
+    free space again: the state of the disk, not whether the last (maybe small) write fitted."""
     rotate_bytes: int = 0
     """Close a session file as ``<session>@<time>.jsonl`` before it grows past this; 0: never."""
     rotate_age: float = 0
@@ -64,9 +67,13 @@ class JsonlConfig:
             raise ValueError("fsync_interval must be positive")
         if self.max_open_files < 1:
             raise ValueError("max_open_files must be at least 1")
+        if self.min_free_bytes < 0:
+            raise ValueError("min_free_bytes must not be negative")
         for name in ("rotate_bytes", "rotate_age", "max_total_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (off) or positive")
+        if self.max_total_bytes and not (self.rotate_bytes or self.rotate_age):
+            raise ValueError("max_total_bytes needs rotate_bytes or rotate_age: only closed files are deleted")
 
     @property
     def retention(self) -> bool:
@@ -96,7 +103,7 @@ class JsonlExporter:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # reported, and hooks keep being answered
-            self.health.fail(self.id, _cause(exc), f"{self.root}: {exc.strerror}")
+            self._fail(exc, f"{self.root}: {exc.strerror}")
         if self.config.fsync == "interval":
             self._task = asyncio.get_running_loop().create_task(self._fsync_loop())
         if self.config.retention:
@@ -141,18 +148,34 @@ class JsonlExporter:
                     self._born[path] = _event_time(lines[0])
             except OSError as exc:
                 failed += len(lines)
-                self.health.fail(self.id, _cause(exc), f"{path}: {exc.strerror or exc}")
+                self._fail(exc, f"{path}: {exc.strerror or exc}")
                 self._close(path)
         if failed:
             self.health.count(self.id, "dropped", failed)
         elif self.health.problems.get(self.id):
-            self.health.recover(self.id)
+            for cause in list(self.health.problems.get(self.id, {})):
+                # A write that fitted says nothing about a disk still at its limit.
+                if cause not in _FULL or self.has_room():
+                    self.health.recover(self.id, cause)
         if self.config.fsync == "always":
             for fd in touched:
                 with contextlib.suppress(OSError):
                     os.fsync(fd)
         else:
             self._dirty |= touched
+
+    def _fail(self, exc: OSError, detail: str) -> None:
+        cause = _cause(exc)
+        # A full disk is a state: it clears when space is back, even if no write comes to prove it.
+        self.health.fail(self.id, cause, detail, clears=self.has_room if cause in _FULL else None)
+
+    def has_room(self) -> bool:
+        """Whether the log directory's filesystem has ``min_free_bytes`` free."""
+        try:
+            st = os.statvfs(self.root)
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize >= self.config.min_free_bytes
 
     def _append(self, fd: int, line: bytes) -> None:
         size = os.fstat(fd).st_size
@@ -193,6 +216,11 @@ class JsonlExporter:
         too_old = cfg.rotate_age and time.time() - self._born.get(path, time.time()) > cfg.rotate_age
         if not (too_big or too_old):
             return fd
+        self._retire(path, "size" if too_big else "age")
+        return self._open(path)
+
+    def _retire(self, path: Path, why: str) -> None:
+        """Close ``path`` and rename it to its rotated name; queue it for compression and the cap."""
         self._close(path)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         base = path.name[: -len(".jsonl")]
@@ -202,17 +230,41 @@ class JsonlExporter:
             target = path.parent / rotated_name(base, f"{stamp}-{n}")
             n += 1
         os.rename(path, target)
-        log.info("%s: closed %s as %s (%s)", self.id, path.name, target.name, "size" if too_big else "age")
+        log.info("%s: closed %s as %s (%s)", self.id, path.name, target.name, why)
         if self._closed is not None:
             self._closed.put_nowait(target)
-        return self._open(path)
+
+    def _idle_files(self, cutoff: float) -> list[Path]:
+        """Session files not written since ``cutoff`` (an ended session's file, typically)."""
+        out = []
+        for p in self.root.glob("*/*.jsonl"):
+            with contextlib.suppress(OSError):
+                if not is_rotated(p) and p.stat().st_mtime < cutoff and p.stat().st_size:
+                    out.append(p)
+        return out
+
+    async def _rotate_idle(self) -> None:
+        idle = await asyncio.to_thread(self._idle_files, time.time() - self.config.rotate_age)
+        for path in idle:  # decided and renamed on the loop: export_now cannot interleave
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < time.time() - self.config.rotate_age:
+                    self._retire(path, "idle")
 
     async def _retention_loop(self) -> None:
         """Compress closed files and hold the byte cap, off the event loop; a startup sweep first."""
         assert self._closed is not None
         await asyncio.to_thread(self._sweep)
+        # With rotate_age, files nobody writes any more are closed too, checked this often.
+        every = min(self.config.rotate_age / 2, 60.0) if self.config.rotate_age else None
         while True:
-            path = await self._closed.get()
+            try:
+                path = await asyncio.wait_for(self._closed.get(), every)
+            except TimeoutError:
+                try:
+                    await self._rotate_idle()
+                except OSError as exc:
+                    self.health.fail(self.id, "retention-failed", f"{self.root}: {exc.strerror or exc}")
+                continue
             if path is None:
                 return
             try:
@@ -338,6 +390,9 @@ def repair_torn_tail(path: Path) -> bool:
             return True
     except FileNotFoundError:
         return False
+
+
+_FULL = frozenset({"enospc", "edquot"})
 
 
 def _first_event_time(path: Path) -> float:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from pipeline.host import Host
 from pipeline.model import Event
@@ -236,6 +236,17 @@ class AgentLink:
             self.owner.report(self.agent, "upgrade-refused",
                               f"the relay answered the WebSocket upgrade with HTTP {status}")
             return
+        cfg = self.owner.config
+        if isinstance(exc, TimeoutError):
+            # TCP may well be accepted (a wrong service on the port, a stuck relay): the upgrade
+            # never completing is a state worth showing, not only a retry in the log.
+            self.owner.report(self.agent, "handshake-timeout",
+                              f"{cfg.url}: no completed WebSocket upgrade within {cfg.connect_timeout:g} s")
+            return
+        if isinstance(exc, InvalidHandshake):
+            self.owner.report(self.agent, "upgrade-failed",
+                              f"{cfg.url}: the WebSocket upgrade failed ({type(exc).__name__}: {exc})")
+            return
         if self._down_since_live:
             self._down_since_live = False
             log.warning("%s: relay %s unreachable for %s (%s: %s); events wait in the outbox",
@@ -271,13 +282,16 @@ class AgentLink:
         self._route(True)
         reader = asyncio.create_task(self._read(ws))
         writer = asyncio.create_task(self._write(ws, self._claims()))
-        done, rest = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
-        for task in done:
-            exc = task.exception()
-            if exc is not None and not isinstance(exc, ConnectionClosed):
+        try:
+            done, rest = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when this task is cancelled (shutdown): every exception of both is retrieved
+            # here, never reported by asyncio as a stray "Task exception was never retrieved".
+            for task in (reader, writer):
+                task.cancel()
+            outcomes = await asyncio.gather(reader, writer, return_exceptions=True)
+        for task, exc in zip((reader, writer), outcomes, strict=True):
+            if task in done and isinstance(exc, BaseException) and not isinstance(exc, ConnectionClosed):
                 log.error("%s: relay connection for %s failed: %s: %s",
                           self.owner.id, self.agent, type(exc).__name__, exc)
         return True
@@ -426,7 +440,7 @@ class AgentLink:
             try:
                 await submit(command, self.agent)
             except Exception as exc:  # the router's fault is reported; the link keeps going
-                self.owner.host.health.fail(self.owner.id, "submit-failed", f"{type(exc).__name__}: {exc}")
+                self.owner.host.health.incident(self.owner.id, "submit-failed", f"{type(exc).__name__}: {exc}")
 
     # -- helpers ---------------------------------------------------------------------------
 

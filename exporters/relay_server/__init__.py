@@ -9,8 +9,9 @@ session a WebSocket emitter claims is forwarded to it; anything else gets ``no-r
 Auth: a bearer token from ``token`` (``AEP_TOKEN`` in the default config) or, when that is empty,
 from ``<state_dir>/relay.token``, created 0600 on first start. ``<state_dir>/relay.json`` tells the
 operator CLI where the role listens and where the token is. While at least one authenticated
-WebSocket consumer is attached, the router is told a route is live, so receivers hold permission
-requests for an operator; with none attached they answer the agent at once.
+consumer is attached (a WebSocket consumer, or a live SSE stream such as ``aep-collector tail``,
+whose operator answers with ``aep-collector respond``), the router is told a route is live, so
+receivers hold permission requests for an operator; with none attached they answer at once.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ class RelayServer:
 
     def report_shed(self, detail: str) -> None:
         self.host.health.count(self.id, "shed")
-        self.host.health.fail(self.id, "slow-consumer", detail)
+        self.host.health.incident(self.id, "slow-consumer", detail)  # shown for a while, then cleared
 
     # -- route liveness: hold only while an operator could answer ----------------------------------
 

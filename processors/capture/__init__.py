@@ -142,7 +142,7 @@ class CaptureProcessor:
             log.error("capture gating of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)
             if self.health is not None:
                 self.health.count(self.component, "failed")
-                self.health.fail(self.component, "gating-failed", f"{type(exc).__name__} (data dropped)")
+                self.health.incident(self.component, "gating-failed", f"{type(exc).__name__} (data dropped)")
             kept = {k: v for k, v in draft.items() if k != "data" and k not in GATE_HINTS}
             kept["capture"] = "none"
             return kept

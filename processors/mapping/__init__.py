@@ -102,11 +102,15 @@ class MappingProcessor:
                 drafts.append(item)  # e.g. lifecycle legs a held control loop emits
             else:
                 passthrough.append(item)
-        orphans = self.attention.orphans
+        orphans, invalid = self.attention.orphans, self.attention.invalid
         out = [*self.attention.apply(drafts), *passthrough]
-        if self.attention.orphans != orphans and self.health is not None:
-            # Legs of a request never seen (or already settled) are dropped by rule, and counted.
-            self.health.count(self.component, "orphaned", self.attention.orphans - orphans)
+        if self.health is not None:
+            # Legs of a request never seen (or already settled) are dropped by rule, and counted;
+            # so are answers that do not satisfy their form.
+            if self.attention.orphans != orphans:
+                self.health.count(self.component, "orphaned", self.attention.orphans - orphans)
+            if self.attention.invalid != invalid:
+                self.health.count(self.component, "invalid-answer", self.attention.invalid - invalid)
         return out
 
     def map_one(self, signal: Signal) -> list[Event]:
@@ -124,6 +128,9 @@ class MappingProcessor:
                 # The receiver knows whether a control route is live; the pure mapping cannot.
                 if respond_via is not None and isinstance(d.get("data"), dict) and "respond_via" in d["data"]:
                     d["data"]["respond_via"] = list(respond_via)
+                    # A held request says when the hold gives up (operators see the time left).
+                    if signal.attrs.get("expires_at") and "control" in respond_via:
+                        d["data"].setdefault("expires_at", signal.attrs["expires_at"])
         return drafts
 
     def _failure(self, signal: Signal, exc: Exception) -> Event:

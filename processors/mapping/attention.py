@@ -7,6 +7,12 @@ Mappings only know the vendor's correlation key, so they tag request and legs wi
 cause, drops legs whose request it never saw (joins never invent), and sweeps still-open
 requests as ``resolved{dismissed}`` before ``session.ended``. Held control loops tag their legs
 the same way, so a vendor echo of an answer the operator already gave lands as an orphan.
+
+A form is answered whole or not at all (AEP-0006): an ``attention.answered`` whose ``values`` do
+not satisfy the request's field specs (a vendor's "accept" with ``content: {}`` for a required
+field, a string in a number field) is not an answer AEP can carry. It is not written; the request
+closes as ``resolved{dismissed}`` — closed in the agent's own UI without a usable answer — and the
+book counts it (``invalid``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from dataclasses import dataclass, field
 
 from pipeline.envelope import Ulid
 from pipeline.model import Event
+from pipeline.validate import form_value_problems
 
 LEGS = frozenset({"attention.answered", "attention.resolved", "attention.timeout"})
 
@@ -26,6 +33,8 @@ Key = tuple[str, str, str]  # (agent, session, vendor key)
 class Pending:
     request_id: str
     answered_id: str | None = None
+    fields: list | None = None  # a form's field specs
+    invalid: bool = False  # its answer did not satisfy them
 
 
 @dataclass
@@ -35,6 +44,7 @@ class AttentionBook:
     max_open: int = 10_000
     open: OrderedDict[Key, Pending] = field(default_factory=OrderedDict)
     orphans: int = 0
+    invalid: int = 0
     ids: Ulid = field(default_factory=Ulid)
 
     def apply(self, drafts: list[Event]) -> list[Event]:
@@ -57,7 +67,8 @@ class AttentionBook:
                 stale = self.open.pop(k, None)
                 if stale is not None:  # asked again before an answer: the earlier card is moot
                     out.append(self._dismissed(agent, session, stale))
-                self.open[k] = Pending(d["id"])
+                fields = d.get("_fields")
+                self.open[k] = Pending(d["id"], fields=fields if isinstance(fields, list) else None)
                 self.open.move_to_end(k)
                 while len(self.open) > self.max_open:
                     self.open.popitem(last=False)
@@ -67,6 +78,13 @@ class AttentionBook:
                 if pending is None:
                     self.orphans += 1  # the request was never seen (or already settled): never invent one
                     continue
+                if etype == "attention.answered" and self._unusable(d, pending):
+                    pending.invalid = True
+                    self.invalid += 1
+                    continue
+                if pending.invalid and etype == "attention.resolved" and isinstance(d.get("data"), dict) \
+                        and d["data"].get("resolution") == "answered":
+                    d["data"] = {**d["data"], "resolution": "dismissed"}
                 d["subject"] = pending.request_id
                 if etype == "attention.answered":
                     d.setdefault("id", self.ids.new())
@@ -79,6 +97,18 @@ class AttentionBook:
             else:
                 out.append(d)
         return out
+
+    @staticmethod
+    def _unusable(d: Event, pending: Pending) -> bool:
+        """True when a form answer's values break the request's field specs (judged on the raw
+        values, whatever the ceiling will later let through)."""
+        data = d.get("data") if isinstance(d.get("data"), dict) else {}
+        answer = data.get("answer") if isinstance(data.get("answer"), dict) else {}
+        fields = d.get("_fields") if isinstance(d.get("_fields"), list) else pending.fields
+        if fields is None or "values" not in answer:
+            return False
+        values = answer["values"]
+        return not isinstance(values, dict) or bool(form_value_problems(fields, values, "full", ""))
 
     def is_open(self, agent: str, session: str | None, key: str) -> bool:
         return (agent, session or "unknown", key) in self.open

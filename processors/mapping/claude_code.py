@@ -258,8 +258,17 @@ def map_hook(name: str, payload: Any, state: ClaudeCodeState | None = None) -> l
 
 
 def map_signal(signal: Signal, state: ClaudeCodeState) -> list[Event]:
-    """Map a received hook call (the payload's ``hook_event_name`` names the hook)."""
-    return map_hook(hf.hook_name(signal), hf.payload_of(signal), state)
+    """Map a received hook call (the payload's ``hook_event_name`` names the hook).
+
+    Every card a PermissionRequest raises (a permission, an AskUserQuestion form) is keyed for the
+    attention book like Codex's: one nobody answers over control is still closed before
+    ``session.ended`` (AEP-0002 §7.1); the receiver holds it under the same key.
+    """
+    drafts = map_hook(hf.hook_name(signal), hf.payload_of(signal), state)
+    for d in drafts:
+        if d.get("type") == "attention.requested" and "_attention_key" not in d:
+            d["_attention_key"] = hf.card_key(signal)
+    return drafts
 
 
 # --- replies for the control plane ---------------------------------------------------------

@@ -202,7 +202,8 @@ def permission_key(payload: Payload) -> str:
 
     A held card and the PostToolUse that makes it moot are paired on this.
     """
-    return f"permission:{get_str(payload, 'tool_name') or 'unknown'}:{digest(payload.get('tool_input'))}"
+    # Digests only: a tool name can carry content (a secret in it must not ride along, even internally).
+    return f"permission:{digest(get_str(payload, 'tool_name') or 'unknown')}:{digest(payload.get('tool_input'))}"
 
 
 def card_key(signal: Signal) -> str:
@@ -210,9 +211,10 @@ def card_key(signal: Signal) -> str:
 
     Unique per card, so asking the same thing twice opens two cards rather than one overwriting
     the other in the attention book (which pairs a held loop's legs and sweeps unanswered cards
-    before ``session.ended`` on it, AEP-0002 §7.1). The receiver computes the same key.
+    before ``session.ended`` on it, AEP-0002 §7.1). The receiver computes the same key. Opaque (a
+    digest): it rides on the draft as a hint, and a tool name may carry anything.
     """
-    return f"{permission_key(payload_of(signal))}@{signal.received_ns}"
+    return f"card:{digest(permission_key(payload_of(signal)))}@{signal.received_ns}"
 
 
 def key_permissions(drafts: list[Event], signal: Signal) -> list[Event]:

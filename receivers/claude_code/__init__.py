@@ -18,6 +18,7 @@ from pipeline.control import CANCEL, RESPOND, Hold, Outcome
 from pipeline.host import Host
 from pipeline.model import Signal
 from processors.mapping import claude_code as cc
+from processors.mapping import hookfamily as hf
 from processors.mapping.common import PERMISSION_OPTIONS
 from receivers.forms import form_validator, form_values
 from receivers.held import HeldLoop, permission_choice, permission_validator
@@ -118,7 +119,8 @@ class ClaudeCodeSurface:
 
     async def _held_call(self, signal: Signal, validate: Any) -> tuple[Hold, Outcome] | None:
         """Hold a tool-call request, findable by its call so the PostToolUse can dismiss it."""
-        hold = await self.loop.request(signal, validate)
+        # The mapping keys the card with the same key: the hold's legs close the book's entry.
+        hold = await self.loop.request(signal, validate, hf.card_key(signal))
         if hold is None:
             return None
         key = (_session(signal.payload), _call_key(signal.payload))

@@ -1,0 +1,139 @@
+"""Whatever order a vendor's moments arrive in, every exported stream passes validate-events.
+
+Hypothesis draws sequences (repeats, reorderings, interleavings) of each vendor's mapping-fixture
+inputs — plus, for Claude Code, whose fixture pins only its two forms, a realistic session's
+hooks — and runs them through the real chain: the receiver's own signal extraction, then
+mapping → runs → capture → stamping (tests/chain.py). Every event must pass the envelope, payload
+and stream rules of ``validate-events``, at the default ceiling and at ``full``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.component import CreateSettings, Kind
+from pipeline.model import Signal
+from pipeline.registry import build_registry
+from pipeline.validate import StreamValidator, envelope_errors, payload_errors
+from tests.chain import Chain
+from tests.conftest import corpus
+
+REGISTRY, _ = build_registry(load_plugins=False)
+
+# receiver type -> (fixture, sections holding {"input": ...} entries)
+FIXTURES = {
+    "codex": ("codex", ["hooks", "fallback"]),
+    "gemini_cli": ("gemini-cli", ["hooks", "fallback"]),
+    "qwen_code": ("qwen-code", ["hooks", "fallback"]),
+    "vscode": ("vscode", ["hooks", "fallback"]),
+    "kimi_code": ("kimi-code", ["hooks", "fallback"]),
+    "antigravity": ("antigravity", ["hooks", "fallback"]),
+    "opencode": ("opencode", ["moments", "fallback"]),
+    "kilocode": ("kilocode", ["moments", "fallback"]),
+    "cline": ("cline", ["hooks", "fallback"]),
+    "hermes": ("hermes", ["hooks", "fallback"]),
+    "pi": ("pi", ["moments", "fallback"]),
+    "claude_code": ("claude-code", []),
+}
+
+
+def _claude_code_inputs() -> list[tuple[dict[str, Any], str | None]]:
+    fx = corpus("mappings/claude-code.json")
+    base = {"session_id": "s_fix_1", "cwd": "/home/user/proj", "permission_mode": "default"}
+
+    def hook(name: str, **kw: Any) -> dict[str, Any]:
+        return {**base, "hook_event_name": name, **kw}
+
+    bash = {"command": "make test"}
+    elicit = copy.deepcopy(fx["elicitation"]["input"])
+    return [(p, None) for p in [
+        hook("SessionStart", source="startup", model="claude-sonnet-4-5"),
+        hook("UserPromptSubmit", prompt="fix the build"),
+        hook("PreToolUse", tool_name="Bash", tool_input=bash, tool_use_id="toolu_1"),
+        hook("PermissionRequest", tool_name="Bash", tool_input=bash, tool_use_id="toolu_1"),
+        hook("PostToolUse", tool_name="Bash", tool_input=bash, tool_response={"stdout": "ok"}, tool_use_id="toolu_1"),
+        hook("PostToolUseFailure", tool_name="Bash", tool_input=bash, tool_use_id="toolu_1", error="exit 1"),
+        hook("PermissionRequest", tool_name="AskUserQuestion", tool_use_id="toolu_q",
+             tool_input=copy.deepcopy(fx["ask_user_question"]["input"])),
+        hook("PostToolUse", tool_name="AskUserQuestion", tool_use_id="toolu_q", tool_input={}, tool_response={}),
+        hook("Elicitation", mcp_server_name="deploy", elicitation_id="el_1", **elicit),
+        hook("ElicitationResult", mcp_server_name="deploy", elicitation_id="el_1", action="accept",
+             content={"environment": "staging", "confirm": True}),
+        hook("ElicitationResult", mcp_server_name="deploy", elicitation_id="el_1", action="accept", content={}),
+        hook("ElicitationResult", mcp_server_name="deploy", elicitation_id="el_1", action="decline"),
+        hook("SubagentStart", agent_id="a1", agent_type="general-purpose"),
+        hook("SubagentStop", agent_id="a1", agent_type="general-purpose"),
+        hook("PostCompact", trigger="auto"),
+        hook("Notification", message="waiting", notification_type="idle_prompt"),
+        hook("Stop", stop_hook_active=False),
+        hook("StopFailure", error="rate_limit"),
+        hook("SessionEnd", reason="exit"),
+    ]]
+
+
+def inputs(rtype: str) -> list[tuple[dict[str, Any], str | None]]:
+    """(payload, ?hook= value) for every fixture moment of a receiver."""
+    if rtype == "claude_code":
+        return _claude_code_inputs()
+    fixture, sections = FIXTURES[rtype]
+    doc = corpus(f"mappings/{fixture}.json")
+    out = []
+    for section in sections:
+        entries = [doc[section]] if section == "fallback" else [
+            e for k, e in doc[section].items() if not k.startswith("$")]
+        for e in entries:
+            if isinstance(e, dict) and isinstance(e.get("input"), dict):
+                out.append((e["input"], e.get("hook")))
+    return out
+
+
+def surface(rtype: str) -> Any:
+    factory = REGISTRY.get(Kind.RECEIVER, rtype)
+    return factory.create(CreateSettings(id=rtype), factory.default_config(), None).surface
+
+
+SURFACES = {r: surface(r) for r in FIXTURES}
+INPUTS = {r: inputs(r) for r in FIXTURES}
+STATE = Path(tempfile.mkdtemp(prefix="aep-stream-property-"))
+
+
+@functools.cache
+def _request(path: str) -> Any:
+    return make_mocked_request("POST", path)  # built once per path: it is slow, and only read
+
+
+def signal(rtype: str, payload: dict[str, Any], hook: str | None) -> Signal:
+    # The receiver's own extraction (hook name, query, attributes), on an aiohttp request object.
+    return SURFACES[rtype].signal(copy.deepcopy(payload), _request("/hook" + (f"?hook={hook}" if hook else "")))
+
+
+def test_every_vendor_has_inputs():
+    for rtype, items in INPUTS.items():
+        assert len(items) >= 5, rtype
+
+
+@pytest.mark.parametrize("rtype", sorted(FIXTURES))
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), ceiling=st.sampled_from(["metadata", "full"]))
+def test_any_order_of_a_vendors_moments_gives_a_valid_stream(rtype: str, data: st.DataObject, ceiling: str):
+    items = INPUTS[rtype]
+    n = len(items)
+    # Every moment once, in any order, then repeats of any of them spliced in anywhere.
+    order = list(data.draw(st.permutations(range(n)), label="order"))
+    for at, i in data.draw(st.lists(st.tuples(st.integers(0, n), st.integers(0, n - 1)), max_size=n), label="repeats"):
+        order.insert(at, i)
+    chain = Chain(STATE, ceiling=ceiling)
+    stream = StreamValidator()
+    for i in order:
+        for event in chain.feed_signal(signal(rtype, *items[i])):
+            problems = envelope_errors(event) + payload_errors(event) + stream.feed(event)
+            assert problems == [], (rtype, [items[j][0].get("hook_event_name") for j in order], event, problems)
