@@ -393,15 +393,21 @@ def test_session_comes_from_each_moment_shape() -> None:
 # --- Kilo's two permission surfaces and the fallback names ---------------------------------------
 
 
-def test_reply_route_surface_is_kilo_only() -> None:
-    # OpenCode 1.18 asks on the bus too, but nothing here answers it: an informational card.
+def test_both_families_map_the_bus_ask_with_the_reply_route_options() -> None:
+    # OpenCode 1.18.33 asks on the bus like Kilo >=7.4.6 and answers on the same route (seen live).
     asked = moment("kilocode", "permission_asked")
-    card = opencode.map_moment(asked)
-    assert card["type"] == "attention.requested" and card["data"]["respond_via"] == ["oob"]
-    assert "options" not in card["data"] and card["data"]["kind"] == "permission"
-    assert kilocode.map_moment(asked)["data"]["options"] == kilocode.REPLY_ROUTE_OPTIONS
+    for module in (opencode, kilocode):
+        card = module.map_moment(asked)
+        assert card["type"] == "attention.requested" and card["data"]["respond_via"] == ["control"]
+        assert card["data"]["options"] == busfamily.REPLY_ROUTE_OPTIONS
     question = opencode.map_moment(moment("kilocode", "question_asked"))
-    assert question["data"]["respond_via"] == ["oob"] and question["data"]["kind"] == "form"
+    assert question["data"]["respond_via"] == ["control"] and question["data"]["kind"] == "form"
+
+
+def test_a_family_without_reply_routes_makes_the_bus_ask_informational() -> None:
+    family = busfamily.BusFamily(agent="opencode", reply_routes=False)
+    card = family.map_moment(moment("kilocode", "permission_asked"))
+    assert card["data"]["respond_via"] == ["oob"] and "options" not in card["data"]
 
 
 def test_a_rejected_call_fails_from_its_error_part() -> None:

@@ -207,17 +207,19 @@ async def test_a_hung_daemon_is_given_up_on_and_then_skipped(vendor: str) -> Non
     assert len(daemon.bodies) == 1  # after the first timeout the breaker skips the daemon
 
 
-async def test_kilo_forwards_its_server_address_and_directory() -> None:
+@pytest.mark.parametrize("vendor", list(PLUGINS))
+async def test_the_plugin_forwards_its_server_address_and_directory(vendor: str) -> None:
+    # Both hosts ask on the bus (OpenCode 1.18, Kilo >=7.4.6); the answer goes to this server.
     async with Scripted({}) as daemon:
-        await node("kilocode-plugin.js", scenario("kilocode", [step(KILO["permission_asked"]["input"])], daemon.url,
-                                                  input={"serverUrl": "http://127.0.0.1:4096/",
-                                                         "directory": "/home/user/my proj"}))
+        await node(PLUGINS[vendor], scenario(vendor, [step(KILO["permission_asked"]["input"])], daemon.url,
+                                             input={"serverUrl": "http://127.0.0.1:4096/",
+                                                    "directory": "/home/user/my proj"}))
     (h,) = daemon.headers
     assert h["X-AEP-Server-Url"] == "http%3A%2F%2F127.0.0.1%3A4096%2F"
     assert h["X-AEP-Directory"] == "%2Fhome%2Fuser%2Fmy%20proj"
 
 
-async def test_opencode_sends_no_vendor_headers() -> None:
+async def test_without_a_server_address_no_vendor_headers_are_sent() -> None:
     async with Scripted({}) as daemon:
         await node("opencode-plugin.js", scenario("opencode", [step(OPENCODE["session_idle"]["input"])], daemon.url))
     assert not any(k.lower().startswith("x-aep") for k in daemon.headers[0])

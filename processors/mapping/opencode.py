@@ -30,8 +30,10 @@ __all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "new_state", "map_signal", "map_m
            "permission_route", "permission_route_body"]
 
 AGENT = "opencode"
-# Only the held permission.ask surface: the opencode.json pins have no permission.asked/question.*.
-FAMILY = busfamily.BusFamily(agent=AGENT, reply_routes=False)
+# OpenCode 1.18.33 asks on the bus (permission.asked / permission.replied {requestID, reply}), seen
+# live, and answers on the same server route as Kilo; the opencode.json pins cover only the held
+# permission.ask hook and are unaffected.
+FAMILY = busfamily.BusFamily(agent=AGENT, reply_routes=True)
 
 
 def map_moment(moment: Any) -> Event | None:

@@ -3,6 +3,9 @@
 ``js/opencode-plugin.js`` (dropped into ``.opencode/plugins/``) forwards bus events, the
 ``tool.execute.before/after`` hooks and the hold-open ``permission.ask``. Control-capable: the
 ask is answered over ``control.attention.respond`` (see ``receivers.plugin_vendors.bus``).
+OpenCode 1.18 asks on the bus (``permission.asked``), like Kilo >=7.4.6: with ``reply_routes`` on,
+an operator's answer is POSTed to OpenCode's own server at the ``serverUrl`` the plugin forwards
+(seen live with ``opencode serve``; ``opencode run`` rejects such an ask by itself at once).
 """
 
 from __future__ import annotations
@@ -26,6 +29,16 @@ class OpenCodeConfig(HeldConfig):
     endpoint: str = "127.0.0.1:8390"
     attention_timeout: float = 55.0
     """Seconds a held ``permission.ask`` waits for an operator before ``{}`` (the plugin waits longer)."""
+    reply_routes: bool = True
+    """Answer bus asks over OpenCode's server route (``POST /session/{id}/permissions/{id}``,
+    ``POST /question/{id}/reply``) at the loopback ``serverUrl`` the plugin forwards."""
+    reply_route_timeout: float = 5.0
+    """Seconds one such POST may take."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.reply_route_timeout <= 0:
+            raise ValueError("reply_route_timeout must be positive")
 
 
 FACTORY = Factory(
@@ -34,5 +47,6 @@ FACTORY = Factory(
     config_class=OpenCodeConfig,
     create=lambda settings, cfg, next_consumer: HookServer(
         settings, cfg, next_consumer, BusSurface(mapping, cfg, f"receiver/{settings.id}")),
-    description="OpenCode plugin (js/opencode-plugin.js) on 127.0.0.1:8390; holds permission.ask for an operator",
+    description="OpenCode plugin (js/opencode-plugin.js) on 127.0.0.1:8390; held permission.ask and "
+                "reply-route answers for an operator",
 )

@@ -18,14 +18,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 
-_BUS = {"FLUSH_EXTRA": "", "INPUT": "_input", "HEADERS": "{}"}
+_BUS = {"FLUSH_EXTRA": ""}
 TARGETS: dict[str, tuple[str, str, dict[str, str]]] = {
     "opencode-plugin.js": ("bus-plugin.js", "opencode", {
         **_BUS, "TITLE": "OpenCode", "TITLE_SHORT": "OpenCode", "AGENT": "opencode", "PREFIX": "AEP_OPENCODE_",
         "PORT": "8390"}),
     "kilocode-plugin.js": ("bus-plugin.js", "kilocode", {
         **_BUS, "TITLE": "Kilo Code", "TITLE_SHORT": "Kilo", "AGENT": "kilocode", "PREFIX": "AEP_KILOCODE_",
-        "PORT": "8391", "FLUSH_EXTRA": ', "session.drained"', "INPUT": "input", "HEADERS": "vendorHeaders(input)"}),
+        "PORT": "8391", "FLUSH_EXTRA": ', "session.drained"'}),
     "pi-extension.js": ("pi-extension.js", "pi", {}),
 }
 """Shipped file -> (template in ``src/``, variant, substitutions)."""

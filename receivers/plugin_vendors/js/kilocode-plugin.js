@@ -247,6 +247,7 @@ function slim(moment) {
 
 // -- the plugin -----------------------------------------------------------------------------------
 
+// Where the collector can answer a bus ask: this host's own server (percent-encoded headers).
 function vendorHeaders(input) {
   const out = {};
   try {

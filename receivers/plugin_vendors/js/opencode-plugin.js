@@ -16,9 +16,11 @@
 //
 // Contract (receivers/plugin_vendors/README.md): every moment is POSTed as the mapping's moment
 // shape ({kind: "bus", event} | {kind: "tool.before" | "tool.after", input, output} |
-// {kind: "permission.ask", permission}), several together as {batch: [...]}. Only
-// `permission.ask` reads the reply: it sets `output.status` to "allow" or "deny" when, and only
-// when, the collector answered exactly that.
+// {kind: "permission.ask", permission}), several together as {batch: [...]}, each POST with the
+// headers `X-AEP-Server-Url` and `X-AEP-Directory` (percent-encoded): OpenCode 1.18 asks on the
+// bus, and the collector answers those over this server's own routes. `permission.ask` reads the
+// reply: it sets `output.status` to "allow" or "deny" when, and only when, the collector answered
+// exactly that.
 // Nothing here ever throws into OpenCode: every handler is wrapped, every request is bounded by
 // an AbortController, and a collector that is down costs one refused connection, then nothing for
 // `retryMs` (moments in that window are dropped, the agent is never slowed).
@@ -245,10 +247,20 @@ function slim(moment) {
 
 // -- the plugin -----------------------------------------------------------------------------------
 
-async function AepCollector(_input, options) {
+// Where the collector can answer a bus ask: this host's own server (percent-encoded headers).
+function vendorHeaders(input) {
+  const out = {};
+  try {
+    if (input && input.serverUrl) out["X-AEP-Server-Url"] = encodeURIComponent(String(input.serverUrl));
+    if (input && typeof input.directory === "string") out["X-AEP-Directory"] = encodeURIComponent(input.directory);
+  } catch { /* the answer routes are then unavailable; observation still works */ }
+  return out;
+}
+
+async function AepCollector(input, options) {
   let send;
   try {
-    send = sender(delivery(options, environment()), {});
+    send = sender(delivery(options, environment()), vendorHeaders(input));
   } catch {
     return {};
   }

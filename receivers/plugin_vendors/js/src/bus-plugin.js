@@ -17,9 +17,11 @@
 //
 // Contract (receivers/plugin_vendors/README.md): every moment is POSTed as the mapping's moment
 // shape ({kind: "bus", event} | {kind: "tool.before" | "tool.after", input, output} |
-// {kind: "permission.ask", permission}), several together as {batch: [...]}. Only
-// `permission.ask` reads the reply: it sets `output.status` to "allow" or "deny" when, and only
-// when, the collector answered exactly that.
+// {kind: "permission.ask", permission}), several together as {batch: [...]}, each POST with the
+// headers `X-AEP-Server-Url` and `X-AEP-Directory` (percent-encoded): OpenCode 1.18 asks on the
+// bus, and the collector answers those over this server's own routes. `permission.ask` reads the
+// reply: it sets `output.status` to "allow" or "deny" when, and only when, the collector answered
+// exactly that.
 // @end
 // @only kilocode
 // Install: list this file in the `plugin` array of Kilo's config (`.kilo/kilo.jsonc` in a project,
@@ -93,8 +95,8 @@ function slim(moment) {
 }
 
 // -- the plugin -----------------------------------------------------------------------------------
-// @only kilocode
 
+// Where the collector can answer a bus ask: this host's own server (percent-encoded headers).
 function vendorHeaders(input) {
   const out = {};
   try {
@@ -103,12 +105,11 @@ function vendorHeaders(input) {
   } catch { /* the answer routes are then unavailable; observation still works */ }
   return out;
 }
-// @end
 
-async function AepCollector(@@INPUT@@, options) {
+async function AepCollector(input, options) {
   let send;
   try {
-    send = sender(delivery(options, environment()), @@HEADERS@@);
+    send = sender(delivery(options, environment()), vendorHeaders(input));
   } catch {
     return {};
   }
