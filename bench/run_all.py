@@ -30,6 +30,7 @@ def main() -> int:
         ("command shim start-up", ["bench_shim.py", "--runs", "10" if q else "40"]),
         ("pipeline throughput in-process (one core)", ["bench_pipeline.py", "--events", "20000" if q else "100000"]),
         ("OTLP LogRecords through the whole pipeline", ["bench_otlp.py", "--records", "5000" if q else "60000"]),
+        ("relay role fan-out to SSE/WebSocket subscribers", ["bench_relay_role.py", "--events", "2000" if q else "20000"]),
         ("persistent sending queue, peer down", ["bench_queue.py", "--events", "20000" if q else "200000"]),
         ("memory with live sessions", ["bench_memory.py", "--sessions", "200" if q else "1000",
                                        "--events", "20" if q else "100"]),

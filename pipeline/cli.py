@@ -156,9 +156,11 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     with using_home(home):
         try:
             if args.uninstall:
-                changes = wiring.uninstall(vendor, dry_run=args.dry_run)
+                unrecorded = registration(vendor, url=args.url, config_path=args.hooks_config,
+                                          registry=_registry() if args.hooks_config else None)
+                changes = wiring.uninstall(vendor, args.dry_run, unrecorded, home, project)
                 if not changes:
-                    print(f"{vendor}: nothing recorded as installed (see {wiring.records_dir()})", file=sys.stderr)
+                    print(f"{vendor}: nothing of aep-collector found to remove", file=sys.stderr)
             else:
                 reg = registration(vendor, url=args.url, config_path=args.hooks_config,
                                    registry=_registry() if args.hooks_config else None)

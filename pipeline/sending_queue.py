@@ -184,6 +184,18 @@ class SendingQueue:
             os.close(lock_fd)
             raise OSError(errno.EBUSY, f"queue directory {d} is in use by another collector") from None
         self._lock_fd = lock_fd
+        try:
+            self._load(d)
+        except BaseException:
+            self.close()  # releases the lock too, so a later attempt can take it again
+            raise
+        self._opened = True
+        if self.pending_events:
+            log.info("%s: %d undelivered events (%d bytes) waiting in %s from before", self.id,
+                     self.pending_events, self.pending_bytes, d)
+
+    def _load(self, d: Path) -> None:
+        """Find the segments, read the cursor, repair a torn tail, open the tail segment, count."""
         for p in d.glob("*.seg"):
             if p.stem.isdigit():
                 self.segments.append(int(p.stem))
@@ -207,10 +219,6 @@ class SendingQueue:
         off = min(off, self.sizes.get(seg, 0))
         self.cursor = (seg, off)
         self.pending_events = self._count_from_cursor()
-        self._opened = True
-        if self.pending_events:
-            log.info("%s: %d undelivered events (%d bytes) waiting in %s from before", self.id,
-                     self.pending_events, self.pending_bytes, d)
 
     def _path(self, n: int) -> Path:
         return self.directory / f"{n:016d}.seg"

@@ -1,6 +1,7 @@
-"""``aep-collector hooks VENDOR``: the block a vendor's own config needs to reach its receiver.
+"""``aep-collector hooks VENDOR``: each vendor's registration (``receivers.wiring.Wiring``).
 
-Also the pieces every vendor's block is rendered from: the shim's command line and its waits.
+Also the pieces every vendor's registration is rendered from: the shim's copy in ``~/.aep/bin``,
+the command line that runs it, and its waits.
 """
 
 from __future__ import annotations
@@ -101,8 +102,7 @@ def pythons() -> list[str]:
     """Interpreters the hook command tries, in order: this one's base (a venv's own python dies with
     the venv; its base does not), then whatever ``python3`` is on the vendor's PATH."""
     base = getattr(sys, "_base_executable", None) or sys.executable
-    first = os.path.realpath(base) if base else ""
-    return [p for p in (first, "python3") if p] if first != "python3" else ["python3"]
+    return [os.path.realpath(base), "python3"] if base else ["python3"]
 
 
 # POSIX sh: $1 the shim's folder, $2 the neutral reply, the rest the shim's arguments. Each

@@ -178,7 +178,7 @@ def unmerge(data: dict[str, Any], fragment: dict[str, Any], previous: dict[str, 
             if not node:
                 del data[key]
         elif isinstance(value, list) and isinstance(node, list):
-            node[:] = [x for x in node if x not in value]
+            node[:] = [x for x in node if x not in value and not ours(x)]
             if not node:
                 del data[key]
         elif here in previous:
@@ -339,24 +339,41 @@ def _undo(vendor: str, entry: dict[str, Any], dry_run: bool = False) -> Change:
     # Edited since the install: take out only our part.
     kind = entry["kind"]
     if kind == "file":
+        if current == entry.get("text"):  # no record, but exactly what we would write
+            if not dry_run:
+                path.unlink()
+            return Change(path, "removed", current, None)
         return Change(path, "kept", current, current, [f"{path}: edited since the install; left in place"])
     if kind == "toml" or (kind == "yaml" and MARK in current):
         after = strip_block(current)
     else:
         data, _ = load(kind, current, path)
+        untouched = json.dumps(data)
         unmerge(data, entry.get("fragment") or {}, entry.get("previous", {}))
-        after = dump(kind, data)
-    if not dry_run:
+        after = current if json.dumps(data) == untouched else dump(kind, data)  # nothing of ours: no rewrite
+    if not dry_run and after != current:
         _write(path, after, None)
-    notes = [f"{path}: edited since the install; only our entries were removed (backup kept: {backup})"]
+    notes = [f"{path}: edited since the install; only our entries were removed (backup kept: {backup})"
+             if entry["sha256"] else f"{path}: no install record; only what is recognisably ours was removed"]
     return Change(path, "cleaned", current, after, notes)
 
 
-def uninstall(vendor: str, dry_run: bool = False) -> list[Change]:
-    """Undo the recorded install of ``vendor``; an empty list when nothing is recorded."""
+def uninstall(vendor: str, dry_run: bool = False, unrecorded: Wiring | None = None, home: Path | None = None,
+              project: Path | None = None) -> list[Change]:
+    """Undo the recorded install of ``vendor``.
+
+    Without a record (pasted by hand, record lost), ``unrecorded``'s files lose what is
+    recognisably ours (entries equal to the registration's or running the shim, our marked block,
+    a file whose content is exactly ours); nothing else is touched.
+    """
     record = _read_record(vendor)
     if record is None:
-        return []
+        if unrecorded is None:
+            return []
+        entries = [{"path": str(resolve(t, home, project)), "kind": t.kind, "existed": True, "backup": None,
+                    "sha256": "", "fragment": t.data, "previous": {}, "text": t.text} for t in unrecorded.targets]
+        changes = [_undo(vendor, entry, dry_run) for entry in entries]
+        return [c for c in changes if c.action == "removed" or (c.after is not None and c.after != c.before)]
     changes = [_undo(vendor, entry, dry_run) for entry in record.get("targets", [])]
     if not dry_run:
         (records_dir() / f"{vendor}.json").unlink()

@@ -101,3 +101,43 @@ def test_the_reader_keeps_sessions_apart(tmp_path):
     (d / "a.b@20260101T000000.000000Z.jsonl").write_text(json.dumps(ev(9, "a.b")) + "\n")
     assert [f.name for f in session_files(d / "a.jsonl")] == ["a@20260101T000000.000000Z.jsonl", "a.jsonl"]
     assert ids(d / "a.jsonl") == [ev(1)["id"], ev(2)["id"]]
+
+
+def test_a_cap_without_rotation_is_a_config_error(tmp_path):
+    import pytest
+
+    from pipeline.config import ConfigError, parse
+    from pipeline.registry import build_registry
+    from tests.helpers import base_config
+
+    raw = base_config(tmp_path)
+    raw["exporters"]["jsonl"]["max_total_bytes"] = 1 << 30
+    with pytest.raises(ConfigError, match="max_total_bytes needs rotate_bytes or rotate_age"):
+        parse(raw, build_registry(load_plugins=False)[0], "t.yaml")
+    raw["exporters"]["jsonl"]["rotate_bytes"] = 1 << 24
+    assert parse(raw, build_registry(load_plugins=False)[0], "t.yaml").exporters["jsonl"][1].retention
+
+
+async def test_a_file_nobody_writes_is_closed_and_compressed_after_rotate_age(tmp_path):
+    exp = await make(tmp_path, rotate_age=0.4)
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    exp.export_now([ev(1, "ended", time=now)])
+    d = tmp_path / "logs" / "claude-code"
+    await wait_until(lambda: list(d.glob("ended@*.jsonl.gz")), "the idle file closed and compressed")
+    await exp.shutdown()
+    assert not (d / "ended.jsonl").exists()
+    assert ids(d / "ended.jsonl") == [ev(1)["id"]]  # the reader still finds it under the session name
+
+
+async def test_operator_timeline_and_tail_read_rotated_and_compressed_parts(tmp_path, capsys):
+    exp = await make(tmp_path, rotate_bytes=2048)
+    for seq in range(1, 31):
+        exp.export_now([ev(seq, pad=200)])
+    await exp.shutdown()
+    active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    assert any(p.name.endswith(".jsonl.gz") for p in session_files(active))
+    capsys.readouterr()
+    assert await asyncio.to_thread(cli_main, ["timeline", "s1", "--file", str(active), "--json"]) == 0
+    assert [json.loads(x)["id"] for x in capsys.readouterr().out.splitlines()] == [ev(s)["id"] for s in range(1, 31)]
+    assert await asyncio.to_thread(cli_main, ["tail", "--file", str(active), "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 30

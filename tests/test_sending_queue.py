@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import aiohttp
@@ -220,3 +221,49 @@ async def test_a_corrupt_line_is_counted_and_skipped_not_a_wedge(tmp_path):
     assert [e["id"] for e in peer.got] == ["e000001", "e000002"]
     assert health.counters[("exporter/t", "corrupt")] == 1
     await again.drain(0.1)
+
+
+async def test_a_plug_in_exporter_with_only_export_is_retried_through_the_disk(tmp_path):
+    """A plug-in written before ``deliver`` existed: ``export`` raising means not delivered."""
+    from dataclasses import dataclass
+
+    import aiohttp
+
+    from pipeline.component import Factory, Kind
+
+    got: list[dict] = []
+    failures = [RuntimeError("peer away")] * 3
+
+    @dataclass
+    class Cfg:
+        pass
+
+    class Flaky:
+        async def start(self, host):
+            return None
+
+        async def export(self, events):
+            if failures:
+                raise failures.pop()
+            got.extend(events)
+
+        async def shutdown(self):
+            return None
+
+    registry, _ = build_registry(load_plugins=False)
+    registry.register(Factory(kind=Kind.EXPORTER, type="flaky", config_class=Cfg,
+                              create=lambda settings, cfg: Flaky()), "test")
+    raw = base_config(tmp_path, extra_exporters={"flaky": {"sending_queue": {"backoff_initial": 0.01,
+                                                                             "backoff_max": 0.02}}})
+    async with running(raw, registry) as service:
+        assert isinstance(service.queues[0], SendingQueue)
+        port = service.receivers["claude_code"].port
+        async with aiohttp.ClientSession() as s:
+            for name in ("SessionStart", "UserPromptSubmit", "Stop"):
+                async with s.post(f"http://127.0.0.1:{port}/hook",
+                                  json={"session_id": "pl", "hook_event_name": name, "prompt": "x"}) as r:
+                    assert r.status == 200
+        written = [json.loads(line)["id"]
+                   for line in (tmp_path / "logs" / "claude-code" / "pl.jsonl").read_text().splitlines()]
+        await wait_until(lambda: len(got) >= len(written), "every event past three failed exports")
+    assert [e["id"] for e in got] == written and not failures

@@ -287,8 +287,32 @@ def test_a_key_of_another_shape_is_refused(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_uninstall_without_an_install_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = hooks(tmp_path, "codex", "--uninstall", capsys=capsys)
-    assert code == 0 and out == "" and "nothing recorded" in err
+    seed(tmp_path, "hermes")
+    before = snapshot(tmp_path)
+    code, out, err = hooks(tmp_path, "hermes", "--uninstall", capsys=capsys)
+    assert code == 0 and out == "" and "nothing of aep-collector found" in err
+    assert snapshot(tmp_path) == before  # not even reformatted
+
+
+@pytest.mark.parametrize("vendor", ["claude-code", "codex", "kimi-code", "cline", "pi"])
+def test_uninstall_without_a_record_removes_what_is_recognisably_ours(
+        vendor: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = seed(tmp_path, vendor)
+    hooks(tmp_path, vendor, "--install", capsys=capsys)
+    (tmp_path / ".aep" / "installed" / f"{vendor}.json").unlink()  # pasted by hand, or the record lost
+    for backup in tmp_path.rglob("*.aep-backup"):
+        backup.unlink()
+    code, out, err = hooks(tmp_path, vendor, "--uninstall", capsys=capsys)
+    assert code == 0 and out
+    after = snapshot(tmp_path)
+    for rel, data in before.items():  # every file of the user's holds what it held (formatting aside)
+        kind = "json" if rel.endswith(".json") else rel.rsplit(".", 1)[-1]
+        if kind in ("json", "toml", "yaml"):
+            assert wiring.load(kind, after[rel].decode(), Path(rel))[0] == wiring.load(kind, data.decode(),
+                                                                                       Path(rel))[0], rel
+        else:
+            assert after[rel] == data, rel
+    assert set(after) == set(before)  # files of ours are gone
 
 
 def test_jsonc_comments_and_trailing_commas_are_read() -> None:

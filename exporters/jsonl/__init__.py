@@ -72,6 +72,8 @@ class JsonlConfig:
         for name in ("rotate_bytes", "rotate_age", "max_total_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 (off) or positive")
+        if self.max_total_bytes and not (self.rotate_bytes or self.rotate_age):
+            raise ValueError("max_total_bytes needs rotate_bytes or rotate_age: only closed files are deleted")
 
     @property
     def retention(self) -> bool:
@@ -214,6 +216,11 @@ class JsonlExporter:
         too_old = cfg.rotate_age and time.time() - self._born.get(path, time.time()) > cfg.rotate_age
         if not (too_big or too_old):
             return fd
+        self._retire(path, "size" if too_big else "age")
+        return self._open(path)
+
+    def _retire(self, path: Path, why: str) -> None:
+        """Close ``path`` and rename it to its rotated name; queue it for compression and the cap."""
         self._close(path)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         base = path.name[: -len(".jsonl")]
@@ -223,17 +230,41 @@ class JsonlExporter:
             target = path.parent / rotated_name(base, f"{stamp}-{n}")
             n += 1
         os.rename(path, target)
-        log.info("%s: closed %s as %s (%s)", self.id, path.name, target.name, "size" if too_big else "age")
+        log.info("%s: closed %s as %s (%s)", self.id, path.name, target.name, why)
         if self._closed is not None:
             self._closed.put_nowait(target)
-        return self._open(path)
+
+    def _idle_files(self, cutoff: float) -> list[Path]:
+        """Session files not written since ``cutoff`` (an ended session's file, typically)."""
+        out = []
+        for p in self.root.glob("*/*.jsonl"):
+            with contextlib.suppress(OSError):
+                if not is_rotated(p) and p.stat().st_mtime < cutoff and p.stat().st_size:
+                    out.append(p)
+        return out
+
+    async def _rotate_idle(self) -> None:
+        idle = await asyncio.to_thread(self._idle_files, time.time() - self.config.rotate_age)
+        for path in idle:  # decided and renamed on the loop: export_now cannot interleave
+            with contextlib.suppress(FileNotFoundError):
+                if path.stat().st_mtime < time.time() - self.config.rotate_age:
+                    self._retire(path, "idle")
 
     async def _retention_loop(self) -> None:
         """Compress closed files and hold the byte cap, off the event loop; a startup sweep first."""
         assert self._closed is not None
         await asyncio.to_thread(self._sweep)
+        # With rotate_age, files nobody writes any more are closed too, checked this often.
+        every = min(self.config.rotate_age / 2, 60.0) if self.config.rotate_age else None
         while True:
-            path = await self._closed.get()
+            try:
+                path = await asyncio.wait_for(self._closed.get(), every)
+            except TimeoutError:
+                try:
+                    await self._rotate_idle()
+                except OSError as exc:
+                    self.health.fail(self.id, "retention-failed", f"{self.root}: {exc.strerror or exc}")
+                continue
             if path is None:
                 return
             try:

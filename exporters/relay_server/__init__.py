@@ -207,7 +207,7 @@ class RelayServer:
 
     def report_shed(self, detail: str) -> None:
         self.host.health.count(self.id, "shed")
-        self.host.health.fail(self.id, "slow-consumer", detail)
+        self.host.health.incident(self.id, "slow-consumer", detail)  # shown for a while, then cleared
 
     # -- route liveness: hold only while an operator could answer ----------------------------------
 

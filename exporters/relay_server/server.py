@@ -69,6 +69,13 @@ class Outlet:
         self.queue.put_nowait(item)
         return True
 
+    async def batch(self, limit: int = 512) -> list[Any]:
+        """Wait for one item, then take whatever else is already queued (up to ``limit``)."""
+        items = [await self.queue.get()]
+        while len(items) < limit and not self.queue.empty():
+            items.append(self.queue.get_nowait())
+        return items
+
     def taken(self, item: str) -> None:
         self.pending -= len(item)
 
@@ -406,15 +413,19 @@ class Surface:
     async def _drain_sse(self, stream: Stream, resp: web.StreamResponse) -> None:
         outlet = stream.outlet
         try:
-            while True:
-                item = await outlet.queue.get()
-                if isinstance(item, tuple):
-                    why = item[1]
-                    if why == "shutdown":
-                        await resp.write(b": shutting-down\n\n")
-                    break
-                outlet.taken(item)
-                await resp.write(item.encode("utf-8"))
+            ending = None
+            while ending is None:
+                chunks = []
+                for item in await outlet.batch():  # one write per burst, not per event
+                    if isinstance(item, tuple):
+                        ending = item[1]
+                        break
+                    outlet.taken(item)
+                    chunks.append(item)
+                if chunks:
+                    await resp.write("".join(chunks).encode("utf-8"))
+            if ending == "shutdown":
+                await resp.write(b": shutting-down\n\n")
             with contextlib.suppress(Exception):
                 await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError, RuntimeError):

@@ -57,7 +57,9 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "save as ~/.codex/hooks.json (or merge; $CODEX_HOME moves it), or run: aep-collector hooks codex --install",
         "Codex runs these hooks only once trusted, and skips untrusted ones silently: open `codex`, "
         "run /hooks and trust the aep-collector hooks; for one headless run pass "
-        "`codex exec --dangerously-bypass-hook-trust`"])
+        "`codex exec --dangerously-bypass-hook-trust`",
+        "earlier aep-collector versions printed [hooks] tables for ~/.codex/config.toml: remove them, "
+        "Codex runs the hooks of both files"])
 
 
 FACTORY = Factory(
