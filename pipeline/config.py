@@ -350,7 +350,7 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
             cid = str(cid)
             declared.add((kind, cid))
             with errs.check():
-                cfg.components(kind)[cid] = _component(registry, kind, cid, body, file)
+                cfg.components(kind)[cid] = _component(cfg, registry, kind, cid, body, file)
     service = raw.get("service")
     if not isinstance(service, dict):
         errs.add(file, "service", "missing: the config needs service.pipelines")
@@ -406,7 +406,8 @@ def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
 
 
-def _component(registry: Registry, kind: Kind, cid: str, body: Any, file: str) -> tuple[Factory, Any]:
+def _component(cfg: ServiceConfig, registry: Registry, kind: Kind, cid: str, body: Any,
+               file: str) -> tuple[Factory, Any]:
     where = f"{kind.plural}.{cid}"
     if not ID_PATTERN.match(cid):
         raise ConfigError(file, where, "a component id is 'type' or 'type/name' "
@@ -416,7 +417,25 @@ def _component(registry: Registry, kind: Kind, cid: str, body: Any, file: str) -
     if factory is None:
         known = ", ".join(registry.types(kind)) or "none"
         raise ConfigError(file, where, f"unknown {kind.value} type {type_name!r} (known: {known})")
-    return factory, build_dataclass(factory.config_class, body, file, where)
+    errs = _Collect()
+    if kind is Kind.EXPORTER and isinstance(body, dict) and "sending_queue" in body \
+            and not _has_field(factory.config_class, "sending_queue"):
+        # The service's, not the exporter's: every queued exporter takes the same block.
+        from .sending_queue import SendingQueueConfig
+
+        body = dict(body)
+        queue = body.pop("sending_queue")
+        with errs.check():
+            cfg.sending_queues[cid] = build_dataclass(SendingQueueConfig, queue, file, f"{where}.sending_queue")
+    built = None
+    with errs.check():
+        built = build_dataclass(factory.config_class, body, file, where)
+    errs.done()
+    return factory, built
+
+
+def _has_field(cls: type, name: str) -> bool:
+    return dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls))
 
 
 def _telemetry(tel: Any, file: str) -> TelemetryConfig:
