@@ -179,3 +179,25 @@ def test_nan_and_infinity_are_not_json(tmp_path):
             status, body = post(port, b'{"hook_event_name": "Stop", "session_id": "s", "x": ' + literal + b"}")
             assert status == 400 and body["error"] == "invalid-json" and "not a JSON value" in body["detail"]
         c.stop()
+
+
+def test_a_permission_nobody_could_answer_is_closed_before_session_ended(tmp_path):
+    # Live tier (issue 11): with no relay the hook gets {} at once; claude -p then refuses the call
+    # without another hook, so only the session's end can close the card.
+    from pipeline.validate import validate_file
+
+    with collector(base_config(tmp_path), tmp_path) as c:
+        port = c.ports["receiver/claude_code"]
+        for body in ({**common("UserPromptSubmit"), "prompt": "go"},
+                     {**common("PermissionRequest"), "tool_name": "Bash", "tool_input": {"command": "touch x"}},
+                     {**common("Stop")}, {**common("SessionEnd"), "reason": "other"}):
+            assert post(port, body) == (200, {})
+        c.stop()
+    path = tmp_path / "logs" / "claude-code" / f"{SID}.jsonl"
+    events = read_jsonl(path)
+    assert [e["type"] for e in events] == ["run.started", "attention.requested", "run.finished",
+                                           "attention.resolved", "session.ended"]
+    req, res = events[1], events[3]
+    assert req["data"]["respond_via"] == ["oob"]
+    assert res["subject"] == req["id"] and res["data"]["resolution"] == "dismissed"
+    assert validate_file(str(path)).ok

@@ -135,6 +135,7 @@ def test_capture_watch_answer_with_real_processes(user: tuple[dict[str, str], Pa
         assert request["data"]["respond_via"] == ["control"] and request["session"] == SID
         human = cli(env, cwd, "pending")
         assert request["id"] in human.stdout and "option allow" in human.stdout
+        assert re.search(r"\((\d+) s left\)", human.stdout), human.stdout  # the hold's expires_at
 
         # Bad input: a clear error and its own exit code, never a traceback.
         for args, code in ((["respond", "01NOSUCHREQUEST0000000000", "--allow"], 3),

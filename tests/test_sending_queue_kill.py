@@ -92,6 +92,8 @@ async def test_kill_9_with_relay_down_loses_nothing(tmp_path):
                          timeout=60)
         got = [e["id"] for e in relay.received]
         assert set(got) == wanted  # nothing the collector did not accept, nothing missing
+        # The relay's admission dedupes on (source, id): each accepted event is stored exactly once.
+        assert sorted(e["id"] for e in relay.stored) == sorted(accepted)
         # At-least-once: a copy may arrive twice, but never as two different events with one id.
         by_id = {}
         for e in relay.received:

@@ -202,7 +202,8 @@ def permission_key(payload: Payload) -> str:
 
     A held card and the PostToolUse that makes it moot are paired on this.
     """
-    return f"permission:{get_str(payload, 'tool_name') or 'unknown'}:{digest(payload.get('tool_input'))}"
+    # Digests only: a tool name can carry content (a secret in it must not ride along, even internally).
+    return f"permission:{digest(get_str(payload, 'tool_name') or 'unknown')}:{digest(payload.get('tool_input'))}"
 
 
 def card_key(signal: Signal) -> str:

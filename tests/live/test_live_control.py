@@ -1,0 +1,183 @@
+"""Live control: a real Claude Code asks permission, an operator answers through the collector.
+
+The operator is the official SDK (``aep_sdk.aio.ControlClient``) on a relay (``tests.relay_double``)
+that the collector's relay exporter is connected to: the control path a deployment uses. The
+fake model asks for a shell command Claude Code does not allow by itself (``touch``), so its
+PermissionRequest hook fires and the collector holds it for the operator.
+
+- allow: the tool runs (the file exists, ``tool.completed``), the request is answered and resolved;
+- deny with guidance: the model's next request carries the operator's text as the tool result;
+- no operator (no relay): the hook gets the neutral reply at once, ``respond_via: ["oob"]``, and
+  the request is closed before ``session.ended``. Claude Code ``-p`` then refuses the call without
+  firing any hook, so that ``tool.requested`` stays open: no hook tells the collector;
+- AskUserQuestion answered with values: Claude Code 2.1.328 offers the tool only with a permission
+  prompt host (``--permission-prompt-tool stdio``, stream-json I/O); the model receives the labels.
+
+Codex cannot reach a control moment here: ``codex exec`` forces approval "never", so its
+PermissionRequest hook never fires non-interactively (live-vendors facts; the Codex test in
+``test_live_hooks.py`` shows the rest of its lifecycle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aep_sdk.aio import ControlClient
+
+from pipeline.control import RESPOND
+from tests.live.fakemodel import shell, text, tool
+from tests.live.harness import SPECS, Live, types
+from tests.relay_double import RelayDouble, wait_until
+
+TOKEN = "live-control-token"
+
+
+@pytest.fixture
+async def relay() -> AsyncIterator[RelayDouble]:
+    r = RelayDouble(token=TOKEN)
+    await r.start()
+    yield r
+    await r.stop()
+
+
+@pytest.fixture
+async def operator(relay: RelayDouble) -> AsyncIterator[ControlClient]:
+    client = ControlClient(relay.url, agent="aep-console", host="ops-host", token=TOKEN)
+    await client.connect()
+    yield client
+    await client.close()
+
+
+def with_relay(relay: RelayDouble) -> dict[str, Any]:
+    return {"relay": {"endpoint": relay.ws_url, "token": TOKEN, "backoff_initial": 0.05, "backoff_max": 0.2}}
+
+
+async def relay_up(live: Live) -> None:
+    await wait_until(lambda: live.healthz().get("relay"), "the collector's relay hello", timeout=20)
+
+
+async def requested(relay: RelayDouble) -> dict[str, Any]:
+    """The first attention request that reached the relay (the operator's view)."""
+    def found() -> dict[str, Any] | None:
+        return next((e for e in list(relay.stored) if e.get("type") == "attention.requested"), None)
+    return await wait_until(found, "the attention request at the relay", timeout=60)
+
+
+def closed_once(events: list[dict[str, Any]], rid: str) -> list[dict[str, Any]]:
+    legs = [e for e in events if e.get("subject") == rid and e["type"] in ("attention.resolved", "attention.timeout")]
+    assert len(legs) == 1, types(events)
+    return legs
+
+
+async def test_claude_code_permission_allow(tmp_path: Path, relay: RelayDouble, operator: ControlClient) -> None:
+    with Live(SPECS["claude_code"], tmp_path, [shell("touch allowed.txt"), text("done")],
+              exporters=with_relay(relay)) as live:
+        await relay_up(live)
+        run = asyncio.create_task(live.arun("make the file"))
+        req = await requested(relay)
+        assert req["data"]["kind"] == "permission" and req["data"]["respond_via"] == ["control"]
+        ack = await operator.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"option": "allow"}})
+        assert ack["type"] == "control.accepted"
+        await run
+    assert (live.work / "allowed.txt").exists()  # the tool really ran
+    events = live.check()
+    answered = [e for e in events if e["type"] == "attention.answered"]
+    assert [a["data"]["answer"] for a in answered] == [{"option": "allow"}]
+    assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
+
+
+async def test_claude_code_permission_deny_with_guidance(tmp_path: Path, relay: RelayDouble,
+                                                         operator: ControlClient) -> None:
+    guidance = "not that file; write notes.md instead"
+    with Live(SPECS["claude_code"], tmp_path, [shell("touch denied.txt"), text("ok")],
+              exporters=with_relay(relay)) as live:
+        await relay_up(live)
+        run = asyncio.create_task(live.arun("make the file"))
+        req = await requested(relay)
+        await operator.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"text": guidance}})
+        await run
+    assert not (live.work / "denied.txt").exists()
+    [result] = live.model.tool_results()
+    assert guidance in result, result  # the operator's words reached the model as the tool result
+    events = live.check(tools=0, tools_closed=False)
+    [answered] = [e for e in events if e["type"] == "attention.answered"]
+    assert answered["data"]["answer"]["option"] == "deny"
+    closed_once(events, req["id"])
+
+
+async def test_claude_code_permission_without_operator(tmp_path: Path) -> None:
+    with Live(SPECS["claude_code"], tmp_path, [shell("touch nobody.txt"), text("ok")]) as live:
+        assert live.healthz()["relay"] is False
+        await live.arun("make the file")
+    assert not (live.work / "nobody.txt").exists()  # -p with nobody to ask: Claude Code refuses
+    events = live.check(tools=0, tools_closed=False)
+    [req] = [e for e in events if e["type"] == "attention.requested"]
+    assert req["data"]["respond_via"] == ["oob"]
+    [leg] = closed_once(events, req["id"])
+    assert leg["data"]["resolution"] == "dismissed"
+    assert types(events).index(leg["type"]) < types(events).index("session.ended")
+
+
+async def test_claude_code_ask_user_question_answered(tmp_path: Path, relay: RelayDouble,
+                                                      operator: ControlClient) -> None:
+    question = {"question": "Which colour should the button be?", "header": "Colour", "multiSelect": False,
+                "options": [{"label": "Red", "description": "warm"}, {"label": "Teal", "description": "cool"}]}
+    with Live(SPECS["claude_code"], tmp_path, [tool("AskUserQuestion", questions=[question]), text("done")],
+              exporters=with_relay(relay)) as live:
+        await relay_up(live)
+        driver = asyncio.create_task(stream_json(live, "ask me"))
+        req = await requested(relay)
+        assert req["data"]["kind"] == "form"
+        ack = await operator.send(RESPOND, req["session"], subject=req["id"],
+                                  data={"answer": {"values": {"1": "2"}}})
+        assert ack["type"] == "control.accepted"
+        prompts = await driver
+    # Claude Code asks its host and runs the hook side by side; the hook's answer won and the
+    # host's prompt was cancelled (the host in this test never answers).
+    assert [(p["type"], p["request_id"]) for p in prompts] == [
+        ("control_request", prompts[0]["request_id"]), ("control_cancel_request", prompts[0]["request_id"])]
+    [result] = live.model.tool_results()
+    assert "Teal" in result and "Red" not in result, result
+    events = live.check(tools=1)
+    closed_once(events, req["id"])
+
+
+async def stream_json(live: Live, prompt: str) -> list[dict[str, Any]]:
+    """Drive ``claude -p`` with stream-json I/O and the stdio permission-prompt host until its result.
+
+    Returns the permission prompts (and cancellations) Claude Code sent to the host, which never
+    answers: only the hook, that is the operator, can decide.
+    """
+    argv = [*live.prefix, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
+            "--permission-prompt-tool", "stdio"]
+    proc = await asyncio.create_subprocess_exec(*argv, cwd=live.work, env=live.env, stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(obj: dict[str, Any]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write((json.dumps(obj) + "\n").encode())
+
+    send({"type": "user", "message": {"role": "user", "content": prompt}})
+    prompts: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout(90):
+            while line := await proc.stdout.readline():
+                msg = json.loads(line)
+                if msg.get("type") in ("control_request", "control_cancel_request"):
+                    prompts.append(msg)
+                elif msg.get("type") == "result":
+                    break
+    finally:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 15)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+    return prompts
