@@ -13,6 +13,10 @@ PermissionRequest hook fires and the collector holds it for the operator.
 - AskUserQuestion answered with values: Claude Code 2.1.328 offers the tool only with a permission
   prompt host (``--permission-prompt-tool stdio``, stream-json I/O); the model receives the labels.
 
+- Qwen Code PermissionRequest answered allow: ``qwen -p`` offers no shell tool unless ``--yolo``
+  (which never asks), so the test drives Qwen's SDK mode (stream-json I/O, ``initialize`` first,
+  ``--approval-mode default``), where the hook fires and decides before the SDK host is asked.
+
 Codex cannot reach a control moment here: ``codex exec`` forces approval "never", so its
 PermissionRequest hook never fires non-interactively (live-vendors facts; the Codex test in
 ``test_live_hooks.py`` shows the rest of its lifecycle).
@@ -22,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -55,9 +58,10 @@ RELAY_ROLE = {"relay_server": {"endpoint": "127.0.0.1:0", "token": TOKEN}}
 
 
 @contextlib.asynccontextmanager
-async def controlled(tmp_path: Path, turns: list[Any]) -> AsyncIterator[tuple[Live, ControlClient]]:
-    """A Claude Code live session whose collector runs the relay role, with the operator attached."""
-    with Live(SPECS["claude_code"], tmp_path, turns, exporters=RELAY_ROLE) as live:
+async def controlled(tmp_path: Path, turns: list[Any],
+                     vendor: str = "claude_code") -> AsyncIterator[tuple[Live, ControlClient]]:
+    """A live session whose collector runs the relay role, with the operator attached."""
+    with Live(SPECS[vendor], tmp_path, turns, exporters=RELAY_ROLE) as live:
         async with operated(live) as operator:
             yield live, operator
 
@@ -123,7 +127,7 @@ async def test_claude_code_ask_user_question_answered(tmp_path: Path) -> None:
     question = {"question": "Which colour should the button be?", "header": "Colour", "multiSelect": False,
                 "options": [{"label": "Red", "description": "warm"}, {"label": "Teal", "description": "cool"}]}
     async with controlled(tmp_path, [tool("AskUserQuestion", questions=[question]), text("done")]) as (live, operator):
-        driver = asyncio.create_task(stream_json(live, "ask me"))
+        driver = asyncio.create_task(live.stream_json("ask me", "-p", "--verbose", "--permission-prompt-tool", "stdio"))
         req = await requested(live)
         assert req["data"]["kind"] == "form"
         ack = await operator.send(RESPOND, req["session"], subject=req["id"],
@@ -140,37 +144,18 @@ async def test_claude_code_ask_user_question_answered(tmp_path: Path) -> None:
     closed_once(events, req["id"])
 
 
-async def stream_json(live: Live, prompt: str) -> list[dict[str, Any]]:
-    """Drive ``claude -p`` with stream-json I/O and the stdio permission-prompt host until its result.
-
-    Returns the permission prompts (and cancellations) Claude Code sent to the host, which never
-    answers: only the hook, that is the operator, can decide.
-    """
-    argv = [*live.prefix, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
-            "--permission-prompt-tool", "stdio"]
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=live.work, env=live.env, stdin=asyncio.subprocess.PIPE,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def send(obj: dict[str, Any]) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write((json.dumps(obj) + "\n").encode())
-
-    send({"type": "user", "message": {"role": "user", "content": prompt}})
-    prompts: list[dict[str, Any]] = []
-    try:
-        async with asyncio.timeout(90):
-            while line := await proc.stdout.readline():
-                msg = json.loads(line)
-                if msg.get("type") in ("control_request", "control_cancel_request"):
-                    prompts.append(msg)
-                elif msg.get("type") == "result":
-                    break
-    finally:
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 15)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-    return prompts
+async def test_qwen_code_permission_request_allow(tmp_path: Path) -> None:
+    # Qwen Code 0.24.4 offers its shell without --yolo only in SDK mode (stream-json I/O after an
+    # initialize request); there the PermissionRequest hook fires beside the host's can_use_tool.
+    async with controlled(tmp_path, [shell("touch qwen-allowed.txt"), text("done")], "qwen_code") as (live, op):
+        driver = asyncio.create_task(live.stream_json("make the file", "--approval-mode", "default",
+                                                      initialize=True))
+        req = await requested(live)
+        assert req["data"]["kind"] == "permission" and req["data"]["respond_via"] == ["control"]
+        ack = await op.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"option": "allow"}})
+        assert ack["type"] == "control.accepted"
+        prompts = await driver
+    assert prompts == []  # the hook decided first: Qwen Code never asked its SDK host
+    assert (live.work / "qwen-allowed.txt").exists()
+    events = live.check(ended=False)  # no SessionEnd from a Qwen run that is not interactive
+    assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
