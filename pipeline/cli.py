@@ -25,6 +25,8 @@ from typing import Any
 
 from .component import Kind
 from .config import ConfigError, load
+from .logs import config_secrets
+from .logs import install as install_log_redaction
 
 DEFAULT_CONFIG = str(Path(__file__).with_name("default.yaml"))
 """The default config ships inside the package, so ``aep-collector`` with no flags works from any folder."""
@@ -125,6 +127,9 @@ def cmd_run(path: str) -> int:
         return 1
     logging.basicConfig(level=getattr(logging, cfg.telemetry.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    # Never a secret in the log, at any level (websockets prints the relay's Authorization at debug).
+    components = [*cfg.receivers.values(), *cfg.processors.values(), *cfg.exporters.values()]
+    install_log_redaction([s for _, ccfg in components for s in config_secrets(ccfg)])
     for w in cfg.warnings:
         logging.getLogger("aep.config").warning(w)
     service = Service(cfg)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .logs import Throttle
+
 if TYPE_CHECKING:
     from .control import ControlRouter
 
@@ -37,6 +39,9 @@ class Health:
         self.problems: dict[str, dict[str, str]] = {}
         self.flags: dict[str, dict[str, Any]] = {}
         self.counters: dict[tuple[str, str], int] = {}
+        self.request_errors: dict[tuple[str, str], int] = {}
+        """(receiver, cause) -> requests refused or lost for that cause (``/metrics``)."""
+        self._throttle = Throttle(logging.getLogger("aep.request"))
         self.window = window
         self.clock = clock
         self._until: dict[tuple[str, str], float] = {}  # incident -> clock time it clears
@@ -121,6 +126,16 @@ class Health:
         with self._lock:
             key = (component, what)
             self.counters[key] = self.counters.get(key, 0) + n
+
+    def request_error(self, component: str, cause: str, detail: str = "") -> None:
+        """A malformed request or a client that hung up: counted, logged one line per cause (throttled).
+
+        Not a health problem: a bad request says nothing about the collector's own state.
+        """
+        with self._lock:
+            key = (component, cause)
+            self.request_errors[key] = self.request_errors.get(key, 0) + 1
+        self._throttle(component, cause, detail)
 
     def snapshot(self) -> dict[str, Any]:
         """The ``/healthz`` body: ``{"ok", "relay", "problems"?, "incidents"?, "dropped"?}``.

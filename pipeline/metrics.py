@@ -30,8 +30,14 @@ def render(service: Any) -> str:
     with health._lock:
         counters = sorted(health.counters.items())
         problems = {c: len(p) for c, p in health.problems.items()}
+        request_errors = sorted(health.request_errors.items())
     for (component, outcome), n in counters:
         lines.append(f'aep_collector_items_total{{component="{_label(component)}",outcome="{_label(outcome)}"}} {n}')
+    lines += ["# HELP aep_collector_request_errors_total Requests refused or lost per receiver and cause "
+              "(malformed input, slow bodies, client disconnects).",
+              "# TYPE aep_collector_request_errors_total counter"]
+    for (component, cause), n in request_errors:
+        lines.append(f'aep_collector_request_errors_total{{receiver="{_label(component)}",cause="{_label(cause)}"}} {n}')
     lines += ["# HELP aep_collector_problems Open health problems per component.",
               "# TYPE aep_collector_problems gauge"]
     for component, n in sorted(problems.items()):

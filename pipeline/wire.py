@@ -1,16 +1,25 @@
-"""The one place events become bytes, so a re-sent event is byte-identical to the first send.
+"""The one place JSON becomes data (``loads``) and events become bytes (``dumps_bytes``).
+
+``loads`` is the decoder every receiver uses for a request body, so every input guarantee holds
+the same way everywhere: the body must be UTF-8 JSON (RFC 8259: no NaN/Infinity, no number that
+overflows a float, no integer of more than ``sys.get_int_max_str_digits()`` digits), and a lone
+surrogate escape (``"\ud800"``, which JavaScript's ``JSON.stringify`` emits for a broken UTF-16
+string) is accepted and becomes U+FFFD, the Unicode replacement character, in keys and values
+alike. Nothing downstream (stamping, file names, the relay) ever sees a string that cannot be
+encoded as UTF-8.
 
 orjson does the encoding: it is an order of magnitude faster than the standard library on the
 per-event hot path and emits the same compact, UTF-8, unescaped form. What it cannot encode
-(integers beyond 64 bits, lone surrogates from a ``\ud800`` escape in a vendor payload) falls back
-to the standard library with every non-ASCII character escaped, which is lossless and always valid
-UTF-8. Receivers refuse NaN and infinities, which are not JSON, before anything reaches here.
+(integers beyond 64 bits) falls back to the standard library with every non-ASCII character
+escaped, which is lossless and always valid UTF-8.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from typing import Any
 
 import orjson
@@ -19,6 +28,89 @@ import orjson
 # them, so one event is always exactly one line for every reader (orjson already escapes C0).
 _LINE_BREAKS = re.compile(b"\xc2\x85|\xe2\x80[\xa8\xa9]")
 _ESCAPES = {b"\xc2\x85": b"\\u0085", b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
+
+
+# A body may hold a surrogate only as a \\uD800-\\uDFFF escape (strict UTF-8 refuses encoded ones):
+# only bodies that contain one pay for the walk that replaces the lone ones.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+_SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89abcdefABCDEF]|[\ud800-\udfff]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+class DecodeError(ValueError):
+    """A body that is not acceptable JSON; the message names the problem for a 400 reply."""
+
+
+def _constant(name: str) -> Any:
+    raise DecodeError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise DecodeError(f"number {text[:40]} is out of range")
+    return value
+
+
+def loads(raw: bytes | str) -> Any:
+    """Decode a request body (see the module docstring); ``DecodeError`` says what is wrong."""
+    if isinstance(raw, bytes):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"body is not UTF-8 (byte {exc.start})") from None
+    else:
+        text = raw
+    if not text.strip():
+        raise DecodeError("empty body: expected a JSON value")
+    try:
+        value = json.loads(text, parse_constant=_constant, parse_float=_finite)
+    except DecodeError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise DecodeError(f"line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise DecodeError("nesting too deep") from None
+    except ValueError:  # int(): Python refuses to convert integers beyond the digit limit
+        raise DecodeError(f"an integer has more than {sys.get_int_max_str_digits()} digits") from None
+    if (_SURROGATE_ESCAPE.search(raw) if isinstance(raw, bytes) else _SURROGATE_ESCAPE_TEXT.search(text)):
+        value = scrub(value)
+    return value
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (pairs were already joined by the parser)."""
+    return _LONE_SURROGATE.sub(REPLACEMENT, text)
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings and keys replaced; iterative (no depth limit)."""
+    if isinstance(value, str):
+        return scrub_text(value)
+    if not isinstance(value, dict | list):
+        return value
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any, Any]] = [(root, 0, value)]
+    while stack:
+        parent, slot, node = stack.pop()
+        if isinstance(node, dict):
+            fresh: dict[str, Any] = {}
+            for k, v in node.items():
+                fresh[scrub_text(k)] = v
+            parent[slot] = fresh
+            for k, v in fresh.items():
+                if isinstance(v, str):
+                    fresh[k] = scrub_text(v)
+                elif isinstance(v, dict | list):
+                    stack.append((fresh, k, v))
+        else:
+            for i, v in enumerate(node):
+                if isinstance(v, str):
+                    node[i] = scrub_text(v)
+                elif isinstance(v, dict | list):
+                    stack.append((node, i, v))
+    return root[0]
 
 
 def dumps_bytes(event: dict[str, Any]) -> bytes:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.control import RESPOND, ControlRouter, Hold, Outcome
+from pipeline.envelope import rfc3339_ms
 from pipeline.host import Host
 from pipeline.model import Event, Signal
 from receivers.hook_http import vendor_gone
@@ -114,6 +115,8 @@ class HeldLoop:
         live = self.live() and self.router is not None and self.router.can_hold()
         # AEP-0008 respond_via is authoritative: without a route only the agent's own UI can answer.
         signal.attrs["respond_via"] = (["control", "oob"] if vendor_ui else ["control"]) if live else ["oob"]
+        if live:
+            signal.attrs["expires_at"] = rfc3339_ms(time.time() + self.timeout)
         lanes = await self.deliver.lanes([signal])
         if not live or lanes is None or self.router is None:
             return None

@@ -18,10 +18,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from pipeline import wire
 from pipeline.component import Consumer, CreateSettings
 from pipeline.config import parse_endpoint
 from pipeline.host import Health, Host
 from pipeline.model import Event, Signal
+from receivers.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body, reply_and_close, validate_body_timeout
 
 log = logging.getLogger("aep.receiver")
 
@@ -54,6 +56,8 @@ class HookReceiverConfig:
     """Seconds the pipeline may take before the vendor gets its neutral reply anyway."""
     max_concurrent_requests: int = 512
     """Hook requests in flight at once (held ones included); beyond it a request gets 503 at once."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    """Seconds a request body may take to arrive whole (else 408); separate from any hold window."""
 
     def validate(self) -> None:
         if self.max_concurrent_requests < 1:
@@ -63,6 +67,7 @@ class HookReceiverConfig:
             raise ValueError("max_body_bytes must be positive")
         if self.reply_timeout <= 0:
             raise ValueError("reply_timeout must be positive")
+        validate_body_timeout(self.body_timeout)
 
 
 class HookError(Exception):
@@ -147,14 +152,6 @@ class Deliver:
             await asyncio.wait(list(self.pending), timeout=timeout)
 
 
-class _NotJson(ValueError):
-    """NaN / Infinity: Python's parser takes them, JSON (RFC 8259) does not, and neither do we."""
-
-
-def _not_json(constant: str) -> Any:
-    raise _NotJson(f"{constant} is not a JSON value")
-
-
 async def _single_lane(consumer: Consumer, batch: list[Any]) -> list[tuple[Any, list[Event]]]:
     return [(consumer, await consumer.consume(batch))]
 
@@ -165,8 +162,12 @@ def json_response(body: Any, status: int = 200) -> web.Response:
         return web.Response(status=status, body=b"", content_type=JSON)
     if isinstance(body, bytes):
         return web.Response(status=status, body=body, content_type=JSON)
-    return web.Response(status=status, text=json.dumps(body, ensure_ascii=False, separators=(",", ":")),
-                        content_type=JSON)
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate in a reply (a message quoting input): escape it
+        data = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return web.Response(status=status, body=data, content_type=JSON)
 
 
 class HookServer:
@@ -242,9 +243,18 @@ class HookServer:
         return json_response(body, 200 if body.get("ok") else 503)
 
     async def _hook(self, request: web.Request) -> web.Response:
+        CURRENT_REQUEST.set(request)
+        # The body is read before the request takes a slot: a client that stalls mid-body is
+        # bounded by body_timeout and never keeps a whole hook from being served.
+        try:
+            payload = await self._read_json(request)
+        except HookError as exc:
+            response = self._refuse(exc)
+            return await reply_and_close(request, response) if exc.status == 408 else response
         if len(self.inflight) >= self.config.max_concurrent_requests:
             # Explicit, counted and visible: never an unbounded pile of waiting agents.
             self.health.count(self.id, "refused")
+            self.health.request_error(self.id, "busy", f"over {self.config.max_concurrent_requests} in flight")
             self.health.fail(self.id, "overloaded",
                              f"over {self.config.max_concurrent_requests} hook requests in flight")
             return json_response({"error": "busy", "detail": f"over {self.config.max_concurrent_requests} "
@@ -253,20 +263,14 @@ class HookServer:
         if task is not None:
             self.inflight.add(task)
         try:
-            return await self._hook_inner(request)
+            return await self._hook_inner(request, payload)
         finally:
             if task is not None:
                 self.inflight.discard(task)
             if not self.inflight:
                 self.health.recover(self.id, "overloaded")
 
-    async def _hook_inner(self, request: web.Request) -> web.Response:
-        CURRENT_REQUEST.set(request)
-        try:
-            payload = await self._read_json(request)
-        except HookError as exc:
-            self.health.count(self.id, "refused")
-            return json_response(exc.body, exc.status)
+    async def _hook_inner(self, request: web.Request, payload: dict[str, Any]) -> web.Response:
         if set(payload) == {"batch"} and hasattr(self.surface, "awaits_reply"):
             return await self._batch(payload["batch"], request)
         signal: Signal | None = None
@@ -275,19 +279,23 @@ class HookServer:
             assert self.deliver is not None
             body = await self.surface.handle(signal, self.deliver)
         except HookError as exc:
-            self.health.count(self.id, "refused")
-            return json_response(exc.body, exc.status)
+            return self._refuse(exc)
         except Exception as exc:  # fail open: the agent gets its neutral reply, the log gets the cause
             self.health.incident(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
-            log.exception("%s: hook failed; replied neutral", self.id)
+            self.health.request_error(self.id, "hook-error", f"{type(exc).__name__}: {exc}; replied neutral")
+            log.debug("%s: hook failed; replied neutral", self.id, exc_info=True)
             body = self._neutral(signal)
         return json_response(body)
+
+    def _refuse(self, exc: HookError) -> web.Response:
+        self.health.count(self.id, "refused")
+        self.health.request_error(self.id, exc.body["error"], exc.body["detail"])
+        return json_response(exc.body, exc.status)
 
     async def _batch(self, items: Any, request: web.Request) -> web.Response:
         """Each item as if POSTed alone, in order; a bad item is reported and never stops the rest."""
         if not isinstance(items, list) or not items:
-            self.health.count(self.id, "refused")
-            return json_response({"error": "invalid-payload", "detail": "batch must be a non-empty array"}, 400)
+            return self._refuse(HookError(400, "invalid-payload", "batch must be a non-empty array"))
         surface: BatchSurface = self.surface  # type: ignore[assignment]
         assert self.deliver is not None
         accepted, errors = 0, []
@@ -302,10 +310,12 @@ class HookServer:
                 accepted += 1
             except HookError as exc:
                 self.health.count(self.id, "refused")
+                self.health.request_error(self.id, exc.body["error"], f"batch item {index}: {exc.body['detail']}")
                 errors.append({"index": index, **exc.body})
             except Exception as exc:  # fail open, as for a lone moment; the rest still goes in
-                self.health.fail(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
-                log.exception("%s: batch item %d failed", self.id, index)
+                self.health.incident(self.id, "hook-error", f"{type(exc).__name__}: {exc}")
+                self.health.request_error(self.id, "hook-error", f"batch item {index}: {type(exc).__name__}: {exc}")
+                log.debug("%s: batch item %d failed", self.id, index, exc_info=True)
                 errors.append({"index": index, "error": "hook-error", "detail": f"{type(exc).__name__}"})
         if not accepted:
             return json_response({"error": "invalid-payload", "detail": "no item of the batch was accepted",
@@ -319,25 +329,13 @@ class HookServer:
             return {}
 
     async def _read_json(self, request: web.Request) -> dict[str, Any]:
-        limit = self.config.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise HookError(413, "payload-too-large", f"body over {limit} bytes", max_bytes=limit)
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise HookError(413, "payload-too-large", f"body over {limit} bytes", max_bytes=limit) from None
-        if not raw.strip():
-            raise HookError(400, "invalid-json", "empty body: expected a JSON object")
-        try:
-            payload = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
-        except _NotJson as exc:
+            raw = await read_body(request, self.config.max_body_bytes, self.config.body_timeout)
+            payload = wire.loads(raw)
+        except BodyError as exc:
+            raise HookError(exc.status, exc.cause, exc.detail, **exc.extra) from None
+        except wire.DecodeError as exc:
             raise HookError(400, "invalid-json", str(exc)) from None
-        except UnicodeDecodeError as exc:
-            raise HookError(400, "invalid-json", f"body is not UTF-8 (byte {exc.start})") from None
-        except (json.JSONDecodeError, RecursionError) as exc:
-            detail = f"line {exc.lineno} column {exc.colno}: {exc.msg}" if isinstance(exc, json.JSONDecodeError) \
-                else "nesting too deep"
-            raise HookError(400, "invalid-json", detail) from None
         if not isinstance(payload, dict):
             raise HookError(400, "invalid-payload", f"expected a JSON object, got {type(payload).__name__}")
         return payload

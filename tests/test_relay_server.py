@@ -18,6 +18,7 @@ from aep_sdk.control import NackError
 
 from exporters.relay_server.server import Outlet
 from tests.helpers import base_config, running
+from tests.relay_double import RelayDouble, wait_until
 
 SID = "rs-sdk-1"
 TOKEN = "relay-server-test-token"
@@ -181,3 +182,46 @@ async def test_a_switched_off_external_relay_exporter_is_silent(tmp_path: Path) 
         snap = service.health.snapshot()
         assert snap["ok"] is True and snap["relay"] is True, snap  # the role serves; nothing unreachable
     assert not (tmp_path / "state" / "queue" / "exporter" / "relay").exists()
+
+
+async def test_no_subscriber_gets_more_content_than_max_capture(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as service:
+        st = Stack(service)
+        sub = await subscribe(st.url, filter={"session": "foreign"}, token=TOKEN)  # asks for no ceiling
+        try:
+            ev = {"aep": "0.1", "id": "F1", "type": "run.started", "time": "2026-12-03T08:00:00.000Z",
+                  "source": "aep://h/agent/x/session/foreign", "agent": "x", "session": "foreign", "seq": 0,
+                  "run": "r1", "capture": "full", "data": {"trigger": "user", "prompt": "FULL-CONTENT-CANARY"}}
+            async with aiohttp.ClientSession() as http, http.post(
+                    f"{st.url}/events", json=ev, headers={"Authorization": f"Bearer {TOKEN}", "AEP-Version": "0.1"}) as r:
+                assert r.status == 202
+            got = await asyncio.wait_for(next_of(sub, "run.started"), 10)
+            # redacted is the role's ceiling; a mechanical hop from full can only reach metadata (§8.2e)
+            assert got["capture"] == "metadata" and "prompt" not in got["data"] and got["data"]["trigger"] == "user"
+        finally:
+            closing = sub.close()
+            if asyncio.iscoroutine(closing):
+                await closing
+
+
+async def test_the_role_and_the_external_relay_exporter_run_together(tmp_path: Path) -> None:
+    relay = RelayDouble(token="ext-relay-token")
+    await relay.start()
+    cfg = config(tmp_path)
+    cfg["exporters"]["relay"] = {"endpoint": relay.ws_url, "token": "ext-relay-token",
+                                 "backoff_initial": 0.05, "backoff_max": 0.2}
+    try:
+        async with running(cfg) as service:
+            st = Stack(service)
+            sub = await subscribe(st.url, filter={"session": SID}, token=TOKEN)
+            try:
+                await st.post({"session_id": SID, "hook_event_name": "SessionStart", "source": "startup"})
+                local = await asyncio.wait_for(next_of(sub, "session.started"), 10)
+                (remote,) = await wait_until(lambda: relay.store_for(SID), "the event at the external relay")
+                assert local == remote  # the same stamped event, served here and forwarded there
+            finally:
+                closing = sub.close()
+                if asyncio.iscoroutine(closing):
+                    await closing
+    finally:
+        await relay.stop()

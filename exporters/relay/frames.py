@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from typing import Any
+
+from pipeline.wire import DecodeError, loads
 
 VERSIONS = ("0.1",)
 CAPTURE = ("none", "metadata", "redacted")
@@ -37,8 +38,8 @@ def parse(text: str | bytes) -> dict[str, Any] | None:
     if not isinstance(text, str):
         return None  # AEP-0003 §2: binary frames are reserved in 0.1
     try:
-        value = json.loads(text)
-    except ValueError:
+        value = loads(text)  # the collector's one decoder: lone surrogates become U+FFFD here too
+    except DecodeError:
         return None
     return value if isinstance(value, dict) else None
 

@@ -282,13 +282,16 @@ class AgentLink:
         self._route(True)
         reader = asyncio.create_task(self._read(ws))
         writer = asyncio.create_task(self._write(ws, self._claims()))
-        done, rest = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-        for task in rest:
-            task.cancel()
-        await asyncio.gather(*rest, return_exceptions=True)
-        for task in done:
-            exc = task.exception()
-            if exc is not None and not isinstance(exc, ConnectionClosed):
+        try:
+            done, rest = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when this task is cancelled (shutdown): every exception of both is retrieved
+            # here, never reported by asyncio as a stray "Task exception was never retrieved".
+            for task in (reader, writer):
+                task.cancel()
+            outcomes = await asyncio.gather(reader, writer, return_exceptions=True)
+        for task, exc in zip((reader, writer), outcomes, strict=True):
+            if task in done and isinstance(exc, BaseException) and not isinstance(exc, ConnectionClosed):
                 log.error("%s: relay connection for %s failed: %s: %s",
                           self.owner.id, self.agent, type(exc).__name__, exc)
         return True

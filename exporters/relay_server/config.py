@@ -31,6 +31,10 @@ class RelayServerConfig:
     """Bytes queued for one subscriber beyond which it is disconnected."""
     ping_interval: float = 25.0
     """Seconds between SSE ``: ping`` comments and WebSocket ``ping`` frames."""
+    max_capture: str = "redacted"
+    """Ceiling on every subscriber, whatever it asks: events above it (e.g. ``full`` events POSTed by
+    another emitter) are down-levelled before they leave, so the role never serves more content
+    than the collector's own gating would."""
     ack_window_ms: int = 10000
     """Declared for the collector's own agents in the roster (AEP-0004 §3)."""
 
@@ -49,5 +53,7 @@ class RelayServerConfig:
             raise ValueError("hard_limit must be at least soft_limit")
         if self.ping_interval <= 0:
             raise ValueError("ping_interval must be positive")
+        if self.max_capture not in ("none", "metadata", "redacted", "full"):
+            raise ValueError(f"max_capture must be none, metadata, redacted or full, got {self.max_capture!r}")
         if self.token is not None and len(self.token) < 8:
             raise ValueError("token must be at least 8 characters")

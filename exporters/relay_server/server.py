@@ -158,7 +158,12 @@ class Surface:
 
     def capabilities(self) -> dict[str, Any]:
         return {"filters": ["attr-match"], "replay": {"buffer": self.cfg.buffer, "all": True},
-                "capture": list(LEVELS), "control": {"accepts": self.owner.accepts_union()}, "roster": {}}
+                "capture": list(LEVELS[:LEVELS.index(self.cfg.max_capture) + 1]), "control": {"accepts": self.owner.accepts_union()}, "roster": {}}
+
+    def ceiling(self, asked: str | None) -> str:
+        """The subscriber's ceiling, never above ``max_capture``."""
+        cap = self.cfg.max_capture
+        return cap if asked is None or LEVELS.index(asked) > LEVELS.index(cap) else asked
 
     def authorized(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
@@ -306,10 +311,12 @@ class Surface:
         if media not in ("application/json", "application/x-ndjson"):
             return web.json_response({"error": "unsupported-media-type",
                                       "detail": "send application/json or application/x-ndjson"}, status=415)
+        from receivers.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body  # the receivers' own body rules
+
         try:
-            body = await request.text()
-        except web.HTTPRequestEntityTooLarge:
-            return web.json_response({"error": "payload-too-large", "max_bytes": self.cfg.max_body}, status=413)
+            body = (await read_body(request, self.cfg.max_body, DEFAULT_BODY_TIMEOUT)).decode("utf-8")
+        except BodyError as exc:
+            return web.json_response({"error": exc.cause, "detail": exc.detail, **exc.extra}, status=exc.status)
         except UnicodeDecodeError:
             return web.json_response({"error": "invalid-json", "detail": "the body is not UTF-8"}, status=400)
         lines = [body] if media == "application/json" else [x for x in body.split("\n") if x.strip()]
@@ -374,7 +381,7 @@ class Surface:
         resp = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache",
                                            **_CORS})
         await resp.prepare(request)
-        stream = Stream(Sub(flt, ceiling), Outlet(self.cfg.soft_limit, self.cfg.hard_limit))
+        stream = Stream(Sub(flt, self.ceiling(ceiling)), Outlet(self.cfg.soft_limit, self.cfg.hard_limit))
         # From here to registration: no await, so replay and live meet without a gap or overlap.
         if from_ is not None:
             replay = self.buffers.replay(from_)
@@ -566,7 +573,7 @@ class Surface:
         if problem is not None:
             conn.send({"type": "error", "id": sid, "code": code, "detail": problem})
             return
-        sub = Sub(flt, ceiling)
+        sub = Sub(flt, self.ceiling(ceiling))
         conn.send({"type": "subscribed", "id": sid})
         if from_ is not None:
             replay = self.buffers.replay(from_)

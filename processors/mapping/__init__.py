@@ -128,6 +128,9 @@ class MappingProcessor:
                 # The receiver knows whether a control route is live; the pure mapping cannot.
                 if respond_via is not None and isinstance(d.get("data"), dict) and "respond_via" in d["data"]:
                     d["data"]["respond_via"] = list(respond_via)
+                    # A held request says when the hold gives up (operators see the time left).
+                    if signal.attrs.get("expires_at") and "control" in respond_via:
+                        d["data"].setdefault("expires_at", signal.attrs["expires_at"])
         return drafts
 
     def _failure(self, signal: Signal, exc: Exception) -> Event:

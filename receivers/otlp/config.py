@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from pipeline.config import ConfigError, parse_endpoint
+from receivers.body import DEFAULT_BODY_TIMEOUT, validate_body_timeout
 
 # profile -> mapping key (Signal.agent). Bridges digest §1.1: one vendor profile per receiver
 # instance, never dispatch by service.name: one connection must not speak for two agents.
@@ -50,6 +51,8 @@ class OtlpConfig:
     """OTLP/HTTP listener; ``{}`` listens on 127.0.0.1:4318, absent or null disables it."""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     """Largest request accepted, on the wire and after gunzip (413 / RESOURCE_EXHAUSTED beyond)."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    """Seconds an OTLP/HTTP request body may take to arrive whole (else 408)."""
 
     def __post_init__(self) -> None:
         self.grpc = _section(GrpcConfig, self.grpc)
@@ -90,3 +93,4 @@ class OtlpConfig:
         if (not isinstance(self.max_request_bytes, int) or isinstance(self.max_request_bytes, bool)
                 or self.max_request_bytes < 1):
             raise ValueError("max_request_bytes must be a positive integer")
+        validate_body_timeout(self.body_timeout)

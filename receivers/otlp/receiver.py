@@ -28,6 +28,7 @@ from pipeline.host import Health, Host
 from pipeline.model import Signal
 from processors.mapping import load_vendor
 
+from ..body import BodyError, read_body, reply_and_close
 from . import wire
 from .config import OtlpConfig
 from .flatten import flatten_request
@@ -41,6 +42,17 @@ IGNORED_SERVICES = ("opentelemetry.proto.collector.trace.v1.TraceService",
                     "opentelemetry.proto.collector.metrics.v1.MetricsService")
 IGNORED_PATHS = ("/v1/traces", "/v1/metrics")
 
+
+
+_CAUSES = {400: "invalid-request", 413: "payload-too-large", 415: "unsupported-media-type"}
+
+
+class BodyWireError(wire.WireError):
+    """A body that could not be read (``receivers.body``), keeping its cause for the counters."""
+
+    def __init__(self, status: int, code: int, message: str, cause: str) -> None:
+        super().__init__(status, code, message)
+        self.cause = cause
 
 
 class PipelineUnavailable(Exception):
@@ -62,7 +74,6 @@ class OtlpReceiver:
         self.runner: web.AppRunner | None = None
         self.grpc_port: int | None = None
         self.http_port: int | None = None
-        self._warned: set[str] = set()
         where, key = self.profile.PROFILE.session_from  # the mapping owns the identity rule
         self._session_key = f"{'resource' if where == 'resource' else 'record'} attribute {key}"
 
@@ -168,13 +179,12 @@ class OtlpReceiver:
                 f"(the {self.config.profile} profile's session key) and were rejected")
         return response
 
-    def _refused(self, transport: str, error: wire.WireError) -> None:
+    def _refused(self, transport: str, error: wire.WireError, cause: str = "") -> None:
         self.health.count(self.id, "refused")
-        key = f"{transport}:{error.status}"
-        if key not in self._warned:  # once per kind of refusal, not once per request
-            self._warned.add(key)
-            log.warning("%s: refused an OTLP/%s request (%s): %s", self.id, transport, error.status,
-                        error.message)
+        # One line per cause, throttled, and counted in /metrics (never one line per request).
+        cause = cause or _CAUSES.get(error.status, f"http-{error.status}")
+        self.health.request_error(self.id, cause,
+                                  f"refused an OTLP/{transport} request ({error.status}): {error.message}")
 
     # -- OTLP/gRPC -------------------------------------------------------------------------------
 
@@ -204,14 +214,16 @@ class OtlpReceiver:
         ctype = request.content_type.lower()
         if ctype not in wire.CONTENT_TYPES:
             self.health.count(self.id, "refused")
+            self.health.request_error(self.id, "unsupported-media-type", f"Content-Type {request.content_type!r}")
             return web.Response(status=415, text=f"unsupported Content-Type {request.content_type!r}: "
                                 "OTLP/HTTP takes application/x-protobuf or application/json")
         try:
             body = await self._read_body(request, ctype)
             otlp = wire.parse_json(body) if ctype == wire.JSON else wire.parse_protobuf(body)
         except wire.WireError as exc:
-            self._refused("HTTP", exc)
-            return self._status_response(exc.status, exc.code, exc.message, ctype)
+            self._refused("HTTP", exc, getattr(exc, "cause", ""))
+            out = self._status_response(exc.status, exc.code, exc.message, ctype)
+            return await reply_and_close(request, out) if exc.status == 408 else out
         try:
             response = await self.ingest(otlp)
         except PipelineUnavailable as exc:
@@ -230,12 +242,11 @@ class OtlpReceiver:
         if coding not in ("identity", "gzip"):
             raise wire.WireError(415, wire.INVALID_ARGUMENT,
                                  f"unsupported Content-Encoding {coding!r}: use gzip or none")
-        if request.content_length is not None and request.content_length > limit:
-            raise wire.WireError(413, wire.RESOURCE_EXHAUSTED, f"request body over {limit} bytes")
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise wire.WireError(413, wire.RESOURCE_EXHAUSTED, f"request body over {limit} bytes") from None
+            body = await read_body(request, limit, self.config.body_timeout)
+        except BodyError as exc:
+            code = wire.RESOURCE_EXHAUSTED if exc.status == 413 else wire.INVALID_ARGUMENT
+            raise BodyWireError(exc.status, code, f"request {exc.detail}", exc.cause) from None
         return wire.gunzip(body, limit) if coding == "gzip" else body
 
     def _status_response(self, status: int, code: int, message: str, ctype: str) -> web.Response:

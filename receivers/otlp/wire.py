@@ -12,6 +12,9 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
+from pipeline.wire import DecodeError as JsonDecodeError
+from pipeline.wire import loads, scrub_text
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 CONTENT_TYPES = (PROTOBUF, JSON)
@@ -92,10 +95,14 @@ def _items(obj: Any, *keys: str) -> list[Any]:
 
 
 def parse_json(body: bytes) -> ExportLogsServiceRequest:
-    """An OTLP/JSON ``ExportLogsServiceRequest`` (hex ids, int64 as strings, unknown keys ignored)."""
+    """An OTLP/JSON ``ExportLogsServiceRequest`` (hex ids, int64 as strings, unknown keys ignored).
+
+    The body goes through the collector's one JSON decoder (``pipeline.wire.loads``): lone
+    surrogate escapes become U+FFFD and oversized numbers are a 400, as on every hook receiver.
+    """
     try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        doc = loads(body)
+    except JsonDecodeError as exc:
         raise WireError(400, INVALID_ARGUMENT, f"body is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise WireError(400, INVALID_ARGUMENT,
@@ -105,7 +112,8 @@ def parse_json(body: bytes) -> ExportLogsServiceRequest:
     try:
         # OTLP/HTTP: receivers MUST ignore unknown fields (forward compatibility).
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
-    except (json_format.ParseError, RecursionError, TypeError, ValueError, binascii.Error) as exc:
+    except (json_format.ParseError, RecursionError, TypeError, ValueError, binascii.Error,
+            SystemError) as exc:  # SystemError: protobuf's C parser on strings it cannot convert
         raise WireError(400, INVALID_ARGUMENT, f"body is not an OTLP ExportLogsServiceRequest: {exc}") from None
     return request
 
@@ -135,6 +143,7 @@ def encode_status(code: int, message: str, content_type: str) -> bytes:
     Written by hand (field 1 ``code`` varint, field 2 ``message`` string) so the receiver needs no
     googleapis-common-protos at run time; the tests decode it with the real message class.
     """
+    message = scrub_text(message)  # a message quoting input must still encode
     if content_type == JSON:
         return json.dumps({"code": code, "message": message}, ensure_ascii=False).encode("utf-8")
     text = message.encode("utf-8")

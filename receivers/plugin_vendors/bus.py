@@ -35,7 +35,7 @@ from processors.mapping.common import PERMISSION_OPTIONS, get_dict, get_str
 from receivers.forms import form_validator, form_values
 from receivers.gate import recorded
 from receivers.held import HeldLoop, permission_choice, permission_validator
-from receivers.hook_http import Deliver, HookServer
+from receivers.hook_http import Deliver, HookError, HookServer
 
 from .common import need_name, unwrap
 
@@ -108,6 +108,12 @@ class BusSurface:
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         body, given = unwrap(payload, request)
         kind = body.get("kind")
+        event = body.get("event")
+        bus_type = event.get("type") if isinstance(event, dict) else body.get("type") if kind is None else None
+        if bus_type is not None and not isinstance(bus_type, str):
+            # The type is what the event is: a list or object there names nothing we could record.
+            raise HookError(400, "invalid-payload",
+                            f"event.type must be a string (a bus event type), got {type(bus_type).__name__}")
         if kind == "bus":
             name = get_str(get_dict(body, "event"), "type") or given
         elif isinstance(kind, str) and kind in _HOOK_NAMES:

@@ -1,0 +1,65 @@
+"""Reading a request body, the same way for every HTTP receiver (hook servers and OTLP/HTTP).
+
+A body must arrive whole within ``body_timeout`` seconds of the request's headers, and no larger
+than the receiver's limit. A client that sends headers and then stalls (or trickles one byte at a
+time) gets 408 when the time is up; the receivers read the body before a request takes one of the
+``max_concurrent_requests`` slots, so stalled bodies never starve the hooks that arrive whole.
+This bound is separate from a held hook's hold window, which starts once the body is in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+DEFAULT_BODY_TIMEOUT = 10.0
+
+
+class BodyError(Exception):
+    """A body that could not be read: HTTP status, a short cause and a detail for the JSON reply.
+
+    ``cause`` is what the logs and ``aep_collector_request_errors_total`` count it under.
+    """
+
+    def __init__(self, status: int, cause: str, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.cause, self.detail, self.extra = status, cause, detail, extra
+
+
+async def read_body(request: web.Request, limit: int, timeout: float) -> bytes:
+    """The whole body, or ``BodyError`` (408 too slow, 413 too large, 400 broken framing,
+    ``client-disconnected`` when the client hung up before sending it)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyError(413, "payload-too-large", f"body over {limit} bytes", max_bytes=limit)
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        raise BodyError(408, "body-timeout", f"request body not received within {timeout:g}s",
+                        body_timeout=timeout) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise BodyError(413, "payload-too-large", f"body over {limit} bytes", max_bytes=limit) from None
+    except (ConnectionError, asyncio.IncompleteReadError) as exc:
+        raise BodyError(400, "client-disconnected", f"connection closed before the body was complete: "
+                        f"{type(exc).__name__}") from None
+    except Exception as exc:  # aiohttp's payload errors (bad chunked framing, short Content-Length)
+        raise BodyError(400, "invalid-body", f"request body could not be read: {type(exc).__name__}") from None
+
+
+async def reply_and_close(request: web.Request, response: web.StreamResponse) -> web.StreamResponse:
+    """Send ``response`` and close the connection: the rest of a stalled body is not waited for
+    (aiohttp would otherwise linger up to 10 s reading it before closing)."""
+    response.force_close()
+    await response.prepare(request)
+    await response.write_eof()
+    protocol = request.protocol
+    if protocol is not None:
+        protocol.force_close()  # the transport flushes what was written, then closes
+    return response
+
+
+def validate_body_timeout(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError("body_timeout must be a positive number of seconds")

@@ -1,0 +1,119 @@
+"""The collector's own log: no secret at any level; bad requests are one line per cause, counted.
+
+The collector runs as a subprocess at ``debug`` level; its whole stderr is what is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import socket
+import urllib.request
+
+from pipeline.logs import RedactingFilter, Throttle, config_secrets
+from tests.helpers import Collector, base_config
+from tests.relay_double import RelayDouble
+
+TOKEN = "aep-relay-7f3a9c2e1b5d4f60"
+AWS_KEY = "AKIA" + "IOSFODNN7EXAMPLE"
+
+
+def post(port: int, data: bytes) -> int:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/hook", data=data,
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def hang_up(port: int) -> None:
+    """Headers and half a body, then the client goes away."""
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"a\":")
+
+
+async def test_debug_log_holds_no_secret_and_bad_requests_are_one_line_per_cause(tmp_path):
+    relay = RelayDouble(token=TOKEN)
+    await relay.start()
+    try:
+        cfg = base_config(tmp_path, extra_exporters={"relay": {"endpoint": relay.ws_url, "token": TOKEN}})
+        cfg["service"]["telemetry"] = {"logs": {"level": "debug"}, "metrics": {"endpoint": "127.0.0.1:0"}}
+        c = await asyncio.to_thread(Collector(cfg, tmp_path).start)  # the relay double keeps serving
+        try:
+            for _ in range(100):  # the relay connects with its Authorization header (logged at debug)
+                if relay.connections():
+                    break
+                await asyncio.sleep(0.05)
+            assert relay.connections(), "".join(c.log)
+            port = c.ports["receiver/claude_code"]
+            good = {"hook_event_name": "SessionStart", "session_id": "s1", "source": "startup"}
+            assert await asyncio.to_thread(post, port, json.dumps(good).encode()) == 200
+            for n in range(40):
+                bad = f'{{"hook_event_name": "Stop", "token": "{TOKEN}", "aws": "{AWS_KEY}", "n": {n},'.encode()
+                assert await asyncio.to_thread(post, port, bad) == 400
+            for _ in range(15):
+                await asyncio.to_thread(hang_up, port)
+            assert await asyncio.to_thread(post, port, b'{"session_id": ' + b"9" * 5000 + b"}") == 400
+            await asyncio.sleep(0.3)
+            metrics_port = int(re.search(r"metrics listening on \S+?:(\d+)", "".join(c.log)).group(1))
+            page = await asyncio.to_thread(
+                lambda: urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode())
+        finally:
+            assert await asyncio.to_thread(c.stop) == 0
+    finally:
+        await relay.stop()
+    out = "".join(c.log)
+    assert "level" in cfg["service"]["telemetry"]["logs"] and " DEBUG " in out  # debug really was on
+    assert TOKEN not in out and AWS_KEY not in out
+    assert "Traceback" not in out, out[-6000:]
+    assert 'receiver="receiver/claude_code",cause="invalid-json"} 41' in page
+    assert 'receiver="receiver/claude_code",cause="client-disconnected"} 15' in page
+    lines = [line for line in out.splitlines() if "receiver/claude_code: invalid-json" in line]
+    assert len(lines) == 1, lines  # one line per cause while the window lasts, not one per request
+    assert len([line for line in out.splitlines() if "client-disconnected" in line]) == 1
+
+
+def test_the_filter_redacts_messages_arguments_and_tracebacks():
+    flt = RedactingFilter([TOKEN])
+    record = logging.LogRecord("websockets.client", logging.DEBUG, __file__, 1, "> Authorization: %s %s",
+                               ("Bearer", "abcdefghijklmnop1234"), None)
+    assert flt.filter(record) and "abcdefghijklmnop1234" not in record.getMessage()
+    try:
+        raise ValueError(f"bad {TOKEN} and {AWS_KEY}")
+    except ValueError:
+        import sys
+        record = logging.LogRecord("aep", logging.ERROR, __file__, 1, "failed", (), sys.exc_info())
+    flt.filter(record)
+    text = logging.Formatter().format(record)
+    assert TOKEN not in text and AWS_KEY not in text and "ValueError" in text
+
+
+def test_config_secrets_finds_tokens_and_capture_secret_values(monkeypatch):
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Relay:
+        endpoint: str = "ws://x"
+        token: str = TOKEN
+        headers: dict = field(default_factory=lambda: {"X-Api-Key": "k-123456"})
+
+    monkeypatch.setenv("MY_SECRET", "from-the-env")
+    found = set(config_secrets([Relay(), {"secret_values": ["lit-secret"], "secret_env": ["MY_SECRET", "UNSET_X"]}]))
+    assert found == {TOKEN, "k-123456", "lit-secret", "from-the-env"}
+
+
+def test_throttle_writes_one_line_per_cause_and_says_how_many_were_suppressed(caplog):
+    throttle = Throttle(logging.getLogger("aep.test"), window=3600)
+    with caplog.at_level(logging.WARNING, "aep.test"):
+        for _ in range(5):
+            throttle("receiver/x", "invalid-json", "line 1 column 2: oops")
+        throttle("receiver/x", "busy", "full")
+        throttle.window = 0
+        throttle("receiver/x", "invalid-json", "again")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["receiver/x: invalid-json: line 1 column 2: oops", "receiver/x: busy: full",
+                        "receiver/x: invalid-json: again (4 more since the last line)"]
