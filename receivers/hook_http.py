@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,11 +36,23 @@ CURRENT_REQUEST: contextvars.ContextVar[web.Request | None] = contextvars.Contex
 
 def vendor_gone() -> bool:
     """True when the vendor side of the current hook request has closed its connection."""
-    request = CURRENT_REQUEST.get()
+    return connection_gone(CURRENT_REQUEST.get())()
+
+
+def connection_gone(request: web.Request | None) -> Callable[[], bool]:
+    """A check that ``request``'s client has closed its connection (always false without one)."""
     if request is None:
-        return False
-    transport = request.transport
-    return transport is None or transport.is_closing()
+        return _never
+
+    def gone() -> bool:
+        transport = request.transport  # None once the connection is lost
+        return transport is None or transport.is_closing()
+
+    return gone
+
+
+def _never() -> bool:
+    return False
 
 JSON = "application/json"
 
