@@ -483,6 +483,12 @@ WIRING = (
 def wiring() -> list[tuple[str, str]]:
     home = Path.home()
     out = []
+    try:
+        from receivers.wiring import records_dir
+
+        installed = {p.stem for p in records_dir().glob("*.json")}
+    except Exception:  # the install records are a hint; the config files are the truth
+        installed = set()
     for vendor, rel, marks in WIRING:
         path = home / rel
         texts: list[str] = []
@@ -496,7 +502,8 @@ def wiring() -> list[tuple[str, str]]:
         if not path.exists():
             out.append((vendor, f"not wired ({path} absent)"))
         elif any(m in t for t in texts for m in marks):
-            out.append((vendor, f"wired ({path})"))
+            how = ", by `aep-collector hooks --install`" if vendor in installed else ""
+            out.append((vendor, f"wired ({path}{how})"))
         else:
             out.append((vendor, f"not wired ({path} has no aep-collector hook)"))
     return out

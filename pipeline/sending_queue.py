@@ -39,9 +39,11 @@ import contextlib
 import email.utils
 import errno
 import fcntl
+import json
 import logging
 import os
 import random
+import re
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -308,10 +310,11 @@ class SendingQueue:
         self._full = self._full or cause == "queue-full"
         self._refused_since_log += n
         now = time.monotonic()
-        if now - self._last_log >= LOG_EVERY:
-            log.warning("%s: sending queue refused %d events in the last %.0f s (%s; %d bytes queued, "
-                        "bound %d)", self.id, self._refused_since_log, min(now - self._last_log, 1e9) if
-                        self._last_log else 0, cause, self.pending_bytes, self.config.max_bytes)
+        if not self._last_log or now - self._last_log >= LOG_EVERY:
+            since = f" in the last {now - self._last_log:.0f} s" if self._last_log else ""
+            log.warning("%s: sending queue refused %d events%s (%s; %d bytes queued, bound %d bytes; "
+                        "%d refused since start)", self.id, self._refused_since_log, since, cause,
+                        self.pending_bytes, self.config.max_bytes, self.dropped_total)
             self._refused_since_log = 0
             self._last_log = now
 
@@ -353,10 +356,7 @@ class SendingQueue:
                 line = buf[pos:nl]
                 pos = nl + 1
                 consumed += 1
-                try:
-                    event = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    event = None
+                event = _decode(line)
                 if isinstance(event, dict):
                     events.append(event)
                 else:  # cannot happen with our own writes; counted rather than wedging the queue
@@ -479,6 +479,27 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")
+
+
+def _decode(line: bytes) -> Any:
+    """A queued line back to the event it was, exactly; None if it is not JSON.
+
+    orjson is the fast path, but it reads an integer beyond 64 bits as a float and refuses a lone
+    surrogate escape: lines that may hold either (the ``pipeline.wire`` fallback writes them) go
+    through the standard library, which is exact for both.
+    """
+    if _LONG_NUMBER.search(line) is None:
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def _write_all(fd: int, data: bytes, size: int) -> None:

@@ -52,10 +52,11 @@ MAX_REPLY = 4 << 20
 class Vendor:
     """What the shim knows of one vendor: port, fail-open replies, hooks that may be held."""
 
-    __slots__ = ("port", "neutral", "by_event", "held", "wait", "needs_event")
+    __slots__ = ("port", "neutral", "by_event", "held", "wait", "needs_event", "detached")
 
     def __init__(self, port: int, neutral: "bytes | None" = b"{}", by_event: "dict[str, bytes] | None" = None,
-                 held: "tuple[str, ...]" = (), wait: float = SHORT_WAIT, needs_event: bool = False) -> None:
+                 held: "tuple[str, ...]" = (), wait: float = SHORT_WAIT, needs_event: bool = False,
+                 detached: "tuple[str, ...]" = ()) -> None:
         self.port = port
         self.neutral = neutral
         """Printed on failure; ``None`` prints nothing (for vendors whose contract is empty stdout)."""
@@ -66,6 +67,9 @@ class Vendor:
         """Seconds a held hook waits: the receiver's default hold window plus a margin."""
         self.needs_event = needs_event
         """The payload does not name its hook, so EVENT is required."""
+        self.detached = detached
+        """Events (lower-case) whose reply the vendor ignores and whose hook it may kill early: the
+        shim answers neutrally at once and a detached child (its own session) delivers the payload."""
 
 
 # One line per vendor. The literals equal each mapping's NEUTRAL_REPLY / neutral_reply() as
@@ -82,7 +86,11 @@ VENDORS: "dict[str, Vendor]" = {
     # Reference stack §1.11: byte-exact, `{"decision": ""}` on PreToolUse and Stop, `{}` elsewhere.
     "antigravity": Vendor(8395, by_event={"pretooluse": b'{"decision": ""}', "stop": b'{"decision": ""}'},
                           needs_event=True),
-    "kimi-code": Vendor(8398, held=("PreToolUse",), wait=55.0),
+    # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context: print nothing.
+    # It fires PostToolUse(Failure) without waiting and kills that hook's process group when the
+    # tool call's signal ends, usually before a Python shim has posted: deliver from a detached child.
+    "kimi-code": Vendor(8398, by_event={"userpromptsubmit": b""}, held=("PreToolUse",), wait=55.0,
+                        detached=("posttooluse", "posttoolusefailure")),
     # receivers/plugin_vendors: Cline observe-only, Hermes with its opt-in pre_tool_call gate.
     "cline": Vendor(8392),
     "hermes": Vendor(8393, held=("pre_tool_call",), wait=60.0),
@@ -298,6 +306,34 @@ def getenv(name: str) -> "str | None":
     return None if value is None else value.decode("utf-8", "surrogateescape")
 
 
+def _fork() -> "bool | None":
+    """Fork: True in the child (its own session, stdio on /dev/null), False in the parent, None
+    when fork is unavailable or fails (then the caller delivers inline)."""
+    try:
+        import posix  # built in: no import cost
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    try:
+        if posix.fork() != 0:
+            return False
+    except OSError:
+        return None
+    try:
+        posix.setsid()  # out of the vendor's process group: a group kill no longer reaches it
+        null = posix.open("/dev/null", posix.O_RDWR)
+        for fd in (0, 1, 2):
+            posix.dup2(null, fd)  # the vendor sees the hook's output end when the parent exits
+    except OSError:
+        pass
+    return True
+
+
+def _exit() -> None:
+    import posix
+
+    posix._exit(0)
+
+
 def run(argv: "list[str]") -> bytes:
     """Everything but the printing: the bytes the vendor should see on stdout."""
     vendor = event = None
@@ -321,6 +357,15 @@ def run(argv: "list[str]") -> bytes:
             named = event or ""
             held = named in vendor.held or (not named and any(b'"%s"' % h.encode() in body for h in vendor.held))
             wait = vendor.wait if held else SHORT_WAIT
+        if event and event.strip().lower() in vendor.detached:
+            child = _fork()
+            if child:
+                try:  # deliver; never print, never return into main
+                    exchange(host, port, target, body, wait)
+                finally:
+                    _exit()
+            if child is False:
+                return neutral(vendor, event)  # the parent answers at once; the child delivers
         reply = exchange(host, port, target, body, wait)
         if event:
             pinned = vendor.by_event.get(event.strip().lower())

@@ -375,6 +375,21 @@ async def test_kimi_gate_deny_carries_the_reason_and_lands_tool_denied(make: Any
     env.valid()
 
 
+async def test_kimi_reports_the_denied_call_as_a_failure_which_stays_off_the_tool_lifecycle(make: Any) -> None:
+    # Kimi Code 2.1.0, live: after a hook deny it still fires PostToolUseFailure for the blocked call.
+    env = await make("kimi_code", control=True)
+    await answer(env, asyncio.create_task(env.post(kimi_pre())), option="deny")
+    failure = {"hook_event_name": "PostToolUseFailure", "session_id": SID, "tool_name": "Bash",
+               "tool_input": {"command": "git push --force"}, "tool_call_id": "call_k1",
+               "error": {"message": "Denied via AEP attention loop"}}
+    assert await env.post(failure) == (200, {})
+    types = env.types()
+    assert "tool.failed" not in types and types[-2:] == ["tool.denied", "x.kimi-code.tool.blocked"], types
+    # Another call of the same session fails as usual.
+    assert await env.post({**failure, "tool_call_id": "call_k2"}) == (200, {})
+    assert env.types()[-1] == "tool.failed"
+
+
 async def test_kimi_gate_timeout(make: Any) -> None:
     env = await make("kimi_code", control=True, attention_timeout=0.3)
     assert await asyncio.wait_for(env.post(kimi_pre()), 15) == (200, {})

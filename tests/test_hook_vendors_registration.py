@@ -51,7 +51,9 @@ def registered(vendor: str, text: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def argv(command: str) -> list[str]:
-    return shlex.split(command)
+    """The registered command as argv, past the new-session prefix of Kimi's fire-and-forget hooks."""
+    parts = shlex.split(command)
+    return parts[4:] if parts[3:4] == ["aep-new-session"] else parts
 
 
 def shim_args(command: str) -> list[str]:
@@ -86,6 +88,16 @@ def test_commands_run_the_shim_copy_for_the_vendor_and_event(vendor: str, hook_d
         assert shim_args(handler["command"])[:2] == [vendor, event]
         assert "--url" not in parts  # the default receiver address needs no flag
         assert str(ROOT) not in handler["command"] and sys.prefix not in handler["command"]
+
+
+def test_kimi_fire_and_forget_hooks_start_in_a_new_session_and_still_fail_open() -> None:
+    hooks = registered("kimi-code", render("kimi-code", url="http://127.0.0.1:9"))
+    prefixed = {e for e, (h,) in hooks.items() if shlex.split(h["command"])[3:4] == ["aep-new-session"]}
+    assert prefixed == {"PostToolUse", "PostToolUseFailure"}
+    (handler,) = hooks["PostToolUse"]
+    out = subprocess.run(handler["command"], shell=True, input=b'{"hook_event_name": "PostToolUse"}',
+                         capture_output=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, b"{}")
 
 
 def test_the_registered_command_is_the_shim() -> None:

@@ -394,9 +394,38 @@ def test_session_comes_from_each_moment_shape() -> None:
 
 
 def test_reply_route_surface_is_kilo_only() -> None:
+    # OpenCode 1.18 asks on the bus too, but nothing here answers it: an informational card.
     asked = moment("kilocode", "permission_asked")
-    assert opencode.map_moment(asked)["type"] == "x.opencode.permission.asked"
+    card = opencode.map_moment(asked)
+    assert card["type"] == "attention.requested" and card["data"]["respond_via"] == ["oob"]
+    assert "options" not in card["data"] and card["data"]["kind"] == "permission"
     assert kilocode.map_moment(asked)["data"]["options"] == kilocode.REPLY_ROUTE_OPTIONS
+    question = opencode.map_moment(moment("kilocode", "question_asked"))
+    assert question["data"]["respond_via"] == ["oob"] and question["data"]["kind"] == "form"
+
+
+def test_a_rejected_call_fails_from_its_error_part() -> None:
+    # OpenCode 1.18.33 `run` with permission.bash "ask": tool.execute.before, then the bus ask,
+    # its auto-reject, and the tool part in state "error"; tool.execute.after never fires (live).
+    state = opencode.new_state()
+    before = {"kind": "tool.before", "input": {"tool": "bash", "sessionID": "s", "callID": "call_1"},
+              "output": {"args": {"command": "echo hi"}}}
+
+    def part(status: str, call: str = "call_1") -> Signal:
+        props = {"sessionID": "s", "part": {"type": "tool", "tool": "bash", "callID": call, "state": {
+            "status": status, "input": {"command": "echo hi"}, "error": "The user rejected permission"}}}
+        return Signal(agent="opencode", name="message.part.updated",
+                      payload={"kind": "bus", "event": {"type": "message.part.updated", "properties": props}})
+
+    assert [d["type"] for d in opencode.map_signal(Signal(agent="opencode", name="tool.execute.before",
+                                                          payload=before), state)] == ["tool.requested"]
+    assert [d["type"] for d in opencode.map_signal(part("running"), state)] == ["x.opencode.message.part.updated"]
+    (failed,) = opencode.map_signal(part("error"), state)
+    assert failed["type"] == "tool.failed" and failed["subject"] == "bash"
+    assert failed["data"]["tool"] == {"name": "bash", "call_id": "call_1"}
+    assert failed["data"]["error"] == {"type": "tool_error", "message": "The user rejected permission"}
+    # Once closed (or for a call never requested), an error part is just a part update.
+    assert [d["type"] for d in opencode.map_signal(part("error"), state)] == ["x.opencode.message.part.updated"]
 
 
 def test_kilo_runtime_permission_shape() -> None:

@@ -159,10 +159,12 @@ def test_capture_watch_answer_with_real_processes(user: tuple[dict[str, str], Pa
         timeline = cli(env, cwd, "timeline", SID, "--dag")
         assert timeline.returncode == 0, timeline.stderr
         assert re.search(r"attention\.requested .*\n.*└─ control\.|attention\.requested", timeline.stdout)
+        assert cli(env, cwd, "hooks", "claude-code", "--install").returncode == 0
         status = cli(env, cwd, "status")
         assert status.returncode == 0, status.stdout + status.stderr
-        assert "running" in status.stdout and "claude_code" in status.stdout and "claude-code" in status.stdout
-        assert "not wired" in status.stdout  # a scratch HOME has no agent wired
+        assert "collector: running" in status.stdout and re.search(r"claude_code\s+127\.0\.0\.1:0\s+", status.stdout)
+        assert re.search(r"claude-code\s+\d{4}-\S+ [a-z.]+ \(session cli-loop-1\)", status.stdout)  # its last event
+        assert re.search(r"claude-code\s+wired", status.stdout) and re.search(r"codex\s+not wired", status.stdout)
     finally:
         for proc in (tail, collector):
             if proc is not None and proc.poll() is None:

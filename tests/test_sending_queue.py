@@ -267,3 +267,39 @@ async def test_a_plug_in_exporter_with_only_export_is_retried_through_the_disk(t
                    for line in (tmp_path / "logs" / "claude-code" / "pl.jsonl").read_text().splitlines()]
         await wait_until(lambda: len(got) >= len(written), "every event past three failed exports")
     assert [e["id"] for e in got] == written and not failures
+
+
+async def test_a_batch_taken_but_not_yet_acknowledged_is_sent_again_after_a_crash(tmp_path):
+    """At-least-once: the cursor moves only after ``deliver`` returned; a crash in between repeats."""
+    seen: list[str] = []
+    hang = asyncio.Event()
+
+    async def takes_then_hangs(events):
+        seen.extend(e["id"] for e in events)
+        await hang.wait()  # the peer has the batch; its acknowledgement never comes
+
+    q = SendingQueue("exporter/t", tmp_path / "q", SendingQueueConfig(batch_size=10), takes_then_hangs, Health())
+    q.start()
+    q.put([ev(j) for j in range(25)])
+    await wait_until(lambda: len(seen) == 10, "the first batch at the peer")
+    await q.drain(0.1)  # the process ends with the batch unacknowledged
+    peer = Peer()
+    again = make(tmp_path, peer, batch_size=10)
+    again.start()
+    await wait_until(lambda: len(peer.got) == 25, "everything after the restart")
+    assert [e["id"] for e in peer.got] == [f"e{j:06d}" for j in range(25)]  # the first ten again, none lost
+    await again.drain(0.1)
+
+
+def test_what_orjson_cannot_read_back_exactly_comes_back_exactly(tmp_path):
+    """Integers beyond 64 bits and lone surrogates leave the queue as they entered it."""
+    q = make(tmp_path, Peer())
+    q.open()
+    odd = [dict(ev(1), data={"big": 123456789012345678901234567890, "neg": -(1 << 70)}),
+           dict(ev(2), data={"text": "broken \ud800 half"}),
+           dict(ev(3), data={"id": "00000000000000000000000042", "n": 18446744073709551615})]
+    q.put(odd)
+    events, _, consumed = q.read_batch()
+    assert consumed == 3 and events == odd
+    assert isinstance(events[0]["data"]["big"], int)
+    q.close()

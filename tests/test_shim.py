@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import importlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -43,6 +45,8 @@ PINNED = {"PreToolUse": b'{"decision": ""}', "Stop": b'{"decision": ""}', "PostT
 def expected_neutral(vendor: str, event: str | None) -> bytes:
     if vendor == "antigravity":
         return json.dumps(antigravity.neutral_reply(event or "")).encode()
+    if vendor == "kimi-code" and event in kimi_code.SILENT_HOOKS:
+        return b""
     return json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
 
 
@@ -67,7 +71,7 @@ async def run_shim(args: list[str], stdin: bytes, env: dict[str, str] | None = N
 def test_neutral_literals_equal_the_mapping_constants(vendor: str) -> None:
     v = shim.VENDORS[vendor]
     assert v.neutral == json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
-    for hook in (*antigravity.HOOKS, "SomeFutureHook", "pretooluse", "STOP"):
+    for hook in (*antigravity.HOOKS, "SomeFutureHook", "pretooluse", "STOP", "UserPromptSubmit"):
         assert shim.neutral(v, hook) == expected_neutral(vendor, hook), hook
 
 
@@ -163,7 +167,8 @@ def test_a_whole_invocation_loads_nothing_heavy_either() -> None:
 def vendor_events() -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = [(v, None) for v in sorted(MAPPINGS) if v != "antigravity"]
     out += [("antigravity", h) for h in (*antigravity.HOOKS, "SomeFutureHook")]
-    out += [("codex", "PermissionRequest"), ("vscode", "PreToolUse"), ("kimi-code", "PreToolUse")]
+    out += [("codex", "PermissionRequest"), ("vscode", "PreToolUse"), ("kimi-code", "PreToolUse"),
+            ("kimi-code", "UserPromptSubmit")]
     return out
 
 
@@ -209,6 +214,7 @@ class Scripted:
         app.router.add_post("/echo", self.reply(b'{"echo":true}', "application/json"))
         app.router.add_post("/empty", self.reply(b"", "application/json"))
         app.router.add_post("/compact", self.reply(b'{"decision":""}', "application/json"))
+        app.router.add_post("/hold", self.hold)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -225,6 +231,14 @@ class Scripted:
 
     async def status(self, request: web.Request) -> web.Response:
         return web.json_response({"error": "x"}, status=int(request.match_info["code"]))
+
+    release = asyncio.Event()
+
+    async def hold(self, request: web.Request) -> web.Response:
+        """Records the request, then answers only once the test releases it."""
+        self.seen.append((request.path_qs, await request.read()))
+        await self.release.wait()
+        return web.json_response({"late": True})
 
     async def slow(self, request: web.Request) -> web.Response:
         await asyncio.sleep(5)
@@ -259,6 +273,28 @@ async def test_a_slow_daemon_times_out_into_the_neutral_reply(scripted: Scripted
 async def test_the_reply_is_printed_and_the_request_is_what_the_vendor_sent(scripted: Scripted) -> None:
     assert await run_shim(["gemini-cli", "BeforeTool", "--url", scripted.url("/echo")], PAYLOAD) == (0, b'{"echo":true}')
     assert scripted.seen == [("/echo?hook=BeforeTool", PAYLOAD)]
+
+
+@pytest.mark.parametrize("event", ["PostToolUse", "PostToolUseFailure"])
+async def test_kimi_fire_and_forget_hooks_answer_at_once_and_deliver_from_a_detached_child(
+        scripted: Scripted, event: str) -> None:
+    # Kimi Code 2.1.0 does not wait for PostToolUse and kills the hook when the tool call's signal
+    # ends: live, the payload was lost before a Python shim had posted it.
+    scripted.release = asyncio.Event()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pipeline.shim", "kimi-code", event, "--url", scripted.url("/hold"), "--wait", "600", cwd=ROOT,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
+    out, _ = await asyncio.wait_for(proc.communicate(PAYLOAD), 30)
+    # Answered while the receiver still holds the POST (inline, the shim would wait its 600 s).
+    assert (proc.returncode, out) == (0, b"{}")
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what the vendor does to the hook's group
+    for _ in range(3000):
+        if scripted.seen:
+            break
+        await asyncio.sleep(0.01)
+    scripted.release.set()
+    assert scripted.seen == [(f"/hold?hook={event}", PAYLOAD)]
 
 
 async def test_the_env_url_is_honoured(scripted: Scripted) -> None:

@@ -311,10 +311,12 @@ class Surface:
         if media not in ("application/json", "application/x-ndjson"):
             return web.json_response({"error": "unsupported-media-type",
                                       "detail": "send application/json or application/x-ndjson"}, status=415)
+        from receivers.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body  # the receivers' own body rules
+
         try:
-            body = await request.text()
-        except web.HTTPRequestEntityTooLarge:
-            return web.json_response({"error": "payload-too-large", "max_bytes": self.cfg.max_body}, status=413)
+            body = (await read_body(request, self.cfg.max_body, DEFAULT_BODY_TIMEOUT)).decode("utf-8")
+        except BodyError as exc:
+            return web.json_response({"error": exc.cause, "detail": exc.detail, **exc.extra}, status=exc.status)
         except UnicodeDecodeError:
             return web.json_response({"error": "invalid-json", "detail": "the body is not UTF-8"}, status=400)
         lines = [body] if media == "application/json" else [x for x in body.split("\n") if x.strip()]

@@ -301,10 +301,37 @@ class BusFamily:
             out = diff_todos(track.todos, nxt, session)
             track.todos = nxt
             return out
+        if bus_type == "message.part.updated":
+            failed = self._failed_part(event, session, signal.received_ns, state)
+            if failed is not None:
+                return [failed]
         mapped = self.map_moment(moment)
         if mapped is None:
             return []
         return self._apply_runtime(mapped, event, session, state)
+
+    def _failed_part(self, event: dict[str, Any], session: str | None, now_ns: int,
+                     state: BusState) -> Event | None:
+        """A tool part that ended in ``error`` for a call still open: ``tool.failed``.
+
+        ``tool.execute.after`` never fires for a call that threw (a rejected permission, seen
+        live with OpenCode 1.18.33); the message part is the only place the failure shows.
+        """
+        part = get_dict(get_dict(event, "properties"), "part")
+        tool_state = get_dict(part, "state")
+        call = get_str(part, "callID")
+        if part.get("type") != "tool" or tool_state.get("status") != "error" or call not in state.pending_tools:
+            return None
+        name, started = state.pending_tools.pop(call)
+        name = name or get_str(part, "tool") or "unknown"
+        error: dict[str, Any] = {"type": "tool_error"}
+        message = get_str(tool_state, "error")
+        if message:
+            error["message"] = message  # redacted-gated by the schema
+        data: dict[str, Any] = {"tool": tool_ref(name, call), "error": error}
+        if now_ns >= started:
+            data["duration_ms"] = (now_ns - started) // 1_000_000
+        return draft("tool.failed", data, subject=name, session=session)
 
     def _apply_runtime(self, mapped: Event, event: dict[str, Any], session: str | None,
                        state: BusState) -> list[Event]:
@@ -508,17 +535,24 @@ class BusFamily:
         if t == "file.edited" and get_str(props, "file"):
             return draft(f"x.{v}.file.edited", {"file": props["file"]}, session=session,
                          severity="debug", _capture={"file": "redacted"})
-        if self.reply_routes:
+        if t in ("permission.asked", "question.asked"):
+            # Kilo >=7.4.6 answers these over its REST routes. OpenCode 1.18 asks on the bus too
+            # (its `run` auto-rejects at once, seen live): an informational card that
+            # permission.replied closes; nothing here can deliver an answer (AEP-0008 respond_via).
             if t == "permission.asked":
-                return self._ask(props, REPLY_ROUTE_OPTIONS, session)
-            if t == "question.asked":
-                return self._question(props, session)
-            if t in ("question.replied", "question.rejected"):
-                rid = get_str(props, "requestID")
-                # question.rejected is not pinned: the vendor dismissed it; close the card, never orphan it.
-                how = "answered" if t == "question.replied" else "dismissed"
-                return draft("attention.resolved", {"resolution": how}, subject=rid, session=session,
-                             _attention_key=attention_key("question", rid))
+                card = self._ask(props, REPLY_ROUTE_OPTIONS if self.reply_routes else None, session)
+            else:
+                card = self._question(props, session)
+            if not self.reply_routes:
+                card["data"].pop("options", None)
+                card["data"]["respond_via"] = ["oob"]
+            return card
+        if t in ("question.replied", "question.rejected"):
+            rid = get_str(props, "requestID")
+            # question.rejected is not pinned: the vendor dismissed it; close the card, never orphan it.
+            how = "answered" if t == "question.replied" else "dismissed"
+            return draft("attention.resolved", {"resolution": how}, subject=rid, session=session,
+                         _attention_key=attention_key("question", rid))
         name = bus_fallback(v, t)
         bus = name[len(f"x.{v}."):]
         debug = bus in _DEBUG_TYPES or bus.startswith(_DEBUG_PREFIXES)

@@ -26,18 +26,24 @@ from .common import (
     tool_ref,
 )
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "GATE_OPTIONS", "WS_MODES", "KimiState", "new_state", "map_hook",
+__all__ = ["AGENT", "NEUTRAL_REPLY", "SILENT_HOOKS", "neutral_reply", "GATE_OPTIONS", "WS_MODES", "KimiState", "new_state", "map_hook",
            "map_ws_frame", "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
            "pretool_reply"]
 
 AGENT = "kimi-code"
 
 # Kimi parses exit-0 stdout as JSON; `{}` is structured output with no message and no
-# permissionDecision, i.e. "allow, nothing to add" on every event. Even on UserPromptSubmit,
-# where unstructured stdout would be injected into the model context, `{}` injects nothing
-# (MoonshotAI/kimi-code agent-core-v2 externalHooks/internal/runHook.ts structuredOutput() and
-# internal/userPrompt.ts hookResultMessage()). The reference stack's default reply is `{}` too.
+# permissionDecision, i.e. "allow, nothing to add" (the reference stack's default reply too).
 NEUTRAL_REPLY: dict[str, Any] = {}
+# Except on UserPromptSubmit: Kimi Code 2.1.0 puts any non-empty stdout of that hook, `{}`
+# included, into the model's context as `<hook_result hook_event="UserPromptSubmit">{}</hook_result>`
+# (seen live in the request the model received). Empty stdout adds nothing.
+SILENT_HOOKS = frozenset({"UserPromptSubmit"})
+
+
+def neutral_reply(hook: str) -> dict[str, Any] | None:
+    """The fail-open reply body for ``hook``; ``None`` means an empty body (nothing on stdout)."""
+    return None if hook in SILENT_HOOKS else dict(NEUTRAL_REPLY)
 
 # Annex A.6: the held gate offers parity with the vendor's native four-way decision, mapped down
 # onto the binary hook reply (allow/allow_session = no objection; deny/cancel = block).
@@ -419,6 +425,14 @@ def map_signal(signal: Signal, state: KimiState) -> list[Event]:
     lane = session or "unknown"
     drafts: list[Event] = []
     type_ = main["type"]
+
+    if type_ in ("tool.completed", "tool.failed") and signal.attrs.get("tool_closed"):
+        # The receiver's gate denied this call and said so (tool.denied{by: "policy"}); Kimi Code
+        # 2.1.0 still reports the blocked call as a PostToolUseFailure: kept, off the tool lifecycle.
+        main = draft("x.kimi-code.tool.blocked", {"tool": main["data"]["tool"]}, main.get("subject"),
+                     severity="debug")
+        main["session"] = session
+        type_ = main["type"]
 
     if type_ == "run.started":
         # Kimi drain rule: a run left open (no Stop/StopFailure/Interrupt) is cancelled by the next prompt.

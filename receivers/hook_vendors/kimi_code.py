@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from pipeline import shim
 from pipeline.component import Factory, Kind
 from processors.mapping import kimi_code
 from receivers.gate import GateConfig
@@ -27,6 +28,13 @@ HOOKS = ("SessionStart", "SessionEnd", "UserPromptSubmit", "Stop", "StopFailure"
          "PostToolUse", "PostToolUseFailure", "PermissionRequest", "PermissionResult", "SubagentStart",
          "SubagentStop", "PreCompact", "PostCompact", "Notification")
 HELD_HOOKS = frozenset({"PreToolUse"})
+# Kimi Code 2.1.0 kills a PostToolUse hook's whole process group ~0.1-0.2 s after starting it (the
+# tool call's signal ends; seen live: a `sleep 0.2` hook never finished, a setsid'ed one did).
+# A Python shim is not reliably reading its stdin by then, so those hooks start in a new session
+# (`setsid`, where the system has it; else as before). The shim then answers at once and posts
+# from a detached child (pipeline/shim.py `detached`).
+NEW_SESSION = ("/bin/sh -c 'command -v setsid >/dev/null 2>&1 && exec setsid \"$@\"; exec \"$@\"' "
+               "aep-new-session")
 
 
 @dataclass
@@ -41,6 +49,7 @@ class KimiCodeConfig(GateConfig):
 
 SPEC = Spec(
     mapping=kimi_code,
+    neutral=kimi_code.neutral_reply,  # an empty body on UserPromptSubmit (Kimi would show `{}` to the model)
     session_end=frozenset({"SessionEnd"}),
     gate=Gate(options=kimi_code.GATE_OPTIONS, key=kimi_code.gate_key, decide=kimi_code.gate_decision,
               reply=kimi_code.pretool_reply, call_id_key="tool_call_id"),
@@ -58,6 +67,8 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     lines: list[str] = []
     for name in HOOKS:
         command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
+        if name.lower() in shim.VENDORS[VENDOR].detached:
+            command = NEW_SESSION + " " + command
         lines += ["[[hooks]]", f"event = {blocks.toml_str(name)}", f"command = {blocks.toml_str(command)}",
                   f"timeout = {timeout}", ""]
     return Wiring(VENDOR, [Target("config.toml", "toml", "\n".join(lines), base="KIMI_CODE_HOME:.kimi-code")], [

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -106,6 +107,8 @@ class HookVendorSurface:
         else:
             self.loop = HeldLoop(self.agent, component, getattr(config, "attention_timeout", 55.0))
         self.calls: dict[tuple[str, str], Hold] = {}
+        self.denied: OrderedDict[tuple[str, str], None] = OrderedDict()
+        """Calls the gate denied (session, call id): their tool.denied closed them."""
 
     # -- HookSurface ---------------------------------------------------------------------------
 
@@ -164,6 +167,13 @@ class HookVendorSurface:
                 await self.loop.dismiss(hold)
         elif name in self.spec.session_end:
             await self.loop.sweep(session)  # AEP-0002 §7.1: nothing left open at session.ended
+        if self.spec.gate is not None and name in _AFTER_TOOL:
+            call = get_str(payload, self.spec.gate.call_id_key)
+            if call is not None and (session, call) in self.denied:
+                del self.denied[(session, call)]
+                # Kimi Code still reports the call the gate blocked, as a PostToolUseFailure (live):
+                # the call is closed already, so the mapping keeps it off the tool lifecycle.
+                signal.attrs["tool_closed"] = True
         await deliver([signal])
         return self.neutral(signal)
 
@@ -200,6 +210,11 @@ class HookVendorSurface:
         def denial(applied: Applied, request: Event, answered: Event | None) -> Event | None:
             if spec.decide(applied.option) != "deny":
                 return None
+            call = get_str(signal.payload, spec.call_id_key)
+            if call is not None:
+                self.denied[(_session(signal.payload), call)] = None
+                while len(self.denied) > _DENIED_KEPT:
+                    self.denied.popitem(last=False)
             return _policy_denial(self.agent, spec, signal.payload, applied.text or DENY_MESSAGE, request, answered)
 
         applied = await gate.decide(signal, spec.key(signal), self.gate_validator, follow=denial)
@@ -209,6 +224,10 @@ class HookVendorSurface:
         if decision != "deny":
             return spec.reply(decision)
         return spec.reply("deny", applied.text or DENY_MESSAGE)
+
+
+_AFTER_TOOL = frozenset({"PostToolUse", "PostToolUseFailure"})
+_DENIED_KEPT = 1024
 
 
 def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, request: Event,
