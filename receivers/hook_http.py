@@ -24,7 +24,14 @@ from pipeline.component import Consumer, CreateSettings
 from pipeline.config import parse_endpoint
 from pipeline.host import Health, Host
 from pipeline.model import Event, Signal
-from receivers.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body, reply_and_close, validate_body_timeout
+from receivers.body import (
+    DEFAULT_BODY_TIMEOUT,
+    BodyError,
+    ProtocolLog,
+    read_body,
+    reply_and_close,
+    validate_body_timeout,
+)
 
 log = logging.getLogger("aep.receiver")
 
@@ -214,7 +221,8 @@ class HookServer:
         if on_start is not None:
             await on_start(host, self)
         addr, port = parse_endpoint(self.config.endpoint)
-        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                                    logger=ProtocolLog(self.health, self.id))
         await self.runner.setup()
         site = web.TCPSite(self.runner, addr, port, reuse_address=True)
         await site.start()
