@@ -4,8 +4,9 @@ One collector (every hook receiver and OTLP/HTTP) serves the whole module; each 
 ``AEP_FUZZ_EXAMPLES`` payloads (default 10,000) over one persistent keep-alive connection.
 Payloads mix the vendors' known keys and hook names with arbitrary JSON, lone surrogate escapes,
 integers beyond the digit limit, non-finite and huge numbers, wrong types, batches, and bytes that
-are not JSON or not UTF-8. Every answer must be below 500; a refusal must be a JSON body naming
-the problem; the collector must still be up and must not have logged a traceback.
+are not JSON or not UTF-8; and (``AEP_FUZZ_EXAMPLES / 50`` of them) HTTP that is malformed itself,
+on raw sockets. Every answer must be below 500; a refusal must be a JSON body naming the problem;
+the collector must still be up and must not have logged a traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 import os
 import random
 import re
+import socket
 import threading
 import urllib.parse
 
@@ -211,3 +213,33 @@ def test_the_otlp_http_receiver_never_answers_5xx(stack, doc, raw, seed, ctype):
     for body in bodies:
         status, reply = client.post("/v1/logs", body, ctype)
         assert status in (200, 400, 413, 415), (status, reply[:300], body[:300])
+
+
+RAW_EXAMPLES = max(1, EXAMPLES // 50)
+
+
+@settings(max_examples=RAW_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(receiver=st.sampled_from(HOOK_RECEIVERS + ["otlp/vscode"]),
+       head=st.sampled_from([b"POST /hook HTTP/1.1\r\n", b"POST /v1/logs HTTP/1.1\r\n", b"GET /healthz HTTP/1.0\r\n",
+                             b"POST / HTTP/1.1\r\n", b""]),
+       headers=st.lists(st.binary(max_size=40) | st.sampled_from([
+           b"Content-Length: 5", b"Content-Length: -1", b"Content-Length: 99999999999999999999",
+           b"Transfer-Encoding: chunked", b"Transfer-Encoding: gzip, chunked", b"Content-Type: application/json",
+           b"Content-Encoding: gzip", b"Host: x", b"Expect: 100-continue", b"Connection: close"]), max_size=5),
+       body=st.binary(max_size=60))
+def test_malformed_http_never_gets_5xx_or_a_traceback(stack, receiver, head, headers, body):
+    c, _ = stack
+    port = c.ports[f"receiver/{receiver}" if receiver != "otlp/vscode" else "receiver/otlp/vscode:http"]
+    raw = head + b"".join(h + b"\r\n" for h in headers) + b"\r\n" + body
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as s:
+        s.sendall(raw)
+        s.shutdown(socket.SHUT_WR)
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    for status in re.findall(rb"^HTTP/1\.[01] (\d{3})", answer, re.M):
+        assert int(status) < 500, (raw, answer[:300])
