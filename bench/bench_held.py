@@ -68,6 +68,13 @@ def requested_times(tmp: Path, round_: int) -> dict[int, float]:
     return out
 
 
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
@@ -94,6 +101,7 @@ async def main() -> None:
                     break
                 await asyncio.sleep(0.05)
             port = service.receivers["claude_code"].port
+            rss_before = rss_mb()
             sent, cpu = time.time(), time.thread_time()
             replied, statuses = await asyncio.to_thread(one_round, port, args.holds, 0)
             cpu = time.thread_time() - cpu
@@ -108,6 +116,8 @@ async def main() -> None:
                   + f", max {max(late):.0f}, mean {statistics.mean(late):.0f}")
             await asyncio.sleep(0.5)
             gc.collect()
+            print(f"RSS of the whole process (collector, load generator, relay client): {rss_before:.0f} MB before, "
+                  f"{rss_mb():.0f} MB after the round (freed memory pymalloc keeps is not returned)")
             tracemalloc.start()
             before = tracemalloc.take_snapshot()
             _, statuses = await asyncio.to_thread(one_round, port, args.holds, 1)
