@@ -1,7 +1,7 @@
 """A fleet on NATS JetStream: two edge collectors, one gateway, real nats-server processes.
 
 Edges: the Claude Code hook receiver, ``jsonl`` and the ``nats`` exporter. Gateway: the ``nats``
-receiver, ``jsonl`` and the relay the operators attach to. The official SDK (``aep_sdk``) is the
+receiver, ``jsonl`` and the relay role (``relay_server``) the operators attach to. The official SDK (``aep_sdk``) is the
 operator: it sees both edges' sessions and answers a permission held on edge B.
 """
 
@@ -21,7 +21,7 @@ from aep_sdk.control import ControlSender
 
 from tests.helpers import base_config, read_jsonl, running
 from tests.nats_support import NatsNode
-from tests.relay_double import RelayDouble, wait_until
+from tests.relay_double import wait_until
 
 TOKEN = "fleet-token"
 CC = "claude-code"
@@ -35,16 +35,15 @@ def edge(root: Path, servers: list[str], name: str) -> dict[str, Any]:
     return cfg
 
 
-def gateway(root: Path, servers: list[str], relay_url: str) -> dict[str, Any]:
+def gateway(root: Path, servers: list[str]) -> dict[str, Any]:
     return {
         "receivers": {"nats": {"connection": {"servers": servers, "reconnect_wait": 0.2},
                                "stream": {"replicas": 3 if len(servers) == 3 else 1}, "batch": 64}},
         "processors": {"capture": {"ceiling": "metadata"}},
         "exporters": {"jsonl": {"directory": str(root / "logs"), "fsync": "never"},
-                      "relay": {"endpoint": relay_url, "token": TOKEN, "backoff_initial": 0.05,
-                                "backoff_max": 0.2}},
+                      "relay_server": {"endpoint": "127.0.0.1:0", "token": TOKEN}},
         "service": {"state_dir": str(root / "state"), "pipelines": {"fleet": {
-            "receivers": ["nats"], "processors": ["capture"], "exporters": ["jsonl", "relay"]}}},
+            "receivers": ["nats"], "processors": ["capture"], "exporters": ["jsonl", "relay_server"]}}},
     }
 
 
@@ -63,45 +62,73 @@ def permission(sid: str) -> dict[str, Any]:
             "tool_input": {"command": "make deploy"}, "tool_use_id": "toolu_b1"}
 
 
+class Operator:
+    """What an operator attached to the gateway's relay role sees: every event, live."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.events: list[dict[str, Any]] = []
+        self.nats_url = ""
+        self._sub: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Operator:
+        self._sub = await subscribe(self.url, from_="all", token=TOKEN)
+        self._task = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        async for event in self._sub:
+            self.events.append(event)
+
+    def of(self, session: str, type_: str | None = None) -> list[dict[str, Any]]:
+        return [e for e in self.events if e.get("session") == session and type_ in (None, e["type"])]
+
+    async def close(self) -> None:
+        self._sub.close()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+
+
 @contextlib.asynccontextmanager
 async def fleet(tmp_path: Path, servers: list[str]):
-    relay = RelayDouble(token=TOKEN)
-    await relay.start()
-    try:
-        async with running(edge(tmp_path / "a", servers, "edge-a")) as a, \
-                running(edge(tmp_path / "b", servers, "edge-b")) as b, \
-                running(gateway(tmp_path / "gw", servers, relay.ws_url)) as gw:
-            yield relay, a, b, gw
-    finally:
-        await relay.stop()
+    async with running(edge(tmp_path / "a", servers, "edge-a")) as a, \
+            running(edge(tmp_path / "b", servers, "edge-b")) as b, \
+            running(gateway(tmp_path / "gw", servers)) as gw:
+        watcher = await Operator(gw.exporters["relay_server"].url).start()
+        watcher.nats_url = servers[0]
+        try:
+            yield watcher, a, b, gw
+        finally:
+            await watcher.close()
+
+
+def held_request(watcher: Operator, edge: Any, session: str) -> Any:
+    def found() -> str | None:
+        reqs = watcher.of(session, "attention.requested")
+        return reqs[0]["id"] if reqs and edge.host.control.holds else None
+    return found
 
 
 async def test_operator_on_the_gateway_sees_both_edges_and_answers_a_permission_held_on_edge_b(
         tmp_path: Path) -> None:
     node = NatsNode(tmp_path).start()
     try:
-        async with fleet(tmp_path, [node.url]) as (relay, a, b, gw):
+        async with fleet(tmp_path, [node.url]) as (watcher, a, b, gw):
             await post(a, {"session_id": "sa", "hook_event_name": "SessionStart", "source": "startup"})
             await post(b, {"session_id": "sb", "hook_event_name": "SessionStart", "source": "startup"})
-            await wait_until(lambda: relay.store_for("sa") and relay.store_for("sb"),
+            await wait_until(lambda: watcher.of("sa") and watcher.of("sb"),
                              "both edges' sessions at the gateway's relay", 20)
-            operator = ControlClient(relay.url, agent="aep-console", host="ops-host", token=TOKEN)
+            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
             await operator.connect()
             try:
                 roster = await operator.roster()
                 assert {"sa", "sb"} <= {r["session"] for r in roster}
-                sub = await subscribe(relay.url, from_="all", live=False, token=TOKEN)
-                seen = [e async for e in sub]
-                assert {e["session"] for e in seen if e.get("session")} >= {"sa", "sb"}
 
                 hook = asyncio.create_task(post(b, permission("sb")))
-
-                def held() -> str | None:
-                    reqs = [e for e in relay.store_for("sb") if e["type"] == "attention.requested"]
-                    return reqs[0]["id"] if reqs and b.host.control.holds else None
-
-                rid = await wait_until(held, "edge B's permission request at the gateway, held", 20)
-                req = next(e for e in relay.store_for("sb") if e["id"] == rid)
+                rid = await wait_until(held_request(watcher, b, "sb"), "edge B's request at the gateway, held", 20)
+                req = next(e for e in watcher.of("sb") if e["id"] == rid)
                 assert req["data"]["respond_via"] == ["control"]
                 ack = await operator.send("control.attention.respond", "sb", subject=rid,
                                           data={"answer": {"option": "allow"}})
@@ -127,17 +154,12 @@ async def test_operator_on_the_gateway_sees_both_edges_and_answers_a_permission_
 async def test_a_retransmitted_command_gets_the_byte_identical_ack_end_to_end(tmp_path: Path) -> None:
     node = NatsNode(tmp_path).start()
     try:
-        async with fleet(tmp_path, [node.url]) as (relay, _a, b, _gw):
+        async with fleet(tmp_path, [node.url]) as (watcher, _a, b, gw):
             await post(b, {"session_id": "sb", "hook_event_name": "SessionStart", "source": "startup"})
-            await wait_until(lambda: relay.store_for("sb"), "edge B's session at the relay", 20)
+            await wait_until(lambda: watcher.of("sb"), "edge B's session at the relay", 20)
             hook = asyncio.create_task(post(b, permission("sb")))
-
-            def held() -> str | None:
-                reqs = [e for e in relay.store_for("sb") if e["type"] == "attention.requested"]
-                return reqs[0]["id"] if reqs and b.host.control.holds else None
-
-            rid = await wait_until(held, "the held request at the relay", 20)
-            duplex = await open_duplex(relay.url, token=TOKEN)
+            rid = await wait_until(held_request(watcher, b, "sb"), "the held request at the gateway", 20)
+            duplex = await open_duplex(watcher.url, token=TOKEN)
             await duplex.send_json({"type": "hello", "versions": ["0.1"], "role": "consumer",
                                     "identity": {"agent": "aep-console"}, "capabilities": {}})
             assert (await duplex.recv_json())["type"] == "hello"
@@ -173,13 +195,13 @@ async def test_a_retransmitted_command_gets_the_byte_identical_ack_end_to_end(tm
 async def test_an_unreachable_edge_is_nacked_busy_and_a_retry_reaches_it_when_back(tmp_path: Path) -> None:
     node = NatsNode(tmp_path).start()
     try:
-        async with fleet(tmp_path, [node.url]) as (relay, _a, b, gw):
+        async with fleet(tmp_path, [node.url]) as (watcher, _a, b, gw):
             await post(b, {"session_id": "sb", "hook_event_name": "SessionStart", "source": "startup"})
-            await wait_until(lambda: relay.store_for("sb"), "edge B's session at the relay", 20)
+            await wait_until(lambda: watcher.of("sb"), "edge B's session at the relay", 20)
             await wait_until(lambda: gw.host.control.accepts(CC), "the gateway to learn what edge B accepts")
             exporter = b.exporters["nats"]
             await exporter._sub.unsubscribe()  # edge B stops answering its control subject
-            operator = ControlClient(relay.url, agent="aep-console", host="ops-host", token=TOKEN)
+            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
             await operator.connect()
             try:
                 from aep_sdk.control import NackError
@@ -190,6 +212,7 @@ async def test_an_unreachable_edge_is_nacked_busy_and_a_retry_reaches_it_when_ba
                 assert err.value.reason == "busy"
                 exporter._sub = await exporter.link.nc.subscribe(exporter.control_subject,
                                                                  cb=exporter._on_command)
+                await until_answering(watcher, exporter.control_subject)
                 with pytest.raises(NackError) as err:
                     await operator.send("control.attention.respond", "sb", subject="01JNOSUCH",
                                         data={"answer": {"option": "allow"}})
@@ -198,6 +221,24 @@ async def test_an_unreachable_edge_is_nacked_busy_and_a_retry_reaches_it_when_ba
                 await operator.close()
     finally:
         node.kill()
+
+
+async def until_answering(watcher: Operator, subject: str) -> None:
+    """Until a probe request to ``subject`` finds a responder (edge B is back on its subject)."""
+    import nats
+    from nats.errors import NoRespondersError
+
+    nc = await nats.connect(watcher.nats_url)
+    try:
+        for _ in range(200):
+            try:
+                await nc.request(subject, b"{}", timeout=2, headers={"Aep-Agent": "probe"})
+                return
+            except NoRespondersError:
+                await asyncio.sleep(0.02)
+        raise AssertionError(f"nothing answers on {subject}")
+    finally:
+        await nc.close()
 
 
 def test_the_readme_fleet_configs_are_valid(tmp_path: Path) -> None:
@@ -225,5 +266,5 @@ def test_the_readme_fleet_configs_are_valid(tmp_path: Path) -> None:
     exporter = parse(edge_doc, registry, "README.md").exporters["nats"][1]
     assert exporter.stream.replicas == 3 and exporter.connection.creds.endswith("edge.creds")
     assert exporter.connection.tls_ca.endswith("nats-ca.pem")
-    receiver = parse(gateway_doc, registry, "README.md", env={"AEP_TOKEN": "t"}).receivers["nats"][1]
+    receiver = parse(gateway_doc, registry, "README.md", env={"AEP_TOKEN": "t0ken-for-the-gateway"}).receivers["nats"][1]
     assert receiver.connection.creds.endswith("gateway.creds") and receiver.durable == "aep-gateway"

@@ -124,6 +124,9 @@ class NatsExporter:
             self.js = nc.jetstream(timeout=self.config.publish_timeout)
         if self.config.control and self._sub is None:
             self._sub = await nc.subscribe(self.control_subject, cb=self._on_command)
+            # The route goes live only once the server has the subscription: a command sent
+            # right after must find a responder.
+            await nc.flush(self.config.publish_timeout)
         self._down_logged = False
         self.host.health.recover(self.id, "nats-down")
         self.host.health.set_flag(self.id, "nats", True)
