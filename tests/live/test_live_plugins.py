@@ -25,9 +25,12 @@ subscribed to and answering through the collector's own relay role, ``relay_serv
 - OpenCode and Kilo permission asks: ``run`` auto-rejects a bus ``permission.asked`` at once
   (``permission.bash: "ask"``; "permission requested: bash (echo hi); auto-rejecting"), before any
   operator could answer, and the ``permission.ask`` plugin hook never fires. So the tier asserts
-  what does happen: an informational card (``respond_via: ["oob"]``) closed once by the vendor's
-  own reply, and ``tool.failed`` for the rejected call. An operator-answered ask needs OpenCode's
-  interactive TUI or its server API: not reached here.
+  what does happen: a card closed once by the vendor's own reply, and ``tool.failed`` for the
+  rejected call. Under ``opencode serve`` (prompt sent with ``POST /session/{id}/prompt_async``)
+  the ask stays pending, and ``POST /session/{id}/permissions/{id} {"response": "once"}`` answered
+  it by hand (200, then ``permission.replied`` and the tool ran): that is the route the receiver
+  answers on (``reply_routes``). An automated test of it is not in the tier yet: under this
+  machine's load the attempt timed out waiting for the card (not diagnosed).
 """
 
 from __future__ import annotations
@@ -259,3 +262,4 @@ async def test_gate_answered_by_the_operator(tmp_path: Path, vendor: str, answer
         events = live.check(started=started, ended=ended)
     legs = [e for e in events if e.get("subject") == req["id"] and e["type"].startswith("attention.")]
     assert [e["type"] for e in legs] == ["attention.answered", "attention.resolved"], types(events)
+
