@@ -162,12 +162,24 @@ async def test_the_vendor_echo_of_an_answered_ask_is_dropped(env: Env) -> None:
 # --- Kilo >=7.4.6: bus asks answered over the vendor's reply routes --------------------------------------
 
 
-async def route_answer(env: Env, server: KiloServer, moment: str, **answer: Any) -> tuple[str, Any]:
-    status, reply = await env.post("kilocode", KILO[moment]["input"], headers=headers(server))
+async def route_answer(env: Env, server: KiloServer, moment: str, vendor: str = "kilocode",
+                       **answer: Any) -> tuple[str, Any]:
+    status, reply = await env.post(vendor, KILO[moment]["input"], headers=headers(server))
     assert (status, reply) == (200, {})  # the plugin's event hook is answered at once
     (rid,) = await env.held()
-    await env.router.submit(respond(rid, SID, **answer), "kilocode")
+    await env.router.submit(respond(rid, SID, **answer), vendor)
     return rid, reply
+
+
+async def test_opencode_bus_ask_is_answered_over_the_same_route(env: Env) -> None:
+    # OpenCode 1.18.33 asks on the bus and takes the answer on Kilo's route (tried by hand, live).
+    async with KiloServer() as server:
+        rid, _ = await route_answer(env, server, "permission_asked", vendor="opencode", option="once")
+        await server.called()
+    assert server.calls == [(f"/session/{SID}/permissions/perm_1", {"response": "once"},
+                             "%2Fhome%2Fuser%2Fproj%20%C3%BC")]
+    request = next(e for e in env.session("opencode", SID) if e["id"] == rid)
+    assert request["data"]["respond_via"] == ["control", "oob"]
 
 
 @pytest.mark.parametrize(("answer", "body", "recorded"), [

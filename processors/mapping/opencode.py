@@ -14,6 +14,7 @@ from pipeline.model import Event, Signal
 from . import busfamily
 from .busfamily import (
     NEUTRAL_REPLY,
+    REPLY_ROUTE_OPTIONS,
     BusState,
     allow_reply,
     attention_key,
@@ -23,11 +24,13 @@ from .busfamily import (
     permission_reply,
     permission_route,
     permission_route_body,
+    question_route,
+    question_route_body,
 )
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "new_state", "map_signal", "map_moment", "map_sse",
+__all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "REPLY_ROUTE_OPTIONS", "new_state", "map_signal", "map_moment", "map_sse",
            "diff_todos", "attention_key", "allow_reply", "deny_reply", "permission_reply",
-           "permission_route", "permission_route_body"]
+           "permission_route", "permission_route_body", "question_route", "question_route_body"]
 
 AGENT = "opencode"
 # OpenCode 1.18.33 asks on the bus (permission.asked / permission.replied {requestID, reply}), seen
