@@ -266,8 +266,6 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
             return value
         if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):  # what ${env:N:-10000} substitutes to
             return int(value)
-        if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):  # what ${env:N:-10000} substitutes to
-            return int(value)
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
