@@ -105,6 +105,19 @@ class CapturePolicy:
 
     def level_for(self, event_type: str) -> str:
         """The level events of ``event_type`` are gated at: the most specific override, else the ceiling."""
+        # Memoized per type (hot path); a policy edited after construction starts a fresh memo.
+        memo = self.__dict__.get("_memo")
+        if memo is None or memo[0] != self.ceiling or memo[1] != self.overrides:
+            memo = self.__dict__["_memo"] = (self.ceiling, dict(self.overrides), {})
+        levels = memo[2]
+        level = levels.get(event_type)
+        if level is None:
+            level = self._level_for(event_type)
+            if len(levels) < 4096:
+                levels[event_type] = level
+        return level
+
+    def _level_for(self, event_type: str) -> str:
         if event_type in self.overrides:
             return self.overrides[event_type]
         best: tuple[int, str] | None = None
