@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -543,6 +543,7 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     return out
 
 
+@lru_cache(maxsize=64)  # per (level, detector): built once, not per event
 def _screen(level: int, detector: Redactor) -> Screen | None:
     """What a string kept as structure becomes at ``level`` (None at ``full``: verbatim is allowed).
 
