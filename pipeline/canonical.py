@@ -6,7 +6,6 @@ import hashlib
 import json
 from typing import Any
 
-
 # What ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds on
 # every call, built once: digests are on the per-event hot path.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
