@@ -559,13 +559,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
             print(f"    {comp}: {n} dropped")
     await _listeners(args)
     if health:
-        last: dict[str, dict[str, Any]] = {}
-        try:
-            for ev in await history(target(args), {}):
-                if str(ev.get("time", "")) >= str(last.get(ev.get("agent"), {}).get("time", "")):
-                    last[str(ev.get("agent"))] = ev
-        except CliError:
-            pass
+        last: dict[str, dict[str, Any]] = health.get("last_events") or {}
         print("last event per agent:" if last else "last event per agent: none yet")
         for agent, ev in sorted(last.items()):
             print(f"    {agent:<14} {ev.get('time')} {ev.get('type')} (session {ev.get('session', '-')})")
