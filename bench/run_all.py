@@ -32,6 +32,8 @@ def main() -> int:
         ("OTLP LogRecords through the whole pipeline", ["bench_otlp.py", "--records", "5000" if q else "60000"]),
         ("relay role fan-out to SSE/WebSocket subscribers", ["bench_relay_role.py", "--events", "2000" if q else "20000"]),
         ("persistent sending queue, peer down", ["bench_queue.py", "--events", "20000" if q else "200000"]),
+        ("fleet on NATS JetStream: events/s in, hook -> gateway subscriber latency",
+         ["bench_nats.py", "--events", "10000" if q else "50000", "--duration", "5" if q else "20"]),
         ("memory with live sessions", ["bench_memory.py", "--sessions", "200" if q else "1000",
                                        "--events", "20" if q else "100"]),
     ]

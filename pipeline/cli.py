@@ -80,11 +80,18 @@ def _registry() -> Any:
     return registry
 
 
+def _print_errors(exc: ConfigError) -> None:
+    for err in exc.errors:  # every problem of the file, one line each
+        print(f"error: {err}", file=sys.stderr)
+    if len(exc.errors) > 1:
+        print(f"{exc.file}: {len(exc.errors)} errors", file=sys.stderr)
+
+
 def cmd_validate(path: str) -> int:
     try:
         cfg = load(path, _registry())
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _print_errors(exc)
         return 1
     for w in cfg.warnings:
         print(f"warning: {w}", file=sys.stderr)
@@ -123,7 +130,7 @@ def cmd_run(path: str) -> int:
     try:
         cfg = load(path, _registry())
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _print_errors(exc)
         return 1
     logging.basicConfig(level=getattr(logging, cfg.telemetry.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)

@@ -91,6 +91,10 @@ class Factory:
     create: Callable[..., Any]
     description: str = ""
     stability: str = "development"
+    emits_signals: bool = True
+    """Receivers: what they deliver is vendor ``Signal``s, which need a ``mapping`` processor in
+    every pipeline they feed (``validate`` makes a pipeline without one an error). A receiver that
+    delivers finished event drafts sets it False."""
 
     def default_config(self) -> Any:
         return self.config_class()

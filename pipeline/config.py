@@ -11,16 +11,19 @@ Shape (after the OpenTelemetry Collector)::
       pipelines:
         <name>: {receivers: [...], processors: [...], exporters: [...]}
 
-Every error names the file, the key path and what was expected.
+Every error names the file, the key path and what was expected, and every error of a file is
+reported at once (``ConfigErrors``): a file with three typos takes one run to fix, not three.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,8 @@ from .component import Factory, Kind, Registry
 _ENV = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
+MAPPING_TYPE = "mapping"
+"""The processor type that turns receivers' vendor signals into event drafts."""
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(/[A-Za-z0-9._-]+)?$")
 
 
@@ -42,6 +47,47 @@ class ConfigError(ValueError):
         self.file, self.path, self.message = file, path, message
         where = f"{file}: {path}: " if path else f"{file}: "
         super().__init__(where + message)
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return [self]
+
+
+class ConfigErrors(ConfigError):
+    """Every problem found in one config, in file order; ``file``/``path``/``message`` are the first's."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        flat = [e for err in errors for e in err.errors]
+        self._errors = flat
+        self.file, self.path, self.message = flat[0].file, flat[0].path, flat[0].message
+        ValueError.__init__(self, "\n".join(str(e) for e in flat))
+
+    @property
+    def errors(self) -> list[ConfigError]:
+        return list(self._errors)
+
+
+class _Collect:
+    """Gathers the errors of independent checks; ``done()`` raises them all together."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    @contextlib.contextmanager
+    def check(self) -> Iterator[None]:
+        try:
+            yield
+        except ConfigError as exc:
+            self.errors.extend(exc.errors)
+
+    def add(self, file: str, path: str, message: str) -> None:
+        self.errors.append(ConfigError(file, path, message))
+
+    def done(self) -> None:
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ConfigErrors(self.errors)
 
 
 @dataclass
@@ -188,12 +234,22 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(file, path, f"expected {_type_name(tp)}, got {_describe(value)}")
         (item,) = typing.get_args(tp)
-        return [coerce(item, v, file, f"{path}[{i}]") for i, v in enumerate(value)]
+        errs, items = _Collect(), []
+        for i, v in enumerate(value):
+            with errs.check():
+                items.append(coerce(item, v, file, f"{path}[{i}]"))
+        errs.done()
+        return items
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(file, path, f"expected a mapping, got {_describe(value)}")
         _, vt = typing.get_args(tp)
-        return {str(k): coerce(vt, v, file, _join(path, str(k))) for k, v in value.items()}
+        errs, out = _Collect(), {}
+        for k, v in value.items():
+            with errs.check():
+                out[str(k)] = coerce(vt, v, file, _join(path, str(k)))
+        errs.done()
+        return out
     if dataclasses.is_dataclass(tp):
         return build_dataclass(tp, value, file, path)  # type: ignore[arg-type]
     if tp is bool:
@@ -208,6 +264,8 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):  # what ${env:N:-10000} substitutes to
+            return int(value)
         if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):  # what ${env:N:-10000} substitutes to
             return int(value)
     elif tp is float:
@@ -229,12 +287,17 @@ def build_dataclass(cls: type, raw: Any, file: str, path: str) -> Any:
         raise ConfigError(file, path, f"expected a mapping, got {_describe(raw)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(map(str, raw)) - set(fields))
-    if unknown:
-        known = ", ".join(sorted(fields)) or "none"
-        raise ConfigError(file, _join(path, unknown[0]), f"unknown key (known keys: {known})")
-    kwargs = {name: coerce(hints[name], raw[name], file, _join(path, name))
-              for name in fields if name in raw}
+    errs = _Collect()
+    known = ", ".join(sorted(fields)) or "none"
+    for key in map(str, raw):  # in file order, every one of them
+        if key not in fields:
+            errs.add(file, _join(path, key), f"unknown key (known keys: {known})")
+    kwargs = {}
+    for name in fields:
+        if name in raw:
+            with errs.check():
+                kwargs[name] = coerce(hints[name], raw[name], file, _join(path, name))
+    errs.done()
     try:
         obj = cls(**kwargs)
     except TypeError as exc:
@@ -264,115 +327,56 @@ def load_yaml(path: str | Path) -> Any:
 
 def parse(raw: Any, registry: Registry, file: str = "<config>",
           env: typing.Mapping[str, str] | None = None) -> ServiceConfig:
-    """Validate a loaded YAML document into a ``ServiceConfig``."""
+    """Validate a loaded YAML document into a ``ServiceConfig``; every problem is reported at once."""
     env = os.environ if env is None else env
     if raw is None:
         raise ConfigError(file, "", "the config is empty: it needs receivers, exporters and service.pipelines")
     if not isinstance(raw, dict):
         raise ConfigError(file, "", f"expected a mapping at the top level, got {_describe(raw)}")
-    raw = substitute_env(raw, file, "", env)
-    allowed = {"receivers", "processors", "exporters", "service"}
+    errs = _Collect()
+    raw = _substitute_each(raw, file, "", env, errs)
+    spoiled = [e.path for e in errs.errors]  # keys whose ${env:...} failed: their later errors are noise
     for key in raw:
-        if key not in allowed:
-            raise ConfigError(file, str(key), "unknown top-level key (expected receivers, processors, "
-                              "exporters, service)")
+        if key not in {"receivers", "processors", "exporters", "service"}:
+            errs.add(file, str(key), "unknown top-level key (expected receivers, processors, exporters, service)")
     cfg = ServiceConfig(file=file)
+    declared: set[tuple[Kind, str]] = set()  # ids written in the file, built or not
     for kind in Kind:
         section = raw.get(kind.plural) or {}
         if not isinstance(section, dict):
-            raise ConfigError(file, kind.plural, f"expected a mapping of component ids, got {_describe(section)}")
-        target = cfg.components(kind)
+            errs.add(file, kind.plural, f"expected a mapping of component ids, got {_describe(section)}")
+            continue
         for cid, body in section.items():
             cid = str(cid)
-            where = f"{kind.plural}.{cid}"
-            if not ID_PATTERN.match(cid):
-                raise ConfigError(file, where, "a component id is 'type' or 'type/name' "
-                                  "(type: lowercase letters, digits, underscores)")
-            type_name = cid.split("/", 1)[0]
-            factory = registry.get(kind, type_name)
-            if factory is None:
-                known = ", ".join(registry.types(kind)) or "none"
-                raise ConfigError(file, where, f"unknown {kind.value} type {type_name!r} (known: {known})")
-            if kind is Kind.EXPORTER and isinstance(body, dict) and "sending_queue" in body \
-                    and not _has_field(factory.config_class, "sending_queue"):
-                # The service's, not the exporter's: every queued exporter takes the same block.
-                from .sending_queue import SendingQueueConfig
-
-                body = dict(body)
-                cfg.sending_queues[cid] = build_dataclass(SendingQueueConfig, body.pop("sending_queue"), file,
-                                                          f"{where}.sending_queue")
-            target[cid] = (factory, build_dataclass(factory.config_class, body, file, where))
+            declared.add((kind, cid))
+            with errs.check():
+                cfg.components(kind)[cid] = _component(cfg, registry, kind, cid, body, file)
     service = raw.get("service")
     if not isinstance(service, dict):
-        raise ConfigError(file, "service", "missing: the config needs service.pipelines")
+        errs.add(file, "service", "missing: the config needs service.pipelines")
+        errs.done()
+        raise AssertionError("unreachable")  # done() raised
     for key in service:
         if key not in ("pipelines", "state_dir", "telemetry", "limits"):
-            raise ConfigError(file, f"service.{key}",
-                              "unknown key (known keys: pipelines, state_dir, telemetry, limits)")
-    cfg.limits = build_dataclass(LimitsConfig, service.get("limits"), file, "service.limits")
+            errs.add(file, f"service.{key}", "unknown key (known keys: pipelines, state_dir, telemetry, limits)")
+    with errs.check():
+        cfg.limits = build_dataclass(LimitsConfig, service.get("limits"), file, "service.limits")
     if "state_dir" in service:
-        cfg.state_dir = Path(coerce(str, service["state_dir"], file, "service.state_dir")).expanduser()
-    tel = service.get("telemetry") or {}
-    if not isinstance(tel, dict):
-        raise ConfigError(file, "service.telemetry", f"expected a mapping, got {_describe(tel)}")
-    for key in tel:
-        if key not in ("logs", "metrics", "health"):
-            raise ConfigError(file, f"service.telemetry.{key}", "unknown key (known keys: health, logs, metrics)")
-    logs = tel.get("logs") or {}
-    metrics = tel.get("metrics") or {}
-    health = tel.get("health") or {}
-    for sect, name, allowed_keys in ((logs, "logs", ("level",)), (metrics, "metrics", ("endpoint",)),
-                                     (health, "health", ("window",))):
-        if not isinstance(sect, dict):
-            raise ConfigError(file, f"service.telemetry.{name}", f"expected a mapping, got {_describe(sect)}")
-        for key in sect:
-            if key not in allowed_keys:
-                raise ConfigError(file, f"service.telemetry.{name}.{key}",
-                                  f"unknown key (known keys: {', '.join(allowed_keys)})")
-    level = coerce(str, logs.get("level", "info"), file, "service.telemetry.logs.level")
-    if level.lower() not in ("debug", "info", "warning", "error"):
-        raise ConfigError(file, "service.telemetry.logs.level", "expected debug, info, warning or error")
-    endpoint = metrics.get("endpoint")
-    if endpoint is not None:
-        endpoint = coerce(str, endpoint, file, "service.telemetry.metrics.endpoint")
-        parse_endpoint(endpoint, file, "service.telemetry.metrics.endpoint")
-    window = coerce(float, health.get("window", 60.0), file, "service.telemetry.health.window")
-    if window <= 0:
-        raise ConfigError(file, "service.telemetry.health.window", "expected a positive number of seconds")
-    cfg.telemetry = TelemetryConfig(log_level=level.lower(), metrics_endpoint=endpoint, health_window=window)
-
+        with errs.check():
+            cfg.state_dir = Path(coerce(str, service["state_dir"], file, "service.state_dir")).expanduser()
+    with errs.check():
+        cfg.telemetry = _telemetry(service.get("telemetry") or {}, file)
     pipelines = service.get("pipelines")
     if not isinstance(pipelines, dict) or not pipelines:
-        raise ConfigError(file, "service.pipelines", "expected at least one pipeline")
+        errs.add(file, "service.pipelines", "expected at least one pipeline")
+        pipelines = {}
     used: set[tuple[Kind, str]] = set()
     for name, spec in pipelines.items():
-        where = f"service.pipelines.{name}"
-        if not isinstance(spec, dict):
-            raise ConfigError(file, where, f"expected a mapping, got {_describe(spec)}")
-        for key in spec:
-            if key not in ("receivers", "processors", "exporters"):
-                raise ConfigError(file, f"{where}.{key}", "unknown key (known keys: receivers, processors, exporters)")
-        lists: dict[str, list[str]] = {}
-        for kind in Kind:
-            ids = spec.get(kind.plural, [])
-            if ids is None:
-                ids = []
-            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-                raise ConfigError(file, f"{where}.{kind.plural}", "expected a list of component ids")
-            for i, cid in enumerate(ids):
-                if cid not in cfg.components(kind):
-                    raise ConfigError(file, f"{where}.{kind.plural}[{i}]",
-                                      f"{kind.value} {cid!r} is not defined under {kind.plural}:")
-                used.add((kind, cid))
-            if len(set(ids)) != len(ids):
-                raise ConfigError(file, f"{where}.{kind.plural}", "a component is listed twice")
-            lists[kind.plural] = ids
-        if not lists["receivers"]:
-            raise ConfigError(file, f"{where}.receivers", "a pipeline needs at least one receiver")
-        if not lists["exporters"]:
-            raise ConfigError(file, f"{where}.exporters", "a pipeline needs at least one exporter")
-        cfg.pipelines[str(name)] = PipelineSpec(str(name), lists["receivers"], lists["processors"],
-                                                lists["exporters"])
+        with errs.check():
+            cfg.pipelines[str(name)] = _pipeline(cfg, str(name), spec, declared, used, file)
+    n = len(spoiled)  # the substitution errors come first; what they spoiled later is noise
+    errs.errors = errs.errors[:n] + [e for e in errs.errors[n:] if not any(_under(e.path, p) for p in spoiled)]
+    errs.done()
     for pname, spec in cfg.pipelines.items():
         procs = spec.processors
         if not procs or cfg.processors[procs[-1]][0].type != "capture":
@@ -387,8 +391,132 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
     return cfg
 
 
+def _substitute_each(value: Any, file: str, path: str, env: typing.Mapping[str, str], errs: _Collect) -> Any:
+    """``substitute_env`` leaf by leaf: a failed leaf is reported and kept as written."""
+    if isinstance(value, dict):
+        return {k: _substitute_each(v, file, _join(path, str(k)), env, errs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute_each(v, file, f"{path}[{i}]", env, errs) for i, v in enumerate(value)]
+    with errs.check():
+        return substitute_env(value, file, path, env)
+    return value
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".") or path.startswith(prefix + "[")
+
+
+def _component(cfg: ServiceConfig, registry: Registry, kind: Kind, cid: str, body: Any,
+               file: str) -> tuple[Factory, Any]:
+    where = f"{kind.plural}.{cid}"
+    if not ID_PATTERN.match(cid):
+        raise ConfigError(file, where, "a component id is 'type' or 'type/name' "
+                          "(type: lowercase letters, digits, underscores)")
+    type_name = cid.split("/", 1)[0]
+    factory = registry.get(kind, type_name)
+    if factory is None:
+        known = ", ".join(registry.types(kind)) or "none"
+        raise ConfigError(file, where, f"unknown {kind.value} type {type_name!r} (known: {known})")
+    errs = _Collect()
+    if kind is Kind.EXPORTER and isinstance(body, dict) and "sending_queue" in body \
+            and not _has_field(factory.config_class, "sending_queue"):
+        # The service's, not the exporter's: every queued exporter takes the same block.
+        from .sending_queue import SendingQueueConfig
+
+        body = dict(body)
+        queue = body.pop("sending_queue")
+        with errs.check():
+            cfg.sending_queues[cid] = build_dataclass(SendingQueueConfig, queue, file, f"{where}.sending_queue")
+    built = None
+    with errs.check():
+        built = build_dataclass(factory.config_class, body, file, where)
+    errs.done()
+    return factory, built
+
+
 def _has_field(cls: type, name: str) -> bool:
     return dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls))
+
+
+def _telemetry(tel: Any, file: str) -> TelemetryConfig:
+    if not isinstance(tel, dict):
+        raise ConfigError(file, "service.telemetry", f"expected a mapping, got {_describe(tel)}")
+    errs = _Collect()
+    for key in tel:
+        if key not in ("logs", "metrics", "health"):
+            errs.add(file, f"service.telemetry.{key}", "unknown key (known keys: health, logs, metrics)")
+    sections: dict[str, dict[str, Any]] = {}
+    for name, allowed_keys in (("logs", ("level",)), ("metrics", ("endpoint",)), ("health", ("window",))):
+        sect = tel.get(name) or {}
+        if not isinstance(sect, dict):
+            errs.add(file, f"service.telemetry.{name}", f"expected a mapping, got {_describe(sect)}")
+            sect = {}
+        for key in sect:
+            if key not in allowed_keys:
+                errs.add(file, f"service.telemetry.{name}.{key}", f"unknown key (known keys: {', '.join(allowed_keys)})")
+        sections[name] = sect
+    out = TelemetryConfig()
+    with errs.check():
+        level = coerce(str, sections["logs"].get("level", "info"), file, "service.telemetry.logs.level")
+        if level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError(file, "service.telemetry.logs.level", "expected debug, info, warning or error")
+        out.log_level = level.lower()
+    endpoint = sections["metrics"].get("endpoint")
+    if endpoint is not None:
+        with errs.check():
+            endpoint = coerce(str, endpoint, file, "service.telemetry.metrics.endpoint")
+            parse_endpoint(endpoint, file, "service.telemetry.metrics.endpoint")
+            out.metrics_endpoint = endpoint
+    with errs.check():
+        window = coerce(float, sections["health"].get("window", 60.0), file, "service.telemetry.health.window")
+        if window <= 0:
+            raise ConfigError(file, "service.telemetry.health.window", "expected a positive number of seconds")
+        out.health_window = window
+    errs.done()
+    return out
+
+
+def _pipeline(cfg: ServiceConfig, name: str, spec: Any, declared: set[tuple[Kind, str]],
+              used: set[tuple[Kind, str]], file: str) -> PipelineSpec:
+    where = f"service.pipelines.{name}"
+    if not isinstance(spec, dict):
+        raise ConfigError(file, where, f"expected a mapping, got {_describe(spec)}")
+    errs = _Collect()
+    for key in spec:
+        if key not in ("receivers", "processors", "exporters"):
+            errs.add(file, f"{where}.{key}", "unknown key (known keys: receivers, processors, exporters)")
+    lists: dict[str, list[str]] = {}
+    for kind in Kind:
+        ids = spec.get(kind.plural, [])
+        if ids is None:
+            ids = []
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            errs.add(file, f"{where}.{kind.plural}", "expected a list of component ids")
+            lists[kind.plural] = []
+            continue
+        for i, cid in enumerate(ids):
+            if cid not in cfg.components(kind) and (kind, cid) not in declared:
+                errs.add(file, f"{where}.{kind.plural}[{i}]", f"{kind.value} {cid!r} is not defined under {kind.plural}:")
+            used.add((kind, cid))
+        if len(set(ids)) != len(ids):
+            errs.add(file, f"{where}.{kind.plural}", "a component is listed twice")
+        lists[kind.plural] = ids
+    if not lists["receivers"] and isinstance(spec.get("receivers", []), list | None):
+        errs.add(file, f"{where}.receivers", "a pipeline needs at least one receiver")
+    if not lists["exporters"] and isinstance(spec.get("exporters", []), list | None):
+        errs.add(file, f"{where}.exporters", "a pipeline needs at least one exporter")
+    signals = [r for r in lists["receivers"]
+               if r in cfg.receivers and cfg.receivers[r][0].emits_signals]
+    mapped = any(p in cfg.processors and cfg.processors[p][0].type == MAPPING_TYPE for p in lists["processors"])
+    unbuilt = any(p not in cfg.processors for p in lists["processors"])  # unknown: reported already
+    if signals and not mapped and not unbuilt:
+        # Nothing else turns a vendor's hook call into events: at runtime every one would be dropped.
+        errs.add(file, f"{where}.processors",
+                 f"receiver(s) {', '.join(signals)} deliver vendor signals (hook calls, log records) "
+                 f"that only a '{MAPPING_TYPE}' processor turns into events, and this pipeline has none: "
+                 f"every one would be dropped; add it (e.g. [{MAPPING_TYPE}, runs, capture])")
+    errs.done()
+    return PipelineSpec(name, lists["receivers"], lists["processors"], lists["exporters"])
 
 
 def load(path: str | Path, registry: Registry, env: typing.Mapping[str, str] | None = None) -> ServiceConfig:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, load, parse, parse_endpoint, substitute_env
+from pipeline.config import ConfigError, ConfigErrors, load, parse, parse_endpoint, substitute_env
 from pipeline.registry import build_registry
 
 DATA = Path(__file__).parent / "testdata" / "config"
@@ -121,10 +121,91 @@ def test_cli_validate_exit_codes():
 @pytest.mark.parametrize(("text", "value"), [("1", True), ("true", True), ("On", True), ("yes", True),
                                              ("0", False), ("", False), ("false", False), ("off", False)])
 def test_booleans_accept_the_words_env_substitution_yields(registry, text, value):
-    raw = {"receivers": {"claude_code": None}, "exporters": {"jsonl": {"directory": "/tmp/x"}},
-           "service": {"pipelines": {"p": {"receivers": ["claude_code"], "exporters": ["jsonl"]}}}}
+    raw = {"receivers": {"claude_code": None}, "processors": {"mapping": None},
+           "exporters": {"jsonl": {"directory": "/tmp/x"}},
+           "service": {"pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping"],
+                                           "exporters": ["jsonl"]}}}}
     from pipeline.config import coerce
     assert coerce(bool, text, "f", "k") is value
     with pytest.raises(ConfigError, match="expected a boolean"):
         coerce(bool, "maybe", "f", "k")
     assert parse(raw, registry, "m.yaml")
+
+
+THREE_TYPOS = """\
+receivers:
+  claude_code:
+    endpont: 127.0.0.1:8377
+processors:
+  mapping:
+  runs:
+    max_sesions: 10
+exporters:
+  jsonl:
+    fsync: sometimes
+service:
+  pipelines:
+    p: {receivers: [claude_code], processors: [mapping, runs], exporters: [jsonl]}
+"""
+
+
+def test_every_error_of_a_file_is_reported_at_once(registry, tmp_path):
+    path = tmp_path / "typos.yaml"
+    path.write_text(THREE_TYPOS)
+    with pytest.raises(ConfigErrors) as info:
+        load(path, registry)
+    assert [(e.path, e.message.split(" (")[0]) for e in info.value.errors] == [
+        ("receivers.claude_code.endpont", "unknown key"),
+        ("processors.runs.max_sesions", "unknown key"),
+        ("exporters.jsonl.fsync", "expected 'always' or 'interval' or 'never', got string 'sometimes'"),
+    ]
+    assert info.value.path == "receivers.claude_code.endpont"  # a ConfigError still, naming the first
+    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", "--config", str(path)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1
+    lines = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 3 and all(str(path) in line for line in lines), out.stderr
+    assert f"{path}: 3 errors" in out.stderr
+
+
+def test_a_broken_component_does_not_also_fail_the_pipelines_naming_it(registry):
+    raw = {"receivers": {"claude_code": {"attention_timeout": "soon"}}, "processors": {"maping": None},
+           "exporters": {"jsonl": None},
+           "service": {"pipelines": {"p": {"receivers": ["claude_code"], "processors": ["maping"],
+                                           "exporters": ["jsonl", "relay"]}}}}
+    with pytest.raises(ConfigErrors) as info:
+        parse(raw, registry, "mem.yaml")
+    assert [e.path for e in info.value.errors] == [
+        "receivers.claude_code.attention_timeout", "processors.maping", "service.pipelines.p.exporters[1]"]
+
+
+@pytest.mark.parametrize("processors", [[], ["runs", "capture"]])
+def test_a_pipeline_of_hook_receivers_without_mapping_is_an_error(registry, processors):
+    raw = {"receivers": {"claude_code": None, "codex": None}, "processors": {"runs": None, "capture": None},
+           "exporters": {"jsonl": None},
+           "service": {"pipelines": {"p": {"receivers": ["claude_code", "codex"], "processors": processors,
+                                           "exporters": ["jsonl"]}}}}
+    with pytest.raises(ConfigError) as info:
+        parse(raw, registry, "mem.yaml")
+    assert info.value.path == "service.pipelines.p.processors"
+    assert "claude_code, codex" in info.value.message and "'mapping' processor" in info.value.message
+
+
+def test_a_receiver_that_delivers_events_needs_no_mapping(registry):
+    import dataclasses
+
+    from pipeline.component import Registry
+
+    reg = Registry()
+    for kind in registry.factories:
+        for f in registry.factories[kind].values():
+            reg.register(dataclasses.replace(f, emits_signals=False) if f.type == "claude_code" else f)
+    raw = {"receivers": {"claude_code": None}, "exporters": {"jsonl": None},
+           "service": {"pipelines": {"p": {"receivers": ["claude_code"], "exporters": ["jsonl"]}}}}
+    assert parse(raw, reg, "mem.yaml").pipelines["p"].processors == []
+
+
+def test_an_unset_variable_is_one_error_not_a_cascade(registry):
+    with pytest.raises(ConfigError) as info:
+        load(DATA / "bad_env.yaml", registry)
+    assert [e.path for e in info.value.errors] == ["receivers.claude_code.endpoint"]

@@ -177,6 +177,21 @@ def test_pi_signal_of_the_fixture_input_maps_like_the_pure_function(name: str) -
     assert got == ([] if pure is None else [pure])
 
 
+def test_pi_shutdown_with_the_agent_loop_open_ends_the_run_first() -> None:
+    # pi quitting mid-turn (no agent_end) must not leave the run open past session.ended.
+    state = pi.new_state(deltas=False)
+    session = {"id": "s1"}
+    pi.map_signal(Signal("pi", "agent_start", {"session": session, "event": {"type": "agent_start"}}), state)
+    got = pi.map_signal(Signal("pi", "session_shutdown", {"session": session, "event": {
+        "type": "session_shutdown", "reason": "quit"}}), state)
+    assert types(got) == ["run.cancelled", "session.ended"] and got[0]["data"] == {"by": "shutdown"}
+    # With the loop closed by agent_end, shutdown is the session's end alone.
+    pi.map_signal(Signal("pi", "agent_start", {"session": session, "event": {"type": "agent_start"}}), state)
+    pi.map_signal(Signal("pi", "agent_end", {"session": session, "event": {"type": "agent_end"}}), state)
+    assert types(pi.map_signal(Signal("pi", "session_shutdown", {"session": session, "event": {
+        "type": "session_shutdown"}}), state)) == ["session.ended"]
+
+
 def test_signal_name_fills_a_payload_without_its_own_name() -> None:
     payload = inp(CLINE_CASES, "prompt_submit")
     del payload["hookName"]

@@ -98,8 +98,9 @@ def test_tokens_are_single_safe_and_distinct() -> None:
 ])
 def test_bad_configs_are_refused_by_name(raw: dict[str, Any], message: str, tmp_path: Path) -> None:
     registry, _ = build_registry(load_plugins=False)
-    doc = {"receivers": {"claude_code": None}, "exporters": {"nats": raw},
+    doc = {"receivers": {"claude_code": None}, "processors": {"mapping": None}, "exporters": {"nats": raw},
            "service": {"state_dir": str(tmp_path), "pipelines": {"a": {"receivers": ["claude_code"],
+                                                                       "processors": ["mapping"],
                                                                        "exporters": ["nats"]}}}}
     with pytest.raises(ConfigError, match="exporters.nats") as err:
         parse(doc, registry)

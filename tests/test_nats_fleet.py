@@ -261,8 +261,9 @@ def test_the_readme_fleet_configs_are_valid(tmp_path: Path) -> None:
 
     registry, _ = build_registry(load_plugins=False)
     edge_doc, gateway_doc = load(blocks[0]), load(blocks[1])
-    edge_doc.update({"receivers": {"claude_code": None}, "service": {"pipelines": {"a": {
-        "receivers": ["claude_code"], "exporters": ["nats"]}}}})
+    edge_doc.update({"receivers": {"claude_code": None}, "processors": {"mapping": None},
+                     "service": {"pipelines": {"a": {"receivers": ["claude_code"], "processors": ["mapping"],
+                                                     "exporters": ["nats"]}}}})
     exporter = parse(edge_doc, registry, "README.md").exporters["nats"][1]
     assert exporter.stream.replicas == 3 and exporter.connection.creds.endswith("edge.creds")
     assert exporter.connection.tls_ca.endswith("nats-ca.pem")

@@ -65,11 +65,14 @@ def service_yaml(receivers: str) -> Any:
     return yaml.safe_load(f"""
 receivers:
 {receivers}
+processors:
+  mapping:
 exporters:
   jsonl: {{directory: /tmp/aep-otlp-config-test}}
 service:
   pipelines:
-    agents: {{receivers: [{yaml.safe_load(receivers).__iter__().__next__()}], exporters: [jsonl]}}
+    agents: {{receivers: [{yaml.safe_load(receivers).__iter__().__next__()}], processors: [mapping],
+              exporters: [jsonl]}}
 """)
 
 

@@ -112,8 +112,10 @@ def test_config_keys_defaults_and_refusals() -> None:
     registry, _ = build_registry(load_plugins=False)
 
     def receiver(rtype: str, raw: dict[str, Any]) -> Any:
-        cfg = parse({"receivers": {rtype: raw}, "exporters": {"jsonl": {"directory": "/tmp/x"}},
-                     "service": {"pipelines": {"p": {"receivers": [rtype], "exporters": ["jsonl"]}}}},
+        cfg = parse({"receivers": {rtype: raw}, "processors": {"mapping": None},
+                     "exporters": {"jsonl": {"directory": "/tmp/x"}},
+                     "service": {"pipelines": {"p": {"receivers": [rtype], "processors": ["mapping"],
+                                                     "exporters": ["jsonl"]}}}},
                     registry, "t.yaml")
         return cfg.receivers[rtype][1]
 

@@ -225,3 +225,28 @@ async def test_the_role_and_the_external_relay_exporter_run_together(tmp_path: P
                     await closing
     finally:
         await relay.stop()
+
+
+async def test_subscription_cap_is_in_band_and_shutdown_tells_every_stream(tmp_path: Path) -> None:
+    async with running(config(tmp_path, max_subscriptions=2)) as service:
+        st = Stack(service)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(f"{st.url}/socket", headers=auth)
+            await ws.send_json({"type": "hello", "versions": ["0.1"], "role": "consumer", "identity": {"agent": "t"}})
+            for sid in ("a", "b", "c", "a"):
+                await ws.send_json({"type": "subscribe", "id": sid, "filter": {}})
+            frames = [await ws.receive_json(timeout=5) for _ in range(5)]
+            assert [(f["type"], f.get("id"), f.get("code")) for f in frames[1:]] == [
+                ("subscribed", "a", None), ("subscribed", "b", None), ("error", "c", "limit-exceeded"),
+                ("subscribed", "a", None)]  # re-subscribing an id replaces it; the connection survives
+            sse = await http.get(f"{st.url}/stream", headers=auth)
+            for _ in range(200):
+                if st.relay.surface.streams:
+                    break
+                await asyncio.sleep(0.01)
+            await st.relay.shutdown()
+            assert b": shutting-down" in await asyncio.wait_for(sse.content.read(), 10)
+            closed = await ws.receive(timeout=5)
+            assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1001  # going away
+            sse.release()

@@ -4,7 +4,9 @@ Hypothesis draws sequences (repeats, reorderings, interleavings) of each vendor'
 inputs — plus, for Claude Code, whose fixture pins only its two forms, a realistic session's
 hooks — and runs them through the real chain: the receiver's own signal extraction, then
 mapping → runs → capture → stamping (tests/chain.py). Every event must pass the envelope, payload
-and stream rules of ``validate-events``, at the default ceiling and at ``full``.
+and stream rules of ``validate-events``, at the default ceiling and at ``full``. The two OTLP
+profiles' fixture records go in as the OTLP receiver hands them on (flattened records, in
+companion and primary mode).
 """
 
 from __future__ import annotations
@@ -96,6 +98,15 @@ def inputs(rtype: str) -> list[tuple[dict[str, Any], str | None]]:
     return out
 
 
+# OTLP profile -> its fixture; records arrive flattened, one Signal each, in the receiver's mode.
+OTLP = {"otlp/vscode": "vscode-otel", "otlp/codex": "codex-otel"}
+
+
+def _otlp_inputs(fixture: str) -> list[dict[str, Any]]:
+    doc = corpus(f"mappings/{fixture}.json")
+    return [e["input"] for e in [*doc["records"].values(), doc["unknown"]] if isinstance(e, dict)]
+
+
 def surface(rtype: str) -> Any:
     factory = REGISTRY.get(Kind.RECEIVER, rtype)
     return factory.create(CreateSettings(id=rtype), factory.default_config(), None).surface
@@ -119,6 +130,22 @@ def signal(rtype: str, payload: dict[str, Any], hook: str | None) -> Signal:
 def test_every_vendor_has_inputs():
     for rtype, items in INPUTS.items():
         assert len(items) >= 5, rtype
+    for fixture in OTLP.values():
+        assert len(_otlp_inputs(fixture)) >= 5, fixture
+
+
+def draw_order(data: st.DataObject, n: int) -> list[int]:
+    """Every moment once, in any order, then repeats of any of them spliced in anywhere."""
+    order = list(data.draw(st.permutations(range(n)), label="order"))
+    for at, i in data.draw(st.lists(st.tuples(st.integers(0, n), st.integers(0, n - 1)), max_size=n), label="repeats"):
+        order.insert(at, i)
+    return order
+
+
+def check(chain: Chain, stream: StreamValidator, signal: Signal, what: Any) -> None:
+    for event in chain.feed_signal(signal):
+        problems = envelope_errors(event) + payload_errors(event) + stream.feed(event)
+        assert problems == [], (what, event, problems)
 
 
 @pytest.mark.parametrize("rtype", sorted(FIXTURES))
@@ -126,14 +153,24 @@ def test_every_vendor_has_inputs():
 @given(data=st.data(), ceiling=st.sampled_from(["metadata", "full"]))
 def test_any_order_of_a_vendors_moments_gives_a_valid_stream(rtype: str, data: st.DataObject, ceiling: str):
     items = INPUTS[rtype]
-    n = len(items)
-    # Every moment once, in any order, then repeats of any of them spliced in anywhere.
-    order = list(data.draw(st.permutations(range(n)), label="order"))
-    for at, i in data.draw(st.lists(st.tuples(st.integers(0, n), st.integers(0, n - 1)), max_size=n), label="repeats"):
-        order.insert(at, i)
-    chain = Chain(STATE, ceiling=ceiling)
-    stream = StreamValidator()
+    order = draw_order(data, len(items))
+    chain, stream = Chain(STATE, ceiling=ceiling), StreamValidator()
     for i in order:
-        for event in chain.feed_signal(signal(rtype, *items[i])):
-            problems = envelope_errors(event) + payload_errors(event) + stream.feed(event)
-            assert problems == [], (rtype, [items[j][0].get("hook_event_name") for j in order], event, problems)
+        check(chain, stream, signal(rtype, *items[i]), (rtype, order))
+
+
+@pytest.mark.parametrize("receiver", sorted(OTLP))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), ceiling=st.sampled_from(["metadata", "full"]),
+       mode=st.sampled_from(["companion", "primary"]))
+def test_any_order_of_otlp_records_gives_a_valid_stream(receiver: str, data: st.DataObject, ceiling: str,
+                                                        mode: str):
+    factory = REGISTRY.get(Kind.RECEIVER, "otlp")
+    agent = factory.config_class(profile=receiver.split("/")[1]).agent
+    records = _otlp_inputs(OTLP[receiver])
+    chain, stream = Chain(STATE, ceiling=ceiling), StreamValidator()
+    for i in draw_order(data, len(records)):
+        flat = copy.deepcopy(records[i])
+        name = flat["attributes"].get("event.name")
+        check(chain, stream, Signal(agent=agent, name=name if isinstance(name, str) else "", payload=flat,
+                                    attrs={"mode": mode}), (receiver, mode, i))

@@ -21,6 +21,8 @@ class RelayServerConfig:
     """Sessions buffered at once; the least recently written one is dropped beyond it."""
     max_from: int = 500
     """Resume positions one subscription may name (``limit-exceeded`` / SSE 400 beyond)."""
+    max_subscriptions: int = 64
+    """Subscriptions one WebSocket connection may hold at once (``limit-exceeded`` beyond)."""
     max_body: int = 16 * 1024 * 1024
     """Bytes one ``POST /events`` may carry (413 beyond)."""
     max_batch: int = 10000
@@ -46,7 +48,7 @@ class RelayServerConfig:
         host, _, port = self.endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError(f"endpoint must be host:port such as 127.0.0.1:8787, got {self.endpoint!r}")
-        for name in ("buffer", "max_sessions", "max_from", "max_body", "max_batch", "soft_limit", "ack_window_ms"):
+        for name in ("buffer", "max_sessions", "max_from", "max_subscriptions", "max_body", "max_batch", "soft_limit", "ack_window_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.hard_limit < self.soft_limit:

@@ -570,6 +570,8 @@ class Surface:
             fp = from_problem(from_, self.cfg.max_from)
             if fp is not None:
                 code, problem = fp
+        if problem is None and str(sid) not in conn.subs and len(conn.subs) >= self.cfg.max_subscriptions:
+            code, problem = "limit-exceeded", f"a connection holds at most {self.cfg.max_subscriptions} subscriptions"
         if problem is not None:
             conn.send({"type": "error", "id": sid, "code": code, "detail": problem})
             return

@@ -277,7 +277,11 @@ def map_signal(signal: Signal, state: PiState) -> list[Event]:
         if session not in state.open_loops:
             return []  # fixture agent_end_empty: the daemon drops an end when no run is open
         state.open_loops.discard(session)
-    elif kind == "session_shutdown":
+    elif kind == "session_shutdown" and session in state.open_loops:
         state.open_loops.discard(session)
+        # pi quit with its agent loop open (no agent_end came): the run ends here, before the session.
+        cancelled = draft("run.cancelled", {"by": "shutdown"}, session=session)
+        out = map_event(payload, deltas, event_type=signal.name)
+        return [cancelled] if out is None else [cancelled, out]
     out = map_event(payload, deltas, event_type=signal.name)
     return [] if out is None else [out]

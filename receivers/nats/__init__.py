@@ -286,4 +286,5 @@ FACTORY = Factory(
     create=lambda settings, cfg, next_consumer: NatsReceiver(settings, cfg, next_consumer),
     description="Gateway tier: a durable JetStream consumer of the fleet's AEP events; forwards "
                 "operators' commands to the collector holding the session",
+    emits_signals=False,  # AEP events already: a gateway pipeline needs no mapping processor
 )

@@ -243,6 +243,49 @@ class Live:
             assert res.returncode == 0, f"{self.spec.cli} exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
         return res
 
+    async def stream_json(self, prompt: str, *args: str, initialize: bool = False,
+                          timeout: float = 90) -> list[dict[str, Any]]:
+        """Drive the CLI in stream-json I/O (SDK mode) with ``args`` until its ``result`` message.
+
+        The test is the permission-prompt host and never answers: only the hooks (the operator)
+        can decide. Returns the ``control_request``/``control_cancel_request`` messages the CLI sent
+        its host. ``initialize`` sends the SDK's ``initialize`` control request first (Qwen Code).
+        """
+        argv = [*self.prefix, *args, "--input-format", "stream-json", "--output-format", "stream-json"]
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=self.work, env=self.env, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                    limit=16 << 20)
+        assert proc.stdin is not None and proc.stdout is not None
+
+        def send(obj: dict[str, Any]) -> None:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(obj) + "\n").encode())
+
+        if initialize:
+            send({"type": "control_request", "request_id": "init-1", "request": {"subtype": "initialize"}})
+        send({"type": "user", "session_id": "", "parent_tool_use_id": None,
+              "message": {"role": "user", "content": prompt}})
+        prompts: list[dict[str, Any]] = []
+        try:
+            async with asyncio.timeout(timeout):
+                while line := await proc.stdout.readline():
+                    msg = json.loads(line)
+                    if msg.get("type") in ("control_request", "control_cancel_request"):
+                        prompts.append(msg)
+                    elif msg.get("type") == "result":
+                        break
+        except TimeoutError:
+            raise AssertionError(f"{self.spec.cli} gave no result in {timeout}s; host prompts: {prompts}\n"
+                                 f"{self.describe()}") from None
+        finally:
+            proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 15)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        return prompts
+
     def healthz(self) -> dict[str, Any]:
         """The receiver's ``GET /healthz`` (``relay`` is true once a relay hello completed)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=5) as resp:

@@ -1,7 +1,7 @@
 """Live control: a real Claude Code asks permission, an operator answers through the collector.
 
-The operator is the official SDK (``aep_sdk.aio.ControlClient``) on a relay (``tests.relay_double``)
-that the collector's relay exporter is connected to: the control path a deployment uses. The
+The operator is the official SDK (``aep_sdk.aio.ControlClient``) connected to the collector's own
+relay role (``relay_server``) with its token: the control path a deployment uses. The
 fake model asks for a shell command Claude Code does not allow by itself (``touch``), so its
 PermissionRequest hook fires and the collector holds it for the operator.
 
@@ -13,6 +13,10 @@ PermissionRequest hook fires and the collector holds it for the operator.
 - AskUserQuestion answered with values: Claude Code 2.1.328 offers the tool only with a permission
   prompt host (``--permission-prompt-tool stdio``, stream-json I/O); the model receives the labels.
 
+- Qwen Code PermissionRequest answered allow: ``qwen -p`` offers no shell tool unless ``--yolo``
+  (which never asks), so the test drives Qwen's SDK mode (stream-json I/O, ``initialize`` first,
+  ``--approval-mode default``), where the hook fires and decides before the SDK host is asked.
+
 Codex cannot reach a control moment here: ``codex exec`` forces approval "never", so its
 PermissionRequest hook never fires non-interactively (live-vendors facts; the Codex test in
 ``test_live_hooks.py`` shows the rest of its lifecycle).
@@ -21,51 +25,52 @@ PermissionRequest hook never fires non-interactively (live-vendors facts; the Co
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from aep_sdk.aio import ControlClient
 
 from pipeline.control import RESPOND
 from tests.live.fakemodel import shell, text, tool
 from tests.live.harness import SPECS, Live, types
-from tests.relay_double import RelayDouble, wait_until
+from tests.relay_double import wait_until
 
 TOKEN = "live-control-token"
 
 
-@pytest.fixture
-async def relay() -> AsyncIterator[RelayDouble]:
-    r = RelayDouble(token=TOKEN)
-    await r.start()
-    yield r
-    await r.stop()
-
-
-@pytest.fixture
-async def operator(relay: RelayDouble) -> AsyncIterator[ControlClient]:
-    client = ControlClient(relay.url, agent="aep-console", host="ops-host", token=TOKEN)
+@contextlib.asynccontextmanager
+async def operated(live: Live) -> AsyncIterator[ControlClient]:
+    """The operator console: the official SDK on the collector's own relay role, authenticated."""
+    assert live.collector is not None
+    client = ControlClient(f"http://127.0.0.1:{live.collector.ports['relay_server']}", agent="aep-console",
+                           host="ops-host", token=TOKEN)
     await client.connect()
-    yield client
-    await client.close()
+    try:
+        await wait_until(lambda: live.healthz().get("relay"), "the relay role to count the operator", timeout=20)
+        yield client
+    finally:
+        await client.close()
 
 
-def with_relay(relay: RelayDouble) -> dict[str, Any]:
-    return {"relay": {"endpoint": relay.ws_url, "token": TOKEN, "backoff_initial": 0.05, "backoff_max": 0.2}}
+RELAY_ROLE = {"relay_server": {"endpoint": "127.0.0.1:0", "token": TOKEN}}
 
 
-async def relay_up(live: Live) -> None:
-    await wait_until(lambda: live.healthz().get("relay"), "the collector's relay hello", timeout=20)
+@contextlib.asynccontextmanager
+async def controlled(tmp_path: Path, turns: list[Any],
+                     vendor: str = "claude_code") -> AsyncIterator[tuple[Live, ControlClient]]:
+    """A live session whose collector runs the relay role, with the operator attached."""
+    with Live(SPECS[vendor], tmp_path, turns, exporters=RELAY_ROLE) as live:
+        async with operated(live) as operator:
+            yield live, operator
 
 
-async def requested(relay: RelayDouble) -> dict[str, Any]:
-    """The first attention request that reached the relay (the operator's view)."""
+async def requested(live: Live) -> dict[str, Any]:
+    """The first attention request, once written (durably, before the hook is held)."""
     def found() -> dict[str, Any] | None:
-        return next((e for e in list(relay.stored) if e.get("type") == "attention.requested"), None)
-    return await wait_until(found, "the attention request at the relay", timeout=60)
+        return next((e for e in live.events() if e.get("type") == "attention.requested"), None)
+    return await wait_until(found, "the attention request", timeout=60)
 
 
 def closed_once(events: list[dict[str, Any]], rid: str) -> list[dict[str, Any]]:
@@ -74,12 +79,10 @@ def closed_once(events: list[dict[str, Any]], rid: str) -> list[dict[str, Any]]:
     return legs
 
 
-async def test_claude_code_permission_allow(tmp_path: Path, relay: RelayDouble, operator: ControlClient) -> None:
-    with Live(SPECS["claude_code"], tmp_path, [shell("touch allowed.txt"), text("done")],
-              exporters=with_relay(relay)) as live:
-        await relay_up(live)
+async def test_claude_code_permission_allow(tmp_path: Path) -> None:
+    async with controlled(tmp_path, [shell("touch allowed.txt"), text("done")]) as (live, operator):
         run = asyncio.create_task(live.arun("make the file"))
-        req = await requested(relay)
+        req = await requested(live)
         assert req["data"]["kind"] == "permission" and req["data"]["respond_via"] == ["control"]
         ack = await operator.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"option": "allow"}})
         assert ack["type"] == "control.accepted"
@@ -91,14 +94,11 @@ async def test_claude_code_permission_allow(tmp_path: Path, relay: RelayDouble, 
     assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
 
 
-async def test_claude_code_permission_deny_with_guidance(tmp_path: Path, relay: RelayDouble,
-                                                         operator: ControlClient) -> None:
+async def test_claude_code_permission_deny_with_guidance(tmp_path: Path) -> None:
     guidance = "not that file; write notes.md instead"
-    with Live(SPECS["claude_code"], tmp_path, [shell("touch denied.txt"), text("ok")],
-              exporters=with_relay(relay)) as live:
-        await relay_up(live)
+    async with controlled(tmp_path, [shell("touch denied.txt"), text("ok")]) as (live, operator):
         run = asyncio.create_task(live.arun("make the file"))
-        req = await requested(relay)
+        req = await requested(live)
         await operator.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"text": guidance}})
         await run
     assert not (live.work / "denied.txt").exists()
@@ -123,15 +123,12 @@ async def test_claude_code_permission_without_operator(tmp_path: Path) -> None:
     assert types(events).index(leg["type"]) < types(events).index("session.ended")
 
 
-async def test_claude_code_ask_user_question_answered(tmp_path: Path, relay: RelayDouble,
-                                                      operator: ControlClient) -> None:
+async def test_claude_code_ask_user_question_answered(tmp_path: Path) -> None:
     question = {"question": "Which colour should the button be?", "header": "Colour", "multiSelect": False,
                 "options": [{"label": "Red", "description": "warm"}, {"label": "Teal", "description": "cool"}]}
-    with Live(SPECS["claude_code"], tmp_path, [tool("AskUserQuestion", questions=[question]), text("done")],
-              exporters=with_relay(relay)) as live:
-        await relay_up(live)
-        driver = asyncio.create_task(stream_json(live, "ask me"))
-        req = await requested(relay)
+    async with controlled(tmp_path, [tool("AskUserQuestion", questions=[question]), text("done")]) as (live, operator):
+        driver = asyncio.create_task(live.stream_json("ask me", "-p", "--verbose", "--permission-prompt-tool", "stdio"))
+        req = await requested(live)
         assert req["data"]["kind"] == "form"
         ack = await operator.send(RESPOND, req["session"], subject=req["id"],
                                   data={"answer": {"values": {"1": "2"}}})
@@ -147,37 +144,18 @@ async def test_claude_code_ask_user_question_answered(tmp_path: Path, relay: Rel
     closed_once(events, req["id"])
 
 
-async def stream_json(live: Live, prompt: str) -> list[dict[str, Any]]:
-    """Drive ``claude -p`` with stream-json I/O and the stdio permission-prompt host until its result.
-
-    Returns the permission prompts (and cancellations) Claude Code sent to the host, which never
-    answers: only the hook, that is the operator, can decide.
-    """
-    argv = [*live.prefix, "-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose",
-            "--permission-prompt-tool", "stdio"]
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=live.work, env=live.env, stdin=asyncio.subprocess.PIPE,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def send(obj: dict[str, Any]) -> None:
-        assert proc.stdin is not None
-        proc.stdin.write((json.dumps(obj) + "\n").encode())
-
-    send({"type": "user", "message": {"role": "user", "content": prompt}})
-    prompts: list[dict[str, Any]] = []
-    try:
-        async with asyncio.timeout(90):
-            while line := await proc.stdout.readline():
-                msg = json.loads(line)
-                if msg.get("type") in ("control_request", "control_cancel_request"):
-                    prompts.append(msg)
-                elif msg.get("type") == "result":
-                    break
-    finally:
-        proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), 15)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-    return prompts
+async def test_qwen_code_permission_request_allow(tmp_path: Path) -> None:
+    # Qwen Code 0.24.4 offers its shell without --yolo only in SDK mode (stream-json I/O after an
+    # initialize request); there the PermissionRequest hook fires beside the host's can_use_tool.
+    async with controlled(tmp_path, [shell("touch qwen-allowed.txt"), text("done")], "qwen_code") as (live, op):
+        driver = asyncio.create_task(live.stream_json("make the file", "--approval-mode", "default",
+                                                      initialize=True))
+        req = await requested(live)
+        assert req["data"]["kind"] == "permission" and req["data"]["respond_via"] == ["control"]
+        ack = await op.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"option": "allow"}})
+        assert ack["type"] == "control.accepted"
+        prompts = await driver
+    assert prompts == []  # the hook decided first: Qwen Code never asked its SDK host
+    assert (live.work / "qwen-allowed.txt").exists()
+    events = live.check(ended=False)  # no SessionEnd from a Qwen run that is not interactive
+    assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
