@@ -1,7 +1,8 @@
-"""Kimi Code CLI: the 16-event external-hooks surface and the kap-server web channel (AEP-0002 Annex A.6).
+"""Kimi Code CLI: the 16-event external-hooks surface (AEP-0002 Annex A.6).
 
 Pinned by ``conformance/fixtures/mappings/kimi-code.json``: ``map_hook`` is the pure hook mapping
-(``hooks`` + ``fallback``), ``map_ws_frame`` the pure web-channel mode policy (``ws_modes``).
+(``hooks`` + ``fallback``). The fixture's kap-server web channel (``ws_modes``) is not mapped: no
+receiver speaks that WebSocket, and mapping code with no receiver is untested in practice.
 ``map_signal`` adds what the fixture calls runtime state: the per-prompt run synthesis with its
 stale-run drain, the permission pair's companions and the opt-in held PreToolUse gate.
 """
@@ -22,12 +23,11 @@ from .common import (
     get_str,
     hook_fallback,
     permission_prompt,
-    snake_case,
     tool_ref,
 )
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "SILENT_HOOKS", "neutral_reply", "GATE_OPTIONS", "WS_MODES", "KimiState", "new_state", "map_hook",
-           "map_ws_frame", "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
+__all__ = ["AGENT", "NEUTRAL_REPLY", "SILENT_HOOKS", "neutral_reply", "GATE_OPTIONS", "KimiState", "new_state", "map_hook",
+           "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
            "pretool_reply"]
 
 AGENT = "kimi-code"
@@ -54,8 +54,6 @@ GATE_OPTIONS: list[dict[str, str]] = [
     {"id": "cancel", "label": "Cancel"},
 ]
 _GATE_BLOCKS = {"deny", "cancel"}
-
-WS_MODES = ("companion", "primary")
 
 # Bounds on runtime state: a daemon lives for weeks, sessions and unanswered prompts accumulate.
 MAX_SESSIONS = 4096
@@ -267,117 +265,6 @@ def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
                                    "permissionDecisionReason": reason or "Denied by operator"}}
 
 
-# --- pure web-channel policy (fixture `ws_modes`) ---------------------------------------------------
-
-
-def _wire_type(type_: Any) -> str:
-    """A wire type as dotted type segments ``[a-z0-9_]`` (the envelope grammar)."""
-    if not isinstance(type_, str) or not type_:
-        return "unknown"
-    segments = [snake_case(s) for s in type_.split(".") if s]
-    return ".".join(segments) or "unknown"
-
-
-def _question_fields(questions: list[Any]) -> list[dict[str, Any]]:
-    fields = []
-    for q in questions:
-        if not isinstance(q, dict) or not get_str(q, "id"):
-            continue
-        choices = []
-        for o in q.get("options") if isinstance(q.get("options"), list) else []:
-            if isinstance(o, dict) and get_str(o, "id"):
-                choices.append({"id": o["id"], "label": get_str(o, "label") or o["id"]})
-            elif isinstance(o, str) and o:
-                choices.append({"id": o, "label": o})
-        # Kimi-web keeps the vendor's own question/option ids (fixture question_requested).
-        fields.append({"id": q["id"], "type": "select", "label": get_str(q, "question") or q["id"],
-                       "choices": choices})
-    return fields
-
-
-def map_ws_frame(frame: Any, mode: str) -> Event | None:
-    """One kap-server WS frame -> a draft or None, per bridge mode ``companion`` or ``primary`` (pure)."""
-    if mode not in WS_MODES:
-        raise ValueError(f"unknown Kimi web mode {mode!r}; expected one of {', '.join(WS_MODES)}")
-    f = frame if isinstance(frame, dict) else {}
-    wire = get_str(f, "type") or ""
-    if f.get("volatile") is True:
-        return None  # the vendor's own do-not-persist marker: never emits in either mode
-    if wire.startswith("permission.approval."):
-        return None  # internal bus echo, deduped in favour of its event.approval.* wire twin
-    p = f.get("payload") if isinstance(f.get("payload"), dict) else {}
-    session = get_str(f, "session_id") or get_str(p, "sessionId")
-
-    def out(type_: str, data: dict[str, Any], subject: Any = None, **hints: Any) -> Event:
-        d = draft(type_, data, subject, **hints)
-        d["session"] = session
-        return d
-
-    channel = f"x.kimi-code.web.{_wire_type(wire)}"
-    if mode == "companion":
-        # The hook adapter is the sole core-type authority; the channel only says what it saw.
-        return out(channel, {})
-
-    if wire == "turn.started":
-        data: dict[str, Any] = {}
-        origin = get_str(get_dict(p, "origin"), "kind")
-        if origin in ("user", "schedule", "agent", "control", "resume"):
-            data["trigger"] = origin
-        if get_str(p, "prompt"):
-            data["prompt"] = p["prompt"]
-        return out("run.started", data)
-    if wire == "turn.ended":
-        reason = get_str(p, "reason")
-        if reason == "completed":
-            return out("run.finished", {})
-        if reason == "cancelled":
-            return out("run.cancelled", {})  # the wire cannot tell who cancelled: no `by`
-        # deviation: a turn.ended with no reason is not a completion we can vouch for.
-        return out("run.failed", {"reason": reason or "unknown"})
-    if wire == "tool.call.started":
-        name = get_str(p, "name")
-        data = {"tool": tool_ref(name, get_str(p, "toolCallId"))}
-        if "args" in p:
-            data["args_digest"] = digest(p["args"])
-            if isinstance(p["args"], dict):
-                data["args"] = p["args"]
-        return out("tool.requested", data, name)
-    if wire == "tool.result":
-        return None  # the result names no tool; the stateful receiver pairs it by toolCallId
-    if wire == "event.approval.requested":
-        prompt = get_str(p, "action") or permission_prompt(get_str(p, "tool_name") or "tool", None)
-        # A read-only channel advertises no way to answer: no options, no respond_via.
-        return out("attention.requested", {"kind": "permission", "prompt": prompt}, get_str(p, "approval_id"))
-    if wire == "event.approval.resolved":
-        subject = get_str(p, "approval_id")
-        decision = get_str(p, "decision")
-        if decision is None:
-            return out("attention.resolved", {"resolution": "dismissed"}, subject)
-        answer = {"option": decision}
-        if get_str(p, "feedback"):
-            answer["text"] = p["feedback"]
-        return out("attention.answered", {"answer": answer, "via": "oob"}, subject)
-    if wire == "event.question.requested":
-        questions = p.get("questions") if isinstance(p.get("questions"), list) else []
-        fields = _question_fields(questions)
-        n = len(fields)
-        structural = f"{AGENT} asks {n} question" + ("" if n == 1 else "s")
-        prompt = fields[0]["label"] if n == 1 else structural
-        return out("attention.requested", {"kind": "form", "prompt": prompt, "fields": fields},
-                   get_str(p, "question_id"), _structural={"prompt": structural})
-    if wire == "event.question.answered":
-        # The pin keeps the vendor's answer objects inside `values` verbatim (taxonomy digest §8.24).
-        values = p.get("answers") if isinstance(p.get("answers"), dict) else {}
-        return out("attention.answered", {"answer": {"values": values}, "via": "oob"}, get_str(p, "question_id"))
-    if wire == "event.question.dismissed":
-        return out("attention.resolved", {"resolution": "dismissed"}, get_str(p, "question_id"))
-    if wire == "event.session.work_changed":
-        data = {k: p[k] for k in ("busy", "pending_interaction") if k in p and isinstance(p[k], (bool, str))}
-        return out(channel, data)
-    # No session lifecycle is fabricated (kap sessions outlive connections); the rest is channel-only.
-    return out(channel, {})
-
-
 # --- runtime state -----------------------------------------------------------------------------------
 
 
@@ -412,13 +299,8 @@ def new_state() -> KimiState:
 
 
 def map_signal(signal: Signal, state: KimiState) -> list[Event]:
-    """A Kimi hook call (or, with ``attrs["ws_mode"]``, a web frame) -> drafts, updating ``state``."""
+    """A Kimi hook call -> drafts, updating ``state``."""
     payload = signal.payload if isinstance(signal.payload, dict) else {}
-    mode = signal.attrs.get("ws_mode") if isinstance(signal.attrs, dict) else None
-    if mode is not None:
-        d = map_ws_frame(payload, mode)
-        return [] if d is None else [d]
-
     name = get_str(payload, "hook_event_name") or signal.name or ""
     main = map_hook(name, payload)
     session = main.get("session")
