@@ -62,7 +62,11 @@ class Buffers:
                 self._seen.pop(old, None)
         self.sessions.move_to_end(session)  # every write refreshes recency
         seen.add(key)
-        bisect.insort(buf.entries, Entry((ev.get("epoch", 0), ev["seq"]), next(self._order), text, ev))
+        entry = Entry((ev.get("epoch", 0), ev["seq"]), next(self._order), text, ev)
+        if not buf.entries or buf.entries[-1].pos <= entry.pos:
+            buf.entries.append(entry)  # the common case: in order
+        else:
+            bisect.insort(buf.entries, entry)  # backfill
         while len(buf.entries) > self.depth:
             gone = buf.entries.pop(0)
             seen.discard((gone.event["source"], gone.event["id"]))
