@@ -146,7 +146,7 @@ _COLOURS = {"debug": "2", "info": "0", "notice": "36", "warning": "33", "error":
 
 
 def summary(ev: dict[str, Any]) -> str:
-    data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
+    data = raw if isinstance(raw := ev.get("data"), dict) else {}
     bits = []
     tool = data.get("tool")
     if isinstance(tool, dict) and tool.get("name"):
