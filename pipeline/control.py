@@ -183,11 +183,13 @@ class ControlRouter:
             self.health.recover("control", "holds-full")
 
     def pending(self, agent: str, session: str | None = None) -> list[Hold]:
-        seen: list[Hold] = []
+        # By identity: a hold is listed once per lane, and dataclass equality would compare whole
+        # events, quadratically, across thousands of holds.
+        seen: dict[int, Hold] = {}
         for h in self.holds.values():
-            if h.agent == agent and (session is None or h.session == session) and h not in seen:
-                seen.append(h)
-        return seen
+            if h.agent == agent and (session is None or h.session == session):
+                seen.setdefault(id(h), h)
+        return list(seen.values())
 
     # -- commands ---------------------------------------------------------------------------------
 

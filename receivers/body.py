@@ -10,6 +10,8 @@ This bound is separate from a held hook's hold window, which starts once the bod
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 from typing import Any
 
 from aiohttp import web
@@ -58,6 +60,34 @@ async def reply_and_close(request: web.Request, response: web.StreamResponse) ->
     if protocol is not None:
         protocol.force_close()  # the transport flushes what was written, then closes
     return response
+
+
+class ProtocolLog(logging.LoggerAdapter):
+    """aiohttp's per-connection logger for one receiver (``AppRunner(..., logger=...)``).
+
+    aiohttp logs every request it cannot parse (a malformed request line or header, broken
+    chunked framing) and every handler error as an ERROR with a traceback. Here each becomes a
+    counted request error of the receiver, logged one line per cause (throttled, see
+    ``Health.request_error``); the traceback goes nowhere above ``debug``, and even there as one line.
+    """
+
+    def __init__(self, health: Any, component: str) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.health, self.component = health, component
+
+    def exception(self, msg: object, *args: Any, exc_info: Any = True, **kwargs: Any) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        what = f"{type(exc).__name__}: {exc}" if exc is not None else str(msg)
+        self.health.request_error(self.component, "bad-http", what)
+        self.logger.debug("%s: %s", self.component, " ".join(what.split())[:300])
+
+    error = exception
+
+    def debug(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("exc_info"):  # a request that is not HTTP at all: counted like the others
+            self.exception(msg, *args, **kwargs)
+        else:
+            self.logger.debug(msg, *args, **kwargs)
 
 
 def validate_body_timeout(value: Any) -> None:

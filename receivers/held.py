@@ -21,10 +21,10 @@ from pipeline.control import RESPOND, ControlRouter, Hold, Outcome
 from pipeline.envelope import rfc3339_ms
 from pipeline.host import Host
 from pipeline.model import Event, Signal
-from receivers.hook_http import vendor_gone
+from receivers.hook_http import CURRENT_REQUEST, connection_gone
 
 GONE_POLL = 0.1
-"""Seconds between checks that the vendor is still waiting on a held request."""
+"""Seconds between checks that the vendors of held requests are still waiting (one check for all)."""
 DENY_MESSAGE = "Denied via AEP attention loop"
 """The canned reason of a plain deny (reference stack §1.1), shared by every held permission."""
 
@@ -92,6 +92,9 @@ class HeldLoop:
         self.agent, self.component, self.timeout = agent, component, timeout
         self.router: ControlRouter | None = None
         self.deliver: Any = None
+        self._watched: dict[int, tuple[Hold, Callable[[], bool]]] = {}
+        """Holds being waited on -> how to tell their vendor hung up (scanned by ``_watch``)."""
+        self._watcher: asyncio.Future[None] | None = None
 
     def bind(self, host: Host, deliver: Any, accepts: list[str] | None, consumer: Any) -> None:
         """At receiver start: register what this receiver honours and how events leave it."""
@@ -126,41 +129,60 @@ class HeldLoop:
         session = requests[0][1].get("session", "unknown")
         return self.router.open(self.agent, session, requests, validate, key)
 
-    async def wait(self, hold: Hold, gone: Callable[[], bool] = vendor_gone) -> Outcome:
+    async def wait(self, hold: Hold, gone: Callable[[], bool] | None = None) -> Outcome:
         """Wait for the answer, a dismissal or the timeout (which emits ``attention.timeout``).
 
         If the vendor hangs up first (``gone()``: a shim gave up, a plugin aborted its fetch),
         nobody will read the reply: the request is resolved ``dismissed`` and a later answer refused.
-        A holder whose vendor is not on the current request (a background hold) passes its own
-        ``gone`` (or one that is always false).
+        By default ``gone`` watches the connection of the hook request being handled; a holder
+        whose vendor is not on that request (a background hold) passes its own (or one that is
+        always false).
+
+        One timer per hold (the deadline) and one shared watcher per receiver for hang-ups: no
+        per-hold polling, so thousands of holds cost nothing while they wait and each times out
+        on time.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        if gone is None:
+            gone = connection_gone(CURRENT_REQUEST.get())
+        self._watched[id(hold)] = (hold, gone)
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.ensure_future(self._watch())
         try:
-            while True:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError
-                try:
-                    outcome = await asyncio.wait_for(asyncio.shield(hold.future), min(left, GONE_POLL))
-                    break
-                except TimeoutError:
-                    if gone() and await self.dismiss(hold):
-                        outcome = hold.future.result()
-                        break
-        except TimeoutError:
-            outcome = Outcome("timeout")
-            if hold.settle(outcome):
-                after = int((time.monotonic() - hold.opened) * 1000)
-                await self.emit(hold, "attention.timeout", {"after_ms": after}, cause_request=True)
-            else:
-                outcome = hold.future.result()
+            try:
+                outcome = await asyncio.wait_for(asyncio.shield(hold.future), self.timeout)
+            except TimeoutError:
+                outcome = Outcome("timeout")
+                if hold.settle(outcome):
+                    after = int((time.monotonic() - hold.opened) * 1000)
+                    await self.emit(hold, "attention.timeout", {"after_ms": after}, cause_request=True)
+                else:
+                    outcome = hold.future.result()
         finally:
+            self._watched.pop(id(hold), None)
             if self.router is not None:
                 self.router.close(hold)
         if outcome.how in ("shutdown", "cancelled"):
             await self.emit(hold, "attention.resolved", {"resolution": "dismissed"}, cause_request=True)
         return outcome
+
+    async def _watch(self) -> None:
+        """Every ``GONE_POLL`` seconds while anything is held: dismiss the holds whose vendor hung up."""
+        while self._watched:
+            await asyncio.sleep(GONE_POLL)
+            for key, (hold, gone) in list(self._watched.items()):
+                if hold.settled:
+                    continue
+                try:
+                    hung_up = gone()
+                except Exception:
+                    hung_up = False
+                if hung_up:
+                    self._watched.pop(key, None)
+                    try:
+                        await self.dismiss(hold)
+                    except Exception as exc:  # the holder still gets its outcome; the cause is counted
+                        log.warning("%s: dismissing a hold failed: %s: %s", self.component,
+                                    type(exc).__name__, exc)
 
     async def answered(self, hold: Hold, outcome: Outcome, answer: dict[str, Any],
                        fields: list[dict[str, Any]] | None = None,

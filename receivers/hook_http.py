@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,7 +24,14 @@ from pipeline.component import Consumer, CreateSettings
 from pipeline.config import parse_endpoint
 from pipeline.host import Health, Host
 from pipeline.model import Event, Signal
-from receivers.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body, reply_and_close, validate_body_timeout
+from receivers.body import (
+    DEFAULT_BODY_TIMEOUT,
+    BodyError,
+    ProtocolLog,
+    read_body,
+    reply_and_close,
+    validate_body_timeout,
+)
 
 log = logging.getLogger("aep.receiver")
 
@@ -35,11 +43,23 @@ CURRENT_REQUEST: contextvars.ContextVar[web.Request | None] = contextvars.Contex
 
 def vendor_gone() -> bool:
     """True when the vendor side of the current hook request has closed its connection."""
-    request = CURRENT_REQUEST.get()
+    return connection_gone(CURRENT_REQUEST.get())()
+
+
+def connection_gone(request: web.Request | None) -> Callable[[], bool]:
+    """A check that ``request``'s client has closed its connection (always false without one)."""
     if request is None:
-        return False
-    transport = request.transport
-    return transport is None or transport.is_closing()
+        return _never
+
+    def gone() -> bool:
+        transport = request.transport  # None once the connection is lost
+        return transport is None or transport.is_closing()
+
+    return gone
+
+
+def _never() -> bool:
+    return False
 
 JSON = "application/json"
 
@@ -201,7 +221,8 @@ class HookServer:
         if on_start is not None:
             await on_start(host, self)
         addr, port = parse_endpoint(self.config.endpoint)
-        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                                    logger=ProtocolLog(self.health, self.id))
         await self.runner.setup()
         site = web.TCPSite(self.runner, addr, port, reuse_address=True)
         await site.start()

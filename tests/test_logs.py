@@ -30,6 +30,23 @@ def post(port: int, data: bytes) -> int:
         return exc.code
 
 
+BAD_HTTP = [b"POST /hook HTTP/1.1\r\nHost: x\r\nContent-Length: zz\r\n\r\n",
+            b"NOT HTTP AT ALL\r\n\r\n",
+            b"POST /hook HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+            b"POST /hook HTTP/1.1\r\nBad Header Line\r\n\r\n"]
+
+
+def send_raw(port: int, raw: bytes) -> bytes:
+    """A malformed HTTP request; what the server answers before closing."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(raw)
+        s.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
 def hang_up(port: int) -> None:
     """Headers and half a body, then the client goes away."""
     with socket.create_connection(("127.0.0.1", port)) as s:
@@ -57,6 +74,8 @@ async def test_debug_log_holds_no_secret_and_bad_requests_are_one_line_per_cause
                 assert await asyncio.to_thread(post, port, bad) == 400
             for _ in range(15):
                 await asyncio.to_thread(hang_up, port)
+            for raw in BAD_HTTP * 4:
+                await asyncio.to_thread(send_raw, port, raw)
             assert await asyncio.to_thread(post, port, b'{"session_id": ' + b"9" * 5000 + b"}") == 400
             await asyncio.sleep(0.3)
             metrics_port = int(re.search(r"metrics listening on \S+?:(\d+)", "".join(c.log)).group(1))
@@ -75,6 +94,9 @@ async def test_debug_log_holds_no_secret_and_bad_requests_are_one_line_per_cause
     lines = [line for line in out.splitlines() if "receiver/claude_code: invalid-json" in line]
     assert len(lines) == 1, lines  # one line per cause while the window lasts, not one per request
     assert len([line for line in out.splitlines() if "client-disconnected" in line]) == 1
+    bad_http = re.search(r'receiver="receiver/claude_code",cause="bad-http"\} (\d+)', page)
+    assert bad_http and int(bad_http.group(1)) >= 12, page  # counted, never a traceback (above)
+    assert len([line for line in out.splitlines() if "WARNING" in line and ": bad-http: " in line]) == 1
 
 
 def test_the_filter_redacts_messages_arguments_and_tracebacks():

@@ -28,7 +28,7 @@ from pipeline.host import Health, Host
 from pipeline.model import Signal
 from processors.mapping import load_vendor
 
-from ..body import BodyError, read_body, reply_and_close
+from ..body import BodyError, ProtocolLog, read_body, reply_and_close
 from . import wire
 from .config import OtlpConfig
 from .flatten import flatten_request
@@ -136,7 +136,8 @@ class OtlpReceiver:
         app.router.add_route("*", "/{tail:.*}", self._http_not_found)
         # Gzip is undone here, bounded by max_request_bytes, so that a body that is not gzip gets
         # an OTLP error body instead of aiohttp's bare 400 (and a gzip bomb cannot blow up).
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False,
+                                    logger=ProtocolLog(self.health, self.id))
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port)
         await site.start()
@@ -199,7 +200,9 @@ class OtlpReceiver:
         except PipelineUnavailable as exc:
             code, message = grpc.StatusCode.UNAVAILABLE, str(exc)
         except Exception as exc:  # a receiver bug must never stop the server; INTERNAL is not retried
-            log.exception("%s: OTLP/gRPC export failed", self.id)
+            self.health.incident(self.id, "internal-error", f"OTLP/gRPC export: {type(exc).__name__}: {exc}")
+            self.health.request_error(self.id, "internal-error", f"OTLP/gRPC export: {type(exc).__name__}: {exc}")
+            log.debug("%s: OTLP/gRPC export failed", self.id, exc_info=True)
             code, message = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}"
         await context.abort(code, message)  # raises: the status is the answer
         return b""
@@ -232,7 +235,9 @@ class OtlpReceiver:
             out.headers["Retry-After"] = "1"
             return out
         except Exception as exc:  # a receiver bug must never stop the server; 500 is not retried
-            log.exception("%s: OTLP/HTTP export failed", self.id)
+            self.health.incident(self.id, "internal-error", f"OTLP/HTTP export: {type(exc).__name__}: {exc}")
+            self.health.request_error(self.id, "internal-error", f"OTLP/HTTP export: {type(exc).__name__}: {exc}")
+            log.debug("%s: OTLP/HTTP export failed", self.id, exc_info=True)
             return self._status_response(500, wire.INTERNAL, type(exc).__name__, ctype)
         return web.Response(status=200, body=wire.encode_message(response, ctype), content_type=ctype)
 
