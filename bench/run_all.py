@@ -28,6 +28,8 @@ def main() -> int:
         ("hook round trip, JSONL + relay exporters (open loop)",
          ["bench_hooks.py", "--rates", "100,1000", "--duration", "5" if q else "30", "--relay"]),
         ("command shim start-up", ["bench_shim.py", "--runs", "10" if q else "40"]),
+        ("instructions per event in-process (callgrind, N vs 2N events)",
+         ["bench_instructions.py", "--events", "500" if q else "2000", *([] if q else ["--stages"])]),
         ("pipeline throughput in-process (one core)", ["bench_pipeline.py", "--events", "20000" if q else "100000"]),
         ("OTLP LogRecords through the whole pipeline", ["bench_otlp.py", "--records", "5000" if q else "60000"]),
         ("relay role fan-out to SSE/WebSocket subscribers", ["bench_relay_role.py", "--events", "2000" if q else "20000"]),

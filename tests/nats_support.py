@@ -36,8 +36,10 @@ class NatsNode:
     """One nats-server with JetStream on 127.0.0.1; ``kill`` is SIGKILL, ``start`` again reuses
     its ports and store (a restarted node rejoins its cluster)."""
 
-    def __init__(self, root: Path, name: str = "n1", cluster: str | None = None) -> None:
+    def __init__(self, root: Path, name: str = "n1", cluster: str | None = None,
+                 extra: list[str] | None = None) -> None:
         self.name = name
+        self.extra = list(extra or [])
         self.port, self.monitor = free_port(), free_port()
         self.cluster_port = free_port() if cluster else None
         self.cluster = cluster
@@ -52,7 +54,7 @@ class NatsNode:
 
     def start(self, wait: bool = True) -> NatsNode:
         args = [binary(), "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor),
-                "-n", self.name, "-js", "-sd", str(self.store)]
+                "-n", self.name, "-js", "-sd", str(self.store), *self.extra]
         if self.cluster:
             args += ["--cluster_name", self.cluster, "--cluster", f"nats://127.0.0.1:{self.cluster_port}",
                      "--routes", ",".join(f"nats://127.0.0.1:{p}" for p in self.routes)]

@@ -66,3 +66,21 @@ def test_a_request_asked_again_closes_the_earlier_card():
     assert [e["type"] for e in out] == ["attention.resolved", "attention.requested"]
     assert out[0]["subject"] == first["id"] and out[0]["data"] == {"resolution": "dismissed"}
     assert book.open[("kimi-code", "s", "k")].request_id == out[1]["id"]
+
+
+def test_a_session_end_sweeps_its_own_requests_in_asking_order_after_evictions_and_settles():
+    book = AttentionBook(max_open=4)
+    ids = {}
+    for key, session in [("k1", "a"), ("k2", "b"), ("k3", "a"), ("k4", "a"), ("k5", "b"), ("k6", "a")]:
+        (req,) = book.apply([d("attention.requested", key, session=session)])
+        ids[key] = req["id"]
+    # max_open 4 evicted k1 and k2; k3 asked again moves to the end; k4 settles.
+    again = book.apply([d("attention.requested", "k3", session="a")])
+    ids["k3"] = again[-1]["id"]
+    book.apply([d("attention.timeout", "k4", session="a")])
+    out = book.apply([d("session.ended", session="a")])
+    assert [e["subject"] for e in out[:-1]] == [ids["k6"], ids["k3"]] and out[-1]["type"] == "session.ended"
+    assert list(book.open) == [("kimi-code", "b", "k5")]
+    assert book.by_session == {("kimi-code", "b"): {("kimi-code", "b", "k5"): None}}
+    assert [e["subject"] for e in book.apply([d("session.ended", session="b")])[:-1]] == [ids["k5"]]
+    assert book.open == {} and book.by_session == {}

@@ -252,3 +252,41 @@ async def test_a_held_permission_is_answered_over_nats_and_re_acks_are_byte_iden
         history = read_jsonl(tmp_path / "logs" / CC / "s1.jsonl")
         assert [e["type"] for e in history].count("control.accepted") == 1
     assert not service.host.control.route_live(CC)
+
+
+async def test_token_auth_and_tls_against_a_real_server(tmp_path: Path) -> None:
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    node = NatsNode(tmp_path, extra=["--auth", "s3cret-fleet", "--tls", "--tlscert", str(cert),
+                                     "--tlskey", str(key)]).start()
+    try:
+        url = f"tls://127.0.0.1:{node.port}"
+        stamper = Stamper(tmp_path / "st", "h")
+        wrong = NatsExporter(CreateSettings(id="nats"), NatsExporterConfig(
+            connection=NatsConnection(servers=[url], token="not-it", tls_ca=str(cert), reconnect_wait=0.1,
+                                      connect_timeout=1.0),
+            publish_timeout=0.5))
+        host = Host(health=Health(), state_dir=tmp_path / "w")
+        await wrong.start(host)
+        with pytest.raises(ConnectionError):
+            await wrong.deliver(events(stamper, "s", 1))
+        assert "nats-down" in host.health.snapshot()["problems"]["exporter/nats"]
+        await wrong.shutdown()
+        right = NatsExporter(CreateSettings(id="nats"), NatsExporterConfig(
+            connection=NatsConnection(servers=[url], token="s3cret-fleet", tls_ca=str(cert))))
+        await right.start(Host(health=Health(), state_dir=tmp_path / "r"))
+        batch = events(stamper, "s", 3)
+        await right.deliver(batch)
+        await right.shutdown()
+        ctx = NatsConnection(servers=[url], token="s3cret-fleet", tls_ca=str(cert)).options()
+        nc = await nats.connect(**{k: ctx[k] for k in ("servers", "token", "tls")})
+        try:
+            assert (await nc.jetstream().stream_info("AEP_EVENTS")).state.messages == 3
+        finally:
+            await nc.close()
+    finally:
+        node.kill()

@@ -1,7 +1,7 @@
 """Whatever order a vendor's moments arrive in, every exported stream passes validate-events.
 
-Hypothesis draws sequences (repeats, reorderings, interleavings) of each vendor's mapping-fixture
-inputs — plus, for Claude Code, whose fixture pins only its two forms, a realistic session's
+Hypothesis draws sequences (repeats, reorderings, and interleavings of two sessions: each moment
+is also replayed under a second session id) of each vendor's mapping-fixture inputs — plus, for Claude Code, whose fixture pins only its two forms, a realistic session's
 hooks — and runs them through the real chain: the receiver's own signal extraction, then
 mapping → runs → capture → stamping (tests/chain.py). Every event must pass the envelope, payload
 and stream rules of ``validate-events``, at the default ceiling and at ``full``. The two OTLP
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from pipeline.component import CreateSettings, Kind
 from pipeline.model import Signal
 from pipeline.registry import build_registry
 from pipeline.validate import StreamValidator, envelope_errors, payload_errors
+from processors.mapping import MappingProcessor
 from tests.chain import Chain
 from tests.conftest import corpus
 
@@ -113,7 +115,6 @@ def surface(rtype: str) -> Any:
 
 
 SURFACES = {r: surface(r) for r in FIXTURES}
-INPUTS = {r: inputs(r) for r in FIXTURES}
 STATE = Path(tempfile.mkdtemp(prefix="aep-stream-property-"))
 
 
@@ -127,9 +128,31 @@ def signal(rtype: str, payload: dict[str, Any], hook: str | None) -> Signal:
     return SURFACES[rtype].signal(copy.deepcopy(payload), _request("/hook" + (f"?hook={hook}" if hook else "")))
 
 
+def two_sessions(rtype: str, items: list[tuple[dict[str, Any], str | None]]) -> list[tuple[dict[str, Any], str | None]]:
+    """The moments again in a second session, so draws interleave two sessions of one agent.
+
+    The session a moment lands in is what the mapping says it is; the copy has that id (wherever
+    the payload spells it: a key, a path, a turn id) replaced by another.
+    """
+    chain = MappingProcessor()
+    out = list(items)
+    for payload, hook in items:
+        sessions = {d.get("session") for d in chain([signal(rtype, payload, hook)]) if isinstance(d, dict)}
+        sid = next((x for x in sessions if isinstance(x, str) and len(x) >= 4), None)
+        if sid is not None:
+            text = json.dumps(payload).replace(json.dumps(sid)[1:-1], json.dumps(sid + "-b")[1:-1])
+            out.append((json.loads(text), hook))
+    return out
+
+
+INPUTS = {r: two_sessions(r, inputs(r)) for r in FIXTURES}
+
+
 def test_every_vendor_has_inputs():
     for rtype, items in INPUTS.items():
-        assert len(items) >= 5, rtype
+        assert len(items) >= 10, rtype
+        sessions = {d.get("session") for p, h in items for d in MappingProcessor()([signal(rtype, p, h)])}
+        assert len(sessions - {None}) >= 2, (rtype, sessions)  # two sessions to interleave
     for fixture in OTLP.values():
         assert len(_otlp_inputs(fixture)) >= 5, fixture
 

@@ -121,7 +121,8 @@ class NatsExporter:
 
     async def _up(self, nc: Any) -> None:
         if self.js is None:
-            self.js = nc.jetstream(timeout=self.config.publish_timeout)
+            self.js = nc.jetstream(timeout=self.config.publish_timeout,
+                                   publish_async_max_pending=max(4000, self.config.max_in_flight + 1))
         if self.config.control and self._sub is None:
             self._sub = await nc.subscribe(self.control_subject, cb=self._on_command)
             # The route goes live only once the server has the subscription: a command sent
@@ -228,7 +229,9 @@ class NatsExporter:
                     ack = await js.publish(subject, body, timeout=timeout, headers=headers)
                     duplicates += bool(ack.duplicate)
                     continue
-                pending.append(await js.publish_async(subject, body, wait_stall=timeout, headers=headers))
+                # No wait_stall: with a timeout the client yields per message (a socket write each);
+                # max_in_flight stays below its pending bound (see _up), so nothing blocks.
+                pending.append(await js.publish_async(subject, body, headers=headers))
                 if len(pending) >= self.config.max_in_flight:
                     duplicates += await self._settle(pending, timeout)
                     pending = []

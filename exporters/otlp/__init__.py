@@ -113,7 +113,7 @@ class OtlpExporter:
                 records.append(to_otlp(event, self.config.max_capture))
             except (KeyError, ValueError, TypeError) as exc:  # not a stamped event: never retried
                 self.health.count(self.id, "dropped")
-                self.health.fail(self.id, "unprojectable", f"{event.get('id')}: {type(exc).__name__}: {exc}")
+                self.health.incident(self.id, "unprojectable", f"{event.get('id')}: {type(exc).__name__}: {exc}")
         if not records:
             return
         body = request(records)

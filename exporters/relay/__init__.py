@@ -95,7 +95,7 @@ class RelayExporter:
             agent = event.get("agent")
             if not isinstance(agent, str) or not agent:
                 self.host.health.count(self.id, "dropped")
-                self.host.health.fail(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
+                self.host.health.incident(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
                 continue
             by_agent.setdefault(agent, []).append(event)
         tickets = []

@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,19 @@ class CapturePolicy:
 
     def level_for(self, event_type: str) -> str:
         """The level events of ``event_type`` are gated at: the most specific override, else the ceiling."""
+        # Memoized per type (hot path); a policy edited after construction starts a fresh memo.
+        memo = self.__dict__.get("_memo")
+        if memo is None or memo[0] != self.ceiling or memo[1] != self.overrides:
+            memo = self.__dict__["_memo"] = (self.ceiling, dict(self.overrides), {})
+        levels = memo[2]
+        level = levels.get(event_type)
+        if level is None:
+            level = self._level_for(event_type)
+            if len(levels) < 4096:
+                levels[event_type] = level
+        return level
+
+    def _level_for(self, event_type: str) -> str:
         if event_type in self.overrides:
             return self.overrides[event_type]
         best: tuple[int, str] | None = None
@@ -254,6 +267,91 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
     return value if isinstance(value, _ATOMS) else copy.deepcopy(value)
 
 
+# --- the compiled plan ------------------------------------------------------------------------
+#
+# ``_prune`` decides each field from (annotations, dotted path, inherited level) only: never from
+# the value. A ``_Plan`` node caches those decisions per key, so the hot path (``gate_draft``)
+# builds no path strings and looks nothing up in the annotations for a key it has seen before:
+# the schema is walked once per (type, hint), the data still once per event. ``_prune`` stays the
+# reference (and serves ``downlevel``); tests/test_capture_plan.py holds the two equal.
+
+_PLAN_NODES = 20_000
+"""Nodes one plan may cache (vendor payloads have open key sets); beyond, decisions are not kept."""
+
+
+class _Plan:
+    """The decisions under one dotted path reached at one inherited level."""
+
+    __slots__ = ("ann", "path", "inherited", "token", "keys", "items", "budget")
+
+    def __init__(self, ann: Annotations, path: str, inherited: int, budget: list[int]) -> None:
+        self.ann, self.path, self.inherited, self.budget = ann, path, inherited, budget
+        self.token = _class_at(ann, path) == TOKEN
+        self.keys: dict[Any, tuple[int, _Plan, bool]] = {}
+        self.items: tuple[int, _Plan] | None = None
+        budget[0] -= 1
+
+    def key(self, key: Any) -> tuple[int, _Plan, bool]:
+        """(level, plan of the value, is a digest key) for ``key`` of a dict at this path."""
+        sub = f"{self.path}.{key}" if self.path else key
+        digest_key = isinstance(key, str) and key.endswith(DIGEST_SUFFIX)
+        if digest_key:
+            level = max(self.inherited, METADATA)  # AEP-0003 §9.3: digests are structural
+        else:
+            level = _level_at(self.ann, sub, self.inherited)
+        entry = (level, _Plan(self.ann, sub, level, self.budget), digest_key)
+        if self.budget[0] > 0:
+            self.keys[key] = entry
+        return entry
+
+    def item(self) -> tuple[int, _Plan]:
+        """(level, plan) of the items of a list at this path."""
+        if self.items is None:
+            sub = self.path + "[]"
+            level = _level_at(self.ann, sub, self.inherited)
+            self.items = (level, _Plan(self.ann, sub, level, self.budget))
+        return self.items
+
+
+def _plan_for(ann: Annotations) -> _Plan:
+    return _Plan(ann, "", NONE, [_PLAN_NODES])
+
+
+def _apply(value: Any, plan: _Plan, limit: int, on_redacted: Callable[[Any], Any] | None,
+           scrub: bool, screen: Screen | None) -> Any:
+    """``_prune(value, plan.path, ann, limit, plan.inherited, ...)``, decided by the plan."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        inherited = plan.inherited
+        keys = plan.keys
+        for key, item in value.items():
+            entry = keys.get(key)
+            if entry is None:
+                entry = plan.key(key)
+            level, child, digest_key = entry
+            if level > limit:
+                continue
+            if scrub and item is not None and _credential(key):
+                out[key] = SECRET  # below full a credential-named key never carries its value
+                continue
+            kept = _apply(item, child, limit, on_redacted, scrub, None if digest_key else screen)
+            if on_redacted is not None and level == REDACTED and inherited < REDACTED:
+                kept = on_redacted(kept)
+            out[key] = kept
+        return out
+    if isinstance(value, list):
+        level, child = plan.items or plan.item()
+        if level > limit:
+            return []
+        items = [_apply(item, child, limit, on_redacted, scrub, screen) for item in value]
+        if on_redacted is not None and level == REDACTED and plan.inherited < REDACTED:
+            items = [on_redacted(item) for item in items]
+        return items
+    if isinstance(value, str) and screen is not None and plan.inherited <= METADATA:
+        return screen(value, plan.token)
+    return value if isinstance(value, _ATOMS) else copy.deepcopy(value)
+
+
 def _twins(value: Any, path: str, ann: Annotations, make: Callable[[Any], Any]) -> Any:
     """Add ``X_redacted`` beside every full-gated ``X`` whose twin the schema declares (at redacted)."""
     if isinstance(value, dict):
@@ -340,20 +438,26 @@ def default_redactor() -> Redactor:
     return Redactor()
 
 
-_MERGED: dict[tuple[str, Any], dict[str, str]] = {}
+_MERGED: dict[tuple[str, Any], tuple[dict[str, str], _Plan]] = {}
 
 
-def _merged_annotations(event_type: str, hint: Any, data: Mapping[str, Any]) -> dict[str, str]:
-    """The type's annotations with the draft's ``_capture`` hint merged in (cached: hot path)."""
+def _merged(event_type: str, hint: Any, data: Mapping[str, Any]) -> tuple[dict[str, str], _Plan]:
+    """The type's annotations with the draft's ``_capture`` hint merged in, and their plan.
+
+    Cached per (type, hint): on the hot path both are built once.
+    """
     if event_type.startswith("message."):
-        return _merge(event_type, hint, data)  # depends on the data's keys: not cacheable
+        ann = _merge(event_type, hint, data)  # depends on the data's keys: not cacheable
+        return ann, _plan_for(ann)
     try:
         key = (event_type, tuple(sorted(hint.items())) if isinstance(hint, dict) else None)
         cached = _MERGED.get(key)
     except TypeError:  # an unhashable hint value: merge uncached (it still fails closed inside)
-        return _merge(event_type, hint, data)
+        ann = _merge(event_type, hint, data)
+        return ann, _plan_for(ann)
     if cached is None:
-        cached = _merge(event_type, hint, data)
+        ann = _merge(event_type, hint, data)
+        cached = (ann, _plan_for(ann))
         if len(_MERGED) < 4096:
             _MERGED[key] = cached
     return cached
@@ -417,13 +521,12 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     if level == NONE or not isinstance(out.get("data"), dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
         return out
-    ann = _merged_annotations(event_type, hint, out["data"])
+    ann, plan = _merged(event_type, hint, out["data"])
     red = detector if level == REDACTED else None
     data: dict[str, Any] = out["data"]
     if red is not None:
         data = _twins(data, "", ann, red.value)
-    data = _prune(data, "", ann, level, NONE, red.value if red is not None else None, scrub=level < FULL,
-                  screen=screen)
+    data = _apply(data, plan, level, red.value if red is not None else None, level < FULL, screen)
     if event_type == "attention.requested":
         if level >= REDACTED and red is not None:
             _redact_request(data, red)
@@ -440,6 +543,7 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     return out
 
 
+@lru_cache(maxsize=64)  # per (level, detector): built once, not per event
 def _screen(level: int, detector: Redactor) -> Screen | None:
     """What a string kept as structure becomes at ``level`` (None at ``full``: verbatim is allowed).
 

@@ -43,6 +43,9 @@ class AttentionBook:
 
     max_open: int = 10_000
     open: OrderedDict[Key, Pending] = field(default_factory=OrderedDict)
+    # The keys of ``open`` per (agent, session), in the same order: a session's end sweeps its own
+    # requests without scanning every open one (hot path: that scan ran on every session end).
+    by_session: dict[tuple[str, str], dict[Key, None]] = field(default_factory=dict)
     orphans: int = 0
     invalid: int = 0
     ids: Ulid = field(default_factory=Ulid)
@@ -64,14 +67,14 @@ class AttentionBook:
             k = (agent, session, str(key))
             if etype == "attention.requested":
                 d.setdefault("id", self.ids.new())
-                stale = self.open.pop(k, None)
+                stale = self._pop(k)
                 if stale is not None:  # asked again before an answer: the earlier card is moot
                     out.append(self._dismissed(agent, session, stale))
                 fields = d.get("_fields")
                 self.open[k] = Pending(d["id"], fields=fields if isinstance(fields, list) else None)
-                self.open.move_to_end(k)
+                self.by_session.setdefault((agent, session), {})[k] = None
                 while len(self.open) > self.max_open:
-                    self.open.popitem(last=False)
+                    self._pop(next(iter(self.open)))
                 out.append(d)
             elif etype in LEGS:
                 pending = self.open.get(k)
@@ -92,7 +95,7 @@ class AttentionBook:
                     pending.answered_id = d["id"]
                 else:
                     d.setdefault("cause", pending.answered_id or pending.request_id)
-                    del self.open[k]
+                    self._pop(k)
                 out.append(d)
             else:
                 out.append(d)
@@ -115,8 +118,19 @@ class AttentionBook:
 
     def sweep(self, agent: str, session: str) -> list[Event]:
         """``resolved{dismissed}`` for every request still open in the session (AEP-0002 §7.1)."""
-        return [self._dismissed(agent, session, self.open.pop(k))
-                for k in [k for k in self.open if k[0] == agent and k[1] == session]]
+        keys = self.by_session.pop((agent, session), {})
+        return [self._dismissed(agent, session, self.open.pop(k)) for k in keys]
+
+    def _pop(self, k: Key) -> Pending | None:
+        """Remove an open request from both indexes (None when it is not open)."""
+        pending = self.open.pop(k, None)
+        if pending is not None:
+            keys = self.by_session.get(k[:2])
+            if keys is not None:
+                keys.pop(k, None)
+                if not keys:
+                    del self.by_session[k[:2]]
+        return pending
 
     @staticmethod
     def _dismissed(agent: str, session: str, pending: Pending) -> Event:

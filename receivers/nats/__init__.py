@@ -182,7 +182,7 @@ class NatsReceiver:
             try:
                 await self._consume(events)
             except Exception as exc:  # not acknowledged: JetStream redelivers after ack_wait
-                self.host.health.fail(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
+                self.host.health.incident(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
                 return
             self.host.health.recover(self.id, "pipeline-error")
             self.host.health.count(self.id, "accepted", len(events))
@@ -199,7 +199,7 @@ class NatsReceiver:
         if not isinstance(event, dict) or not all(isinstance(event.get(k), str) and event.get(k)
                                                   for k in ("aep", "id", "type", "source", "agent")):
             self.host.health.count(self.id, "rejected")
-            self.host.health.fail(self.id, "not-an-event", f"a message on {msg.subject} is not an AEP event; dropped")
+            self.host.health.incident(self.id, "not-an-event", f"a message on {msg.subject} is not an AEP event; dropped")
             return None
         return event
 

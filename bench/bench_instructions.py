@@ -1,0 +1,170 @@
+"""Instructions per event for the in-process path (mapping + runs + capture + stamping + JSONL).
+
+Usage: python bench/bench_instructions.py [--events N] [--stages] [--root DIR]
+
+Counted with ``valgrind --tool=callgrind``: unlike time, an instruction count is repeatable on a
+busy machine. Start-up (interpreter, imports, warm-up) is removed by differencing: the same
+workload runs with N and 2N events and the figure is (I(2N) - I(N)) / N. The workload is the
+hook inputs pinned in the corpus mapping fixtures (Codex, Qwen Code, Gemini CLI, VS Code), cycled,
+with the session id varied over a fixed set. ``--stages`` repeats the differencing with the
+pipeline cut after each stage. ``--root`` measures another checkout (the baseline below was
+measured that way). Needs valgrind; exits 2 without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Measured once with this script (--root on a worktree of that commit, --events 2000, on the
+# project's 2-core machine; a run at --events 1000 gave 213,293, so expect ~1 % spread), the
+# count issue 16 halves. Not a timing: the count does not depend on the machine's speed or load
+# (it does on the Python build: this is the project machine's CPython 3.11).
+BASELINE_COMMIT = "b4ee06d"
+BASELINE = 215_060
+TARGET = BASELINE // 2
+
+VENDORS = ("codex", "qwen-code", "gemini-cli", "vscode")
+STAGES = ("mapping", "runs", "capture", "stamping", "jsonl")
+
+
+def corpus_dir() -> Path:
+    return Path(os.environ.get("AEP_CONFORMANCE_DIR", ROOT.parent / "shared" / "aep")) / "conformance" / "fixtures"
+
+
+def workload_inputs() -> list[tuple[str, dict]]:
+    """(agent, hook input) for every pinned hook entry, in a fixed order."""
+    out = []
+    for agent in VENDORS:
+        fx = json.loads((corpus_dir() / "mappings" / f"{agent}.json").read_text())
+        for key in sorted(fx["hooks"]):
+            inp = fx["hooks"][key]["input"]
+            if isinstance(inp, dict):
+                out.append((agent, inp))
+    return out
+
+
+def inner(events: int, stage: str, sessions: int) -> None:
+    """The measured process: warm up, then push `events` signals through the cut pipeline."""
+    import asyncio
+
+    from exporters.jsonl import JsonlConfig, JsonlExporter
+    from pipeline.component import CreateSettings
+    from pipeline.envelope import Stamper
+    from pipeline.host import Host
+    from pipeline.model import Signal
+    from processors.capture import CaptureConfig, CaptureProcessor
+    from processors.mapping import MappingProcessor
+    from processors.runs import RunsProcessor
+
+    inputs = workload_inputs()
+
+    def signals(n: int, offset: int) -> list[Signal]:
+        out = []
+        for i in range(offset, offset + n):
+            agent, inp = inputs[i % len(inputs)]
+            payload = dict(inp)
+            if "session_id" in payload:
+                payload["session_id"] = f"bench-{i % sessions}"
+            out.append(Signal(agent, str(payload.get("hook_event_name", "hook")), payload))
+        return out
+
+    async def run() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            host = Host(state_dir=Path(tmp))
+            jsonl = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=f"{tmp}/logs", fsync="never"))
+            await jsonl.start(host)
+            procs = [MappingProcessor(), RunsProcessor(), CaptureProcessor(CaptureConfig())]
+            procs = procs[:STAGES.index(stage) + 1]
+            stamper = Stamper(Path(tmp), "bench") if STAGES.index(stage) >= 3 else None
+
+            def step(batch: list) -> None:
+                for p in procs:
+                    batch = p(batch)
+                if stamper is None:
+                    return
+                events = [stamper.stamp(d) for d in batch if isinstance(d, dict)]
+                if stage == "jsonl" and events:
+                    jsonl.export_now(events)
+
+            # Warm-up, identical for N and 2N: imports, caches, first file opens, every session seen.
+            warm = signals(max(2 * len(inputs), 2 * sessions), 0)
+            for s in warm:
+                step([s])
+            work = signals(events, len(warm))
+            for s in work:  # batch 1, as a hook delivers
+                step([s])
+            await jsonl.shutdown()
+
+    asyncio.run(run())
+
+
+def count(events: int, stage: str, sessions: int, root: Path) -> int:
+    """Instructions of one whole process running `events` events."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cg.out"
+        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-line=no",
+               sys.executable, str(Path(__file__).resolve()), "--inner", str(events), "--stage", stage,
+               "--sessions", str(sessions)]
+        r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"callgrind run failed ({r.returncode}):\n{r.stderr[-2000:]}")
+        m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+        if m is None:
+            raise SystemExit(f"no instruction count in callgrind output:\n{r.stderr[-2000:]}")
+        return int(m.group(1))
+
+
+def per_event(events: int, stage: str, sessions: int, root: Path) -> float:
+    return (count(2 * events, stage, sessions, root) - count(events, stage, sessions, root)) / events
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=2000)
+    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--stages", action="store_true", help="also count with the pipeline cut after each stage")
+    ap.add_argument("--root", type=Path, default=ROOT, help="checkout to measure (default: this one)")
+    ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--stage", default="jsonl", choices=STAGES, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.inner is not None:
+        sys.path.insert(0, os.environ.get("PYTHONPATH", str(ROOT)))
+        inner(args.inner, args.stage, args.sessions)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind not found: instruction counts need valgrind --tool=callgrind", file=sys.stderr)
+        return 2
+    root = args.root.resolve()
+    print(f"workload: {len(workload_inputs())} pinned hook inputs cycled, {args.sessions} sessions, "
+          f"N={args.events} vs 2N, batch 1")
+    if args.stages:
+        prev = 0.0
+        print(f"{'cut after':>10} {'instr/event':>12} {'stage':>10}")
+        for stage in STAGES:
+            v = per_event(args.events, stage, args.sessions, root)
+            print(f"{stage:>10} {v:>12,.0f} {v - prev:>10,.0f}")
+            prev = v
+        total = prev
+    else:
+        total = per_event(args.events, "jsonl", args.sessions, root)
+    print(f"instructions/event (in-process path): {total:,.0f}")
+    if BASELINE:
+        verdict = "PASS" if total <= TARGET else "MISS"
+        print(f"baseline {BASELINE:,} at {BASELINE_COMMIT}; target {TARGET:,} (half); "
+              f"now {total / BASELINE:.2f}x baseline: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The compiled gating plan decides exactly as the reference walk (issue 16).
+
+``gate_draft`` applies a plan compiled once per (type, hint); ``_prune`` walks the annotations
+per key. Over every payload the corpus gives (the golden events, the downlevel cases, the drafts
+the mapping pins produce) at every level, with and without the structure screen and the §9.4
+redactor, the two must give the same data.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from pipeline.model import Signal
+from processors.capture import gate
+from processors.capture.redact import Redactor
+from processors.mapping import MappingProcessor
+from tests.conftest import FIXTURES, corpus
+
+HOOK_VENDORS = ("codex", "qwen-code", "gemini-cli", "vscode")
+HOME = "/nonexistent-home"
+
+
+def payloads() -> list[tuple[str, Any, dict[str, Any]]]:
+    """(type, _capture hint, data) of every corpus event and every draft a mapping pin produces."""
+    out = []
+    for line in (FIXTURES / "golden" / "golden.jsonl").read_text().splitlines():
+        if line.strip():
+            event = json.loads(line)
+            out.append((event["type"], None, event.get("data")))
+    for case in corpus("downlevel/cases.json")["cases"]:
+        out.append((case["event"]["type"], None, case["event"].get("data")))
+    mapping = MappingProcessor()
+    for agent in HOOK_VENDORS:
+        fixture = corpus(f"mappings/{agent}.json")
+        for entry in [*fixture["hooks"].values(), fixture["fallback"]]:
+            inp = entry["input"]
+            for draft in mapping([Signal(agent, str(inp.get("hook_event_name", "hook")), copy.deepcopy(inp))]):
+                if isinstance(draft, dict):
+                    out.append((draft["type"], draft.get("_capture"), draft.get("data")))
+    return [p for p in out if isinstance(p[2], dict)]
+
+
+PAYLOADS = payloads()
+
+
+def test_the_corpus_gives_enough_payloads_to_compare() -> None:
+    assert len(PAYLOADS) >= 60
+    assert any(hint is not None for _, hint, _ in PAYLOADS)  # the mapping hints are exercised too
+    assert any(t.startswith("x.") for t, _, _ in PAYLOADS)
+
+
+@pytest.mark.parametrize("level", range(len(gate.LEVELS)), ids=gate.LEVELS)
+def test_plan_equals_reference_walk(level: int) -> None:
+    detector = Redactor(home=HOME)
+    red = detector.value if level == gate.REDACTED else None
+    dropped = 0
+    for event_type, hint, data in PAYLOADS:
+        ann, plan = gate._merged(event_type, hint, data)  # cached: later payloads reuse the plan
+        for screen in (None, gate._screen(level, detector)):
+            want = gate._prune(data, "", ann, level, gate.NONE, red, scrub=level < gate.FULL, screen=screen)
+            got = gate._apply(data, plan, level, red, level < gate.FULL, screen)
+            assert got == want, (event_type, hint)
+            # A fresh plan (nothing cached yet) and one out of budget decide the same.
+            assert gate._apply(data, gate._plan_for(ann), level, red, level < gate.FULL, screen) == want
+            starved = gate._Plan(ann, "", gate.NONE, [0])
+            assert gate._apply(data, starved, level, red, level < gate.FULL, screen) == want
+            dropped += got != data
+    if level < gate.FULL:
+        assert dropped > 0  # the comparison covers payloads the gate really changes
+
+
+def test_plan_output_shares_no_container_with_the_input() -> None:
+    data = {"a": {"b": [{"c": 1}]}, "d": [1, 2]}
+    ann, plan = gate._merged("x.test.thing.happened", None, data)
+    out = gate._apply(data, plan, gate.FULL, None, False, None)
+    assert out == data
+    assert out["a"] is not data["a"] and out["a"]["b"] is not data["a"]["b"] and out["d"] is not data["d"]
