@@ -6,10 +6,14 @@ import hashlib
 import json
 from typing import Any
 
+# What ``json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` builds on
+# every call, built once: digests are on the per-event hot path.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
 
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, UTF-8 left unescaped: the form digests are taken over."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def digest(value: Any) -> str:

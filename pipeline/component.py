@@ -7,6 +7,7 @@ interfaces below; it never imports a concrete receiver, processor or exporter.
 
 from __future__ import annotations
 
+import builtins
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -85,7 +86,8 @@ class Factory:
 
     kind: Kind
     type: str
-    config_class: type
+    # builtins.type: the `type` field above shadows the builtin inside this class body.
+    config_class: builtins.type
     create: Callable[..., Any]
     description: str = ""
     stability: str = "development"

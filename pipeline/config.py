@@ -99,11 +99,58 @@ class PipelineSpec:
 
 
 @dataclass
-class TelemetryConfig:
-    log_level: str = "info"
-    metrics_endpoint: str | None = None
-    health_window: float = 60.0
+class LogsConfig:
+    """``service.telemetry.logs``."""
+
+    level: str = "info"
+
+    def validate(self) -> None:
+        if self.level.lower() not in ("debug", "info", "warning", "error"):
+            raise ConfigError("", "level", "expected debug, info, warning or error")
+
+
+@dataclass
+class MetricsConfig:
+    """``service.telemetry.metrics``: the Prometheus endpoint, off unless given."""
+
+    endpoint: str | None = None
+
+    def validate(self) -> None:
+        if self.endpoint is not None:
+            parse_endpoint(self.endpoint, "", "endpoint")
+
+
+@dataclass
+class HealthConfig:
+    """``service.telemetry.health``."""
+
+    window: float = 60.0
     """Seconds an incident (a failed hook, a malformed command) stays in ``/healthz`` after its last occurrence."""
+
+    def validate(self) -> None:
+        if self.window <= 0:
+            raise ConfigError("", "window", "expected a positive number of seconds")
+
+
+@dataclass
+class TelemetryConfig:
+    """``service.telemetry``; the flat properties are what the service and CLI read."""
+
+    logs: LogsConfig = field(default_factory=LogsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
+
+    @property
+    def log_level(self) -> str:
+        return self.logs.level.lower()
+
+    @property
+    def metrics_endpoint(self) -> str | None:
+        return self.metrics.endpoint
+
+    @property
+    def health_window(self) -> float:
+        return self.health.window
 
 
 @dataclass
@@ -123,6 +170,20 @@ class LimitsConfig:
         for name in ("max_sessions", "max_held_requests", "max_remembered_commands"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+
+
+@dataclass
+class ServiceSection:
+    """``service:`` as written, built by the same coercion as every component config.
+
+    ``pipelines`` stays raw here: it is wiring, checked against the declared components by
+    ``_pipeline`` (its errors name component ids, which no type annotation can).
+    """
+
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    state_dir: str = "~/.aep"
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    pipelines: Any = None
 
 
 @dataclass
@@ -338,32 +399,16 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
         if key not in {"receivers", "processors", "exporters", "service"}:
             errs.add(file, str(key), "unknown top-level key (expected receivers, processors, exporters, service)")
     cfg = ServiceConfig(file=file)
-    declared: set[tuple[Kind, str]] = set()  # ids written in the file, built or not
-    for kind in Kind:
-        section = raw.get(kind.plural) or {}
-        if not isinstance(section, dict):
-            errs.add(file, kind.plural, f"expected a mapping of component ids, got {_describe(section)}")
-            continue
-        for cid, body in section.items():
-            cid = str(cid)
-            declared.add((kind, cid))
-            with errs.check():
-                cfg.components(kind)[cid] = _component(cfg, registry, kind, cid, body, file)
+    declared = _components(cfg, registry, raw, file, errs)
     service = raw.get("service")
     if not isinstance(service, dict):
         errs.add(file, "service", "missing: the config needs service.pipelines")
         errs.done()
         raise AssertionError("unreachable")  # done() raised
-    for key in service:
-        if key not in ("pipelines", "state_dir", "telemetry", "limits"):
-            errs.add(file, f"service.{key}", "unknown key (known keys: pipelines, state_dir, telemetry, limits)")
     with errs.check():
-        cfg.limits = build_dataclass(LimitsConfig, service.get("limits"), file, "service.limits")
-    if "state_dir" in service:
-        with errs.check():
-            cfg.state_dir = Path(coerce(str, service["state_dir"], file, "service.state_dir")).expanduser()
-    with errs.check():
-        cfg.telemetry = _telemetry(service.get("telemetry") or {}, file)
+        section = build_dataclass(ServiceSection, service, file, "service")
+        cfg.limits, cfg.telemetry = section.limits, section.telemetry
+        cfg.state_dir = Path(section.state_dir).expanduser()
     pipelines = service.get("pipelines")
     if not isinstance(pipelines, dict) or not pipelines:
         errs.add(file, "service.pipelines", "expected at least one pipeline")
@@ -375,18 +420,42 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
     n = len(spoiled)  # the substitution errors come first; what they spoiled later is noise
     errs.errors = errs.errors[:n] + [e for e in errs.errors[n:] if not any(_under(e.path, p) for p in spoiled)]
     errs.done()
+    cfg.warnings.extend(_warnings(cfg, used))
+    return cfg
+
+
+def _components(cfg: ServiceConfig, registry: Registry, raw: dict[str, Any], file: str,
+                errs: _Collect) -> set[tuple[Kind, str]]:
+    """Build every component section into ``cfg``; returns the ids written in the file, built or not."""
+    declared: set[tuple[Kind, str]] = set()
+    for kind in Kind:
+        section = raw.get(kind.plural) or {}
+        if not isinstance(section, dict):
+            errs.add(file, kind.plural, f"expected a mapping of component ids, got {_describe(section)}")
+            continue
+        for cid, body in section.items():
+            cid = str(cid)
+            declared.add((kind, cid))
+            with errs.check():
+                cfg.components(kind)[cid] = _component(cfg, registry, kind, cid, body, file)
+    return declared
+
+
+def _warnings(cfg: ServiceConfig, used: set[tuple[Kind, str]]) -> list[str]:
+    """What a valid config still gets told: an ungated pipeline end, components no pipeline uses."""
+    out = []
     for pname, spec in cfg.pipelines.items():
         procs = spec.processors
         if not procs or cfg.processors[procs[-1]][0].type != "capture":
-            cfg.warnings.append(
-                f"{file}: service.pipelines.{pname}.processors: does not end with a capture processor; "
+            out.append(
+                f"{cfg.file}: service.pipelines.{pname}.processors: does not end with a capture processor; "
                 "one is appended (the pipeline's last capture config, else the metadata default) so "
                 "nothing leaves it ungated")
     for kind in Kind:
         for cid in cfg.components(kind):
             if (kind, cid) not in used:
-                cfg.warnings.append(f"{file}: {kind.plural}.{cid}: defined but not used in any pipeline")
-    return cfg
+                out.append(f"{cfg.file}: {kind.plural}.{cid}: defined but not used in any pipeline")
+    return out
 
 
 def _substitute_each(value: Any, file: str, path: str, env: typing.Mapping[str, str], errs: _Collect) -> Any:
@@ -434,44 +503,6 @@ def _component(cfg: ServiceConfig, registry: Registry, kind: Kind, cid: str, bod
 
 def _has_field(cls: type, name: str) -> bool:
     return dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls))
-
-
-def _telemetry(tel: Any, file: str) -> TelemetryConfig:
-    if not isinstance(tel, dict):
-        raise ConfigError(file, "service.telemetry", f"expected a mapping, got {_describe(tel)}")
-    errs = _Collect()
-    for key in tel:
-        if key not in ("logs", "metrics", "health"):
-            errs.add(file, f"service.telemetry.{key}", "unknown key (known keys: health, logs, metrics)")
-    sections: dict[str, dict[str, Any]] = {}
-    for name, allowed_keys in (("logs", ("level",)), ("metrics", ("endpoint",)), ("health", ("window",))):
-        sect = tel.get(name) or {}
-        if not isinstance(sect, dict):
-            errs.add(file, f"service.telemetry.{name}", f"expected a mapping, got {_describe(sect)}")
-            sect = {}
-        for key in sect:
-            if key not in allowed_keys:
-                errs.add(file, f"service.telemetry.{name}.{key}", f"unknown key (known keys: {', '.join(allowed_keys)})")
-        sections[name] = sect
-    out = TelemetryConfig()
-    with errs.check():
-        level = coerce(str, sections["logs"].get("level", "info"), file, "service.telemetry.logs.level")
-        if level.lower() not in ("debug", "info", "warning", "error"):
-            raise ConfigError(file, "service.telemetry.logs.level", "expected debug, info, warning or error")
-        out.log_level = level.lower()
-    endpoint = sections["metrics"].get("endpoint")
-    if endpoint is not None:
-        with errs.check():
-            endpoint = coerce(str, endpoint, file, "service.telemetry.metrics.endpoint")
-            parse_endpoint(endpoint, file, "service.telemetry.metrics.endpoint")
-            out.metrics_endpoint = endpoint
-    with errs.check():
-        window = coerce(float, sections["health"].get("window", 60.0), file, "service.telemetry.health.window")
-        if window <= 0:
-            raise ConfigError(file, "service.telemetry.health.window", "expected a positive number of seconds")
-        out.health_window = window
-    errs.done()
-    return out
 
 
 def _pipeline(cfg: ServiceConfig, name: str, spec: Any, declared: set[tuple[Kind, str]],

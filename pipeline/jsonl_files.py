@@ -53,7 +53,7 @@ def session_files(path: str | Path) -> list[Path]:
         return [path]
     base = path.name[: -len(".jsonl")]
     rotated = [p for p in path.parent.glob(f"{glob.escape(base)}{ROTATED_SEP}*")
-               if _ROTATED.match(p.name) and _ROTATED.match(p.name).group("base") == base]
+               if (m := _ROTATED.match(p.name)) and m.group("base") == base]
     # A crash between compressing and unlinking leaves both copies: read the complete .gz once.
     names = {p.name for p in rotated}
     rotated = [p for p in rotated if not (p.suffix == ".jsonl" and f"{p.name}.gz" in names)]

@@ -249,8 +249,11 @@ class Link:
 
     async def _reconnected(self) -> None:
         if self.nc is not None and not self.stopped:
+            try:  # the owner's setup (JetStream context, subscriptions) comes before ``ready``
+                await self._up(self.nc)
+            except Exception as exc:
+                self._down(f"setting up the NATS connection failed: {type(exc).__name__}: {exc}")
             self.ready.set()
-            await self._up(self.nc)
 
     async def _closed(self) -> None:
         self._lost("the NATS connection closed")

@@ -146,7 +146,7 @@ _COLOURS = {"debug": "2", "info": "0", "notice": "36", "warning": "33", "error":
 
 
 def summary(ev: dict[str, Any]) -> str:
-    data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
+    data = raw if isinstance(raw := ev.get("data"), dict) else {}
     bits = []
     tool = data.get("tool")
     if isinstance(tool, dict) and tool.get("name"):
@@ -559,13 +559,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
             print(f"    {comp}: {n} dropped")
     await _listeners(args)
     if health:
-        last: dict[str, dict[str, Any]] = {}
-        try:
-            for ev in await history(target(args), {}):
-                if str(ev.get("time", "")) >= str(last.get(ev.get("agent"), {}).get("time", "")):
-                    last[str(ev.get("agent"))] = ev
-        except CliError:
-            pass
+        last: dict[str, dict[str, Any]] = health.get("last_events") or {}
         print("last event per agent:" if last else "last event per agent: none yet")
         for agent, ev in sorted(last.items()):
             print(f"    {agent:<14} {ev.get('time')} {ev.get('type')} (session {ev.get('session', '-')})")

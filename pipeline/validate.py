@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .canonical import digest
 
@@ -151,7 +151,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     # bool is an int in Python, never in JSON. Honest deviation: JSON Schema counts 1.0 as an
     # integer, but a float counter is an emitter bug (it re-serializes as "1.0"), so it is refused.
     return isinstance(value, int) and not isinstance(value, bool)
@@ -716,7 +716,7 @@ def form_value_problems(fields: list[Any], values: dict[str, Any], capture: str,
             continue
         value, ftype = values[fid], spec.get("type")
         if ftype == "select":
-            choices = spec.get("choices") if isinstance(spec.get("choices"), list) else []
+            choices = raw if isinstance(raw := spec.get("choices"), list) else []
             ids = {c["id"] for c in choices if isinstance(c, dict) and isinstance(c.get("id"), str)}
             multi = spec.get("multi") is True
             if multi != isinstance(value, list):
@@ -845,7 +845,7 @@ class StreamValidator:
     def _lifecycle(self, event: dict[str, Any], etype: str, state: SessionState, out: list[Problem]) -> None:
         eid = event.get("id")
         eid = eid if isinstance(eid, str) else "?"
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        data = raw if isinstance(raw := event.get("data"), dict) else {}
         subject = event.get("subject")
         if etype in _RUN_TERMINALS:
             run = event.get("run")

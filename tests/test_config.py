@@ -209,3 +209,36 @@ def test_an_unset_variable_is_one_error_not_a_cascade(registry):
     with pytest.raises(ConfigError) as info:
         load(DATA / "bad_env.yaml", registry)
     assert [e.path for e in info.value.errors] == ["receivers.claude_code.endpoint"]
+
+
+def test_service_section_is_checked_like_a_component_and_with_the_pipelines(registry):
+    raw = {"receivers": {"claude_code": None}, "processors": {"mapping": None}, "exporters": {"jsonl": None},
+           "service": {"stat_dir": "/x", "limits": {"max_sessions": 0},
+                       "telemetry": {"logs": {"level": "loud"}, "metrics": {"endpoint": "nope"},
+                                     "health": {"window": 0, "span": 1}},
+                       "pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping"],
+                                           "exporters": ["jsonl", "relay"]}}}}
+    with pytest.raises(ConfigErrors) as info:
+        parse(raw, registry, "mem.yaml")
+    assert [(e.path, e.message) for e in info.value.errors] == [
+        ("service.stat_dir", "unknown key (known keys: limits, pipelines, state_dir, telemetry)"),
+        ("service.limits", "max_sessions must be at least 1"),
+        ("service.telemetry.logs.level", "expected debug, info, warning or error"),
+        ("service.telemetry.metrics.endpoint", "expected host:port, got 'nope'"),
+        ("service.telemetry.health.span", "unknown key (known keys: window)"),
+        ("service.pipelines.p.exporters[1]", "exporter 'relay' is not defined under exporters:"),
+    ]
+
+
+def test_service_section_values_reach_the_config(registry):
+    raw = {"receivers": {"claude_code": None}, "processors": {"mapping": None}, "exporters": {"jsonl": None},
+           "service": {"state_dir": "~/elsewhere", "limits": {"max_held_requests": 7},
+                       "telemetry": {"logs": {"level": "DEBUG"}, "metrics": {"endpoint": "127.0.0.1:0"},
+                                     "health": {"window": 5}},
+                       "pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping"],
+                                           "exporters": ["jsonl"]}}}}
+    cfg = parse(raw, registry, "mem.yaml")
+    assert cfg.state_dir == Path("~/elsewhere").expanduser()
+    assert cfg.limits.max_held_requests == 7 and cfg.limits.max_sessions == 100_000
+    assert (cfg.telemetry.log_level, cfg.telemetry.metrics_endpoint) == ("debug", "127.0.0.1:0")
+    assert cfg.telemetry.health_window == 5.0 and isinstance(cfg.telemetry.health_window, float)

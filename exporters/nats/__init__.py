@@ -147,7 +147,7 @@ class NatsExporter:
     def _watch(self, agent: str) -> None:
         self._watched.add(agent)
         self._accepts.pop(agent, None)
-        if self.link.ready.is_set():
+        if self.link.nc is not None and self.link.nc.is_connected and self._sub is not None:
             self._route(True)
 
     def _route(self, live: bool) -> None:

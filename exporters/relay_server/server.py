@@ -152,6 +152,7 @@ class Surface:
         self.streams: list[Stream] = []
         self.started = time.monotonic()
         self.shed_total = 0
+        self.last: dict[str, dict[str, Any]] = {}
 
     # -- app ------------------------------------------------------------------------------------
 
@@ -202,7 +203,8 @@ class Surface:
             body.update(sessions=len(self.buffers.sessions), connections=len(self.conns),
                         subscribers=len(self.streams) + sum(len(c.subs) for c in self.conns),
                         consumers=self.owner.consumers, shed=self.shed_total,
-                        uptime_s=int(time.monotonic() - self.started), collector=self.owner.health_snapshot())
+                        uptime_s=int(time.monotonic() - self.started), collector=self.owner.health_snapshot(),
+                        last_events=self.last)
         return web.json_response(body)
 
     # -- ingest and fan-out ---------------------------------------------------------------------
@@ -227,6 +229,11 @@ class Surface:
         self.fan_out(ev, text)
 
     def fan_out(self, ev: dict[str, Any], text: str) -> None:
+        agent = ev.get("agent")
+        if isinstance(agent, str):  # for `aep-collector status`: the last event per agent, metadata only
+            if agent not in self.last and len(self.last) >= 1000:
+                self.last.pop(next(iter(self.last)))
+            self.last[agent] = {"time": ev.get("time"), "type": ev.get("type"), "session": ev.get("session")}
         variants: dict[str | None, str | None] = {None: text}
         severity = ev.get("severity", "info")
         for conn in self.conns:

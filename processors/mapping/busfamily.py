@@ -71,7 +71,6 @@ HOOK_KINDS = {
     "permission.ask": "permission.ask",
 }
 KINDS = frozenset({"bus", "tool.before", "tool.after", "permission.ask"})
-SSE_MODES = ("companion", "primary")
 
 # Reference stack §1.7: the machinery/UI plane rides x.{vendor}.* at debug.
 _DEBUG_PREFIXES = ("message.", "file.", "lsp.", "tui.", "installation.", "server.")
@@ -258,28 +257,6 @@ class BusFamily:
         if kind == "permission.ask":
             return self._ask(get_dict(m, "permission"), PERMISSION_OPTIONS, session)
         return self._bus(get_dict(m, "event"), session)
-
-    def map_sse(self, event: Any, mode: str) -> Event | None:
-        """The read-only SSE bridge profile: a bare bus event in ``companion`` or ``primary`` mode."""
-        if mode not in SSE_MODES:
-            raise ValueError(f"unknown SSE mode {mode!r} (expected one of {', '.join(SSE_MODES)})")
-        ev = event if isinstance(event, dict) else {}
-        moment = {"kind": "bus", "event": ev}
-        mapped = self._bus(ev, session_of(moment))
-        if mode == "companion":
-            # The plugin adapter is the sole core-type authority: zero core types on this channel.
-            if mapped is not None and mapped["type"].startswith("x."):
-                return mapped
-            return draft(bus_fallback(self.agent, ev.get("type")), {}, session=session_of(moment))
-        if ev.get("type") == "permission.updated":
-            # Primary carries the ask the plugin would suppress, with no way to answer it.
-            return self._ask(get_dict(ev, "properties"), None, session_of(moment))
-        if mapped is not None and mapped["type"] == "attention.requested":
-            # A read-only channel advertises no way to answer: asks shed their affordances.
-            mapped["data"].pop("options", None)
-            mapped["data"].pop("respond_via", None)
-        # todo.updated stays None here: the receiver runs diff_todos over the snapshots.
-        return mapped
 
     # -- stateful mapping -------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from .busfamily import (
 )
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "REPLY_ROUTE_OPTIONS", "new_state", "map_signal",
-           "map_moment", "map_sse", "diff_todos", "attention_key", "allow_reply", "deny_reply",
+           "map_moment", "diff_todos", "attention_key", "allow_reply", "deny_reply",
            "permission_reply", "permission_route", "permission_route_body", "question_route",
            "question_route_body"]
 
@@ -42,11 +42,6 @@ FAMILY = busfamily.BusFamily(agent=AGENT, reply_routes=True)
 def map_moment(moment: Any) -> Event | None:
     """One fixture moment (``{kind, ...}``) -> one draft, or None."""
     return FAMILY.map_moment(moment)
-
-
-def map_sse(event: Any, mode: str) -> Event | None:
-    """The read-only SSE bridge profile (``companion`` | ``primary``) over a bare bus event."""
-    return FAMILY.map_sse(event, mode)
 
 
 def map_signal(signal: Signal, state: BusState) -> list[Event]:

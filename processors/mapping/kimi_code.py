@@ -1,7 +1,8 @@
-"""Kimi Code CLI: the 16-event external-hooks surface and the kap-server web channel (AEP-0002 Annex A.6).
+"""Kimi Code CLI: the 16-event external-hooks surface (AEP-0002 Annex A.6).
 
 Pinned by ``conformance/fixtures/mappings/kimi-code.json``: ``map_hook`` is the pure hook mapping
-(``hooks`` + ``fallback``), ``map_ws_frame`` the pure web-channel mode policy (``ws_modes``).
+(``hooks`` + ``fallback``). The fixture's kap-server web channel (``ws_modes``) is not mapped: no
+receiver speaks that WebSocket, and mapping code with no receiver is untested in practice.
 ``map_signal`` adds what the fixture calls runtime state: the per-prompt run synthesis with its
 stale-run drain, the permission pair's companions and the opt-in held PreToolUse gate.
 """
@@ -9,6 +10,7 @@ stale-run drain, the permission pair's companions and the opt-in held PreToolUse
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +24,12 @@ from .common import (
     get_str,
     hook_fallback,
     permission_prompt,
-    snake_case,
     tool_ref,
 )
+from .hookfamily import Payload
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "SILENT_HOOKS", "neutral_reply", "GATE_OPTIONS", "WS_MODES", "KimiState", "new_state", "map_hook",
-           "map_ws_frame", "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
+__all__ = ["AGENT", "NEUTRAL_REPLY", "SILENT_HOOKS", "neutral_reply", "GATE_OPTIONS", "KimiState", "new_state", "map_hook",
+           "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
            "pretool_reply"]
 
 AGENT = "kimi-code"
@@ -54,8 +56,6 @@ GATE_OPTIONS: list[dict[str, str]] = [
     {"id": "cancel", "label": "Cancel"},
 ]
 _GATE_BLOCKS = {"deny", "cancel"}
-
-WS_MODES = ("companion", "primary")
 
 # Bounds on runtime state: a daemon lives for weeks, sessions and unanswered prompts accumulate.
 MAX_SESSIONS = 4096
@@ -98,121 +98,153 @@ def _tool_error(err: Any) -> dict[str, str]:
     return out
 
 
+def _session_started(p: Payload) -> Event:
+    # cwd is workstation-local and never rides (fixture identity $comment).
+    return draft("session.started", {"trigger": p["source"]} if get_str(p, "source") else {})
+
+
+def _session_ended(p: Payload) -> Event:
+    # The vendor's single reason value `exit` normalizes to the closed enum.
+    return draft("session.ended", {"reason": "normal"})
+
+
+def _prompt_submitted(p: Payload) -> Event:
+    text = _prompt_text(p.get("prompt"))
+    if p.get("is_steer") is True:
+        # A steer rides the RUNNING turn: no run boundary exists here, so never run.started.
+        return draft("x.kimi-code.run.steer_submitted", {"prompt": text} if text else {},
+                     _capture={"prompt": "redacted"} if text else None)
+    return draft("run.started", {"trigger": "user", **({"prompt": text} if text else {})})
+
+
+def _stop(p: Payload) -> Event:
+    # stop_hook_active is the vendor's continuation plumbing, not a session fact.
+    return draft("run.finished", {})
+
+
+def _stop_failure(p: Payload) -> Event:
+    kind = get_str(p, "error_type") or "error"
+    error = {"type": kind}
+    if get_str(p, "error_message"):
+        error["message"] = p["error_message"]
+    # error_type doubles as the required run.failed reason and error.type (fixture StopFailure).
+    return draft("run.failed", {"reason": kind, "error": error})
+
+
+def _interrupt(p: Payload) -> Event:
+    # The vendor fires Interrupt only for the user's Esc; turn_id never becomes a run id.
+    return draft("run.cancelled", {"by": "user"})
+
+
+def _pre_tool(p: Payload) -> Event:
+    tool, tool_name = _tool(p)
+    data: dict[str, Any] = {"tool": tool}
+    if "tool_input" in p:
+        data["args_digest"] = digest(p["tool_input"])
+        if isinstance(p["tool_input"], dict):
+            data["args"] = p["tool_input"]
+    return draft("tool.requested", data, tool_name)
+
+
+def _post_tool(p: Payload) -> Event:
+    tool, tool_name = _tool(p)
+    data: dict[str, Any] = {"tool": tool}
+    if "tool_output" in p:
+        data["result_digest"] = digest(p["tool_output"])
+        if isinstance(p["tool_output"], (str, dict)):
+            data["result"] = p["tool_output"]
+    return draft("tool.completed", data, tool_name)
+
+
+def _post_tool_failure(p: Payload) -> Event:
+    tool, tool_name = _tool(p)
+    return draft("tool.failed", {"tool": tool, "error": _tool_error(p.get("error"))}, tool_name)
+
+
+def _permission_request(p: Payload) -> Event:
+    _, tool_name = _tool(p)
+    prompt = get_str(p, "display") or permission_prompt(
+        tool_name or "tool", get_str(get_dict(p, "tool_input"), "command"))
+    # Observe-only: the vendor's own TUI owns the choice surface, so no options are claimed
+    # and the answer arrives out of band (fixture PermissionRequest; AEP-0008).
+    return draft("attention.requested", {"kind": "permission", "prompt": prompt, "respond_via": ["oob"]},
+                 tool_name)
+
+
+def _permission_result(p: Payload) -> Event:
+    decision = get_str(p, "decision")
+    if decision == "cancelled":
+        return draft("attention.resolved", {"resolution": "dismissed"})
+    if decision is None or decision == "error":
+        # An internal gate failure (or no decision at all) is not an answer: never invent one.
+        data = {"error": p["error"]} if get_str(p, "error") else {}
+        return draft(hook_fallback(AGENT, "PermissionResult"), data,
+                     _capture={"error": "redacted"} if data else None)
+    answer = {"option": decision}
+    if get_str(p, "feedback"):
+        answer["text"] = p["feedback"]
+    data = {"answer": answer, "via": "oob"}
+    if get_str(p, "selected_label"):
+        data["label"] = p["selected_label"]  # the vendor's label fact, metadata per the pin
+    return draft("attention.answered", data)
+
+
+def _subagent(type_: str, key: str) -> Callable[[Payload], Event]:
+    def handler(p: Payload) -> Event:
+        data = {key: p[key]} if get_str(p, key) else {}
+        return draft(type_, data, get_str(p, "agent_name"), _capture={key: "redacted"} if data else None)
+    return handler
+
+
+def _compaction(type_: str, count_key: str) -> Callable[[Payload], Event]:
+    def handler(p: Payload) -> Event:
+        data: dict[str, Any] = {}
+        if get_str(p, "trigger"):
+            data["trigger"] = p["trigger"]
+        if _int(p.get(count_key)) is not None:
+            data[count_key] = p[count_key]
+        return draft(type_, data)
+    return handler
+
+
+def _notification(p: Payload) -> Event:
+    # Background-task status only: never an attention loop (no needs-input hook on this vendor).
+    data = {out: p[key] for key, out in (("severity", "severity"), ("title", "message"), ("body", "body"))
+            if get_str(p, key)}
+    return draft("progress.status", data, get_str(p, "notification_type"),
+                 _capture={"body": "redacted"} if "body" in data else None)
+
+
+HOOKS: dict[str, Callable[[Payload], Event]] = {
+    "SessionStart": _session_started,
+    "SessionEnd": _session_ended,
+    "UserPromptSubmit": _prompt_submitted,
+    "Stop": _stop,
+    "StopFailure": _stop_failure,
+    "Interrupt": _interrupt,
+    "PreToolUse": _pre_tool,
+    "PostToolUse": _post_tool,
+    "PostToolUseFailure": _post_tool_failure,
+    "PermissionRequest": _permission_request,
+    "PermissionResult": _permission_result,
+    "SubagentStart": _subagent("delegation.subagent.started", "prompt"),
+    "SubagentStop": _subagent("delegation.subagent.stopped", "response"),
+    # The POST moment is the truthful carrier; the pre moment degrades to the fallback, not null.
+    "PreCompact": _compaction(hook_fallback(AGENT, "PreCompact"), "token_count"),
+    "PostCompact": _compaction("session.compacted", "estimated_token_count"),
+    "Notification": _notification,
+}
+"""Kimi's hook surface, one handler per hook (the hook family's table style)."""
+
+
 def map_hook(name: str, payload: Any) -> Event:
     """One Kimi hook call -> one draft (pure; the fixture pins it at the default capture posture)."""
     p = payload if isinstance(payload, dict) else {}
-    session = get_str(p, "session_id")  # identity.session_from; SubagentStart/Stop carry none
-
-    def out(type_: str, data: dict[str, Any], subject: Any = None, **hints: Any) -> Event:
-        d = draft(type_, data, subject, **hints)
-        d["session"] = session
-        return d
-
-    if name == "SessionStart":
-        # cwd is workstation-local and never rides (fixture identity $comment).
-        data: dict[str, Any] = {}
-        if get_str(p, "source"):
-            data["trigger"] = p["source"]
-        return out("session.started", data)
-    if name == "SessionEnd":
-        # The vendor's single reason value `exit` normalizes to the closed enum.
-        return out("session.ended", {"reason": "normal"})
-    if name == "UserPromptSubmit":
-        text = _prompt_text(p.get("prompt"))
-        if p.get("is_steer") is True:
-            # A steer rides the RUNNING turn: no run boundary exists here, so never run.started.
-            return out("x.kimi-code.run.steer_submitted", {"prompt": text} if text else {},
-                       _capture={"prompt": "redacted"} if text else None)
-        data = {"trigger": "user"}
-        if text:
-            data["prompt"] = text
-        return out("run.started", data)
-    if name == "Stop":
-        # stop_hook_active is the vendor's continuation plumbing, not a session fact.
-        return out("run.finished", {})
-    if name == "StopFailure":
-        kind = get_str(p, "error_type") or "error"
-        error = {"type": kind}
-        if get_str(p, "error_message"):
-            error["message"] = p["error_message"]
-        # error_type doubles as the required run.failed reason and error.type (fixture StopFailure).
-        return out("run.failed", {"reason": kind, "error": error})
-    if name == "Interrupt":
-        # The vendor fires Interrupt only for the user's Esc; turn_id never becomes a run id.
-        return out("run.cancelled", {"by": "user"})
-    if name in ("PreToolUse", "PostToolUse", "PostToolUseFailure"):
-        tool, tool_name = _tool(p)
-        data = {"tool": tool}
-        if name == "PreToolUse":
-            if "tool_input" in p:
-                data["args_digest"] = digest(p["tool_input"])
-                if isinstance(p["tool_input"], dict):
-                    data["args"] = p["tool_input"]
-            return out("tool.requested", data, tool_name)
-        if name == "PostToolUse":
-            if "tool_output" in p:
-                data["result_digest"] = digest(p["tool_output"])
-                if isinstance(p["tool_output"], (str, dict)):
-                    data["result"] = p["tool_output"]
-            return out("tool.completed", data, tool_name)
-        data["error"] = _tool_error(p.get("error"))
-        return out("tool.failed", data, tool_name)
-    if name == "PermissionRequest":
-        _, tool_name = _tool(p)
-        prompt = get_str(p, "display") or permission_prompt(
-            tool_name or "tool", get_str(get_dict(p, "tool_input"), "command"))
-        # Observe-only: the vendor's own TUI owns the choice surface, so no options are claimed
-        # and the answer arrives out of band (fixture PermissionRequest; AEP-0008).
-        return out("attention.requested", {"kind": "permission", "prompt": prompt, "respond_via": ["oob"]},
-                   tool_name)
-    if name == "PermissionResult":
-        decision = get_str(p, "decision")
-        if decision == "cancelled":
-            return out("attention.resolved", {"resolution": "dismissed"})
-        if decision is None or decision == "error":
-            # An internal gate failure (or no decision at all) is not an answer: never invent one.
-            data = {"error": p["error"]} if get_str(p, "error") else {}
-            return out(hook_fallback(AGENT, name), data, _capture={"error": "redacted"} if data else None)
-        answer = {"option": decision}
-        if get_str(p, "feedback"):
-            answer["text"] = p["feedback"]
-        data = {"answer": answer, "via": "oob"}
-        if get_str(p, "selected_label"):
-            data["label"] = p["selected_label"]  # the vendor's label fact, metadata per the pin
-        return out("attention.answered", data)
-    if name in ("SubagentStart", "SubagentStop"):
-        key = "prompt" if name == "SubagentStart" else "response"
-        data = {key: p[key]} if get_str(p, key) else {}
-        type_ = "delegation.subagent.started" if name == "SubagentStart" else "delegation.subagent.stopped"
-        return out(type_, data, get_str(p, "agent_name"), _capture={key: "redacted"} if data else None)
-    if name == "PreCompact":
-        # The POST moment is the truthful carrier; the pre moment degrades to the fallback, not null.
-        data = {}
-        if get_str(p, "trigger"):
-            data["trigger"] = p["trigger"]
-        if _int(p.get("token_count")) is not None:
-            data["token_count"] = p["token_count"]
-        return out(hook_fallback(AGENT, name), data)
-    if name == "PostCompact":
-        data = {}
-        if get_str(p, "trigger"):
-            data["trigger"] = p["trigger"]
-        if _int(p.get("estimated_token_count")) is not None:
-            data["estimated_token_count"] = p["estimated_token_count"]
-        return out("session.compacted", data)
-    if name == "Notification":
-        # Background-task status only: never an attention loop (no needs-input hook on this vendor).
-        data = {}
-        if get_str(p, "severity"):
-            data["severity"] = p["severity"]
-        if get_str(p, "title"):
-            data["message"] = p["title"]
-        if get_str(p, "body"):
-            data["body"] = p["body"]
-        return out("progress.status", data, get_str(p, "notification_type"),
-                   _capture={"body": "redacted"} if "body" in data else None)
+    handler = HOOKS.get(name)
     # AEP-0001 §6: the enum grows (newer releases add UserPromptQueued, TurnStarted, ...): degrade.
-    return out(hook_fallback(AGENT, name or "unnamed"), {})
+    d = handler(p) if handler is not None else draft(hook_fallback(AGENT, name or "unnamed"), {})
+    d["session"] = get_str(p, "session_id")  # identity.session_from; SubagentStart/Stop carry none
+    return d
 
 
 # --- opt-in held PreToolUse gate (AEP_KIMI_CONTROL=1) ----------------------------------------------
@@ -267,117 +299,6 @@ def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
                                    "permissionDecisionReason": reason or "Denied by operator"}}
 
 
-# --- pure web-channel policy (fixture `ws_modes`) ---------------------------------------------------
-
-
-def _wire_type(type_: Any) -> str:
-    """A wire type as dotted type segments ``[a-z0-9_]`` (the envelope grammar)."""
-    if not isinstance(type_, str) or not type_:
-        return "unknown"
-    segments = [snake_case(s) for s in type_.split(".") if s]
-    return ".".join(segments) or "unknown"
-
-
-def _question_fields(questions: list[Any]) -> list[dict[str, Any]]:
-    fields = []
-    for q in questions:
-        if not isinstance(q, dict) or not get_str(q, "id"):
-            continue
-        choices = []
-        for o in q.get("options") if isinstance(q.get("options"), list) else []:
-            if isinstance(o, dict) and get_str(o, "id"):
-                choices.append({"id": o["id"], "label": get_str(o, "label") or o["id"]})
-            elif isinstance(o, str) and o:
-                choices.append({"id": o, "label": o})
-        # Kimi-web keeps the vendor's own question/option ids (fixture question_requested).
-        fields.append({"id": q["id"], "type": "select", "label": get_str(q, "question") or q["id"],
-                       "choices": choices})
-    return fields
-
-
-def map_ws_frame(frame: Any, mode: str) -> Event | None:
-    """One kap-server WS frame -> a draft or None, per bridge mode ``companion`` or ``primary`` (pure)."""
-    if mode not in WS_MODES:
-        raise ValueError(f"unknown Kimi web mode {mode!r}; expected one of {', '.join(WS_MODES)}")
-    f = frame if isinstance(frame, dict) else {}
-    wire = get_str(f, "type") or ""
-    if f.get("volatile") is True:
-        return None  # the vendor's own do-not-persist marker: never emits in either mode
-    if wire.startswith("permission.approval."):
-        return None  # internal bus echo, deduped in favour of its event.approval.* wire twin
-    p = f.get("payload") if isinstance(f.get("payload"), dict) else {}
-    session = get_str(f, "session_id") or get_str(p, "sessionId")
-
-    def out(type_: str, data: dict[str, Any], subject: Any = None, **hints: Any) -> Event:
-        d = draft(type_, data, subject, **hints)
-        d["session"] = session
-        return d
-
-    channel = f"x.kimi-code.web.{_wire_type(wire)}"
-    if mode == "companion":
-        # The hook adapter is the sole core-type authority; the channel only says what it saw.
-        return out(channel, {})
-
-    if wire == "turn.started":
-        data: dict[str, Any] = {}
-        origin = get_str(get_dict(p, "origin"), "kind")
-        if origin in ("user", "schedule", "agent", "control", "resume"):
-            data["trigger"] = origin
-        if get_str(p, "prompt"):
-            data["prompt"] = p["prompt"]
-        return out("run.started", data)
-    if wire == "turn.ended":
-        reason = get_str(p, "reason")
-        if reason == "completed":
-            return out("run.finished", {})
-        if reason == "cancelled":
-            return out("run.cancelled", {})  # the wire cannot tell who cancelled: no `by`
-        # deviation: a turn.ended with no reason is not a completion we can vouch for.
-        return out("run.failed", {"reason": reason or "unknown"})
-    if wire == "tool.call.started":
-        name = get_str(p, "name")
-        data = {"tool": tool_ref(name, get_str(p, "toolCallId"))}
-        if "args" in p:
-            data["args_digest"] = digest(p["args"])
-            if isinstance(p["args"], dict):
-                data["args"] = p["args"]
-        return out("tool.requested", data, name)
-    if wire == "tool.result":
-        return None  # the result names no tool; the stateful receiver pairs it by toolCallId
-    if wire == "event.approval.requested":
-        prompt = get_str(p, "action") or permission_prompt(get_str(p, "tool_name") or "tool", None)
-        # A read-only channel advertises no way to answer: no options, no respond_via.
-        return out("attention.requested", {"kind": "permission", "prompt": prompt}, get_str(p, "approval_id"))
-    if wire == "event.approval.resolved":
-        subject = get_str(p, "approval_id")
-        decision = get_str(p, "decision")
-        if decision is None:
-            return out("attention.resolved", {"resolution": "dismissed"}, subject)
-        answer = {"option": decision}
-        if get_str(p, "feedback"):
-            answer["text"] = p["feedback"]
-        return out("attention.answered", {"answer": answer, "via": "oob"}, subject)
-    if wire == "event.question.requested":
-        questions = p.get("questions") if isinstance(p.get("questions"), list) else []
-        fields = _question_fields(questions)
-        n = len(fields)
-        structural = f"{AGENT} asks {n} question" + ("" if n == 1 else "s")
-        prompt = fields[0]["label"] if n == 1 else structural
-        return out("attention.requested", {"kind": "form", "prompt": prompt, "fields": fields},
-                   get_str(p, "question_id"), _structural={"prompt": structural})
-    if wire == "event.question.answered":
-        # The pin keeps the vendor's answer objects inside `values` verbatim (taxonomy digest §8.24).
-        values = p.get("answers") if isinstance(p.get("answers"), dict) else {}
-        return out("attention.answered", {"answer": {"values": values}, "via": "oob"}, get_str(p, "question_id"))
-    if wire == "event.question.dismissed":
-        return out("attention.resolved", {"resolution": "dismissed"}, get_str(p, "question_id"))
-    if wire == "event.session.work_changed":
-        data = {k: p[k] for k in ("busy", "pending_interaction") if k in p and isinstance(p[k], (bool, str))}
-        return out(channel, data)
-    # No session lifecycle is fabricated (kap sessions outlive connections); the rest is channel-only.
-    return out(channel, {})
-
-
 # --- runtime state -----------------------------------------------------------------------------------
 
 
@@ -412,13 +333,8 @@ def new_state() -> KimiState:
 
 
 def map_signal(signal: Signal, state: KimiState) -> list[Event]:
-    """A Kimi hook call (or, with ``attrs["ws_mode"]``, a web frame) -> drafts, updating ``state``."""
+    """A Kimi hook call -> drafts, updating ``state``."""
     payload = signal.payload if isinstance(signal.payload, dict) else {}
-    mode = signal.attrs.get("ws_mode") if isinstance(signal.attrs, dict) else None
-    if mode is not None:
-        d = map_ws_frame(payload, mode)
-        return [] if d is None else [d]
-
     name = get_str(payload, "hook_event_name") or signal.name or ""
     main = map_hook(name, payload)
     session = main.get("session")

@@ -12,6 +12,7 @@ also forwards ``tool_call``; a held one (``Signal.hold`` set) becomes the gate's
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from .common import (
     snake_case,
     tool_ref,
 )
+from .hookfamily import Payload
 from .shellfamily import ABSENT, step_of, tool_completed, tool_failed, tool_requested, usage
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "DELTAS_ENV", "GATE_OPTIONS", "PiState", "new_state", "map_event",
@@ -42,13 +44,6 @@ DELTAS_ENV = "AEP_PI_DELTAS"  # the operator opt-in for stream updates (default 
 _DEFAULT_DENY = "Denied by the operator (AEP)."
 GATE_OPTIONS: list[dict[str, str]] = PERMISSION_OPTIONS  # the opt-in gate is binary: allow | deny
 _COMPLETIONS = ("stop", "length", "toolUse")  # bounded terminations are completions (Annex A.12)
-_RENAMED = {
-    "agent_settled": "x.pi.agent.settled",
-    "session_info_changed": "x.pi.session.info",
-    "session_tree": "x.pi.session.tree",
-    "model_select": "x.pi.model.select",
-    "thinking_level_select": "x.pi.thinking.select",
-}
 
 
 def deny_reply(reason: str | None = None) -> dict[str, Any]:
@@ -122,29 +117,174 @@ def _last_assistant(messages: Any) -> dict[str, Any] | None:
     return None
 
 
-def _agent_end(event: dict[str, Any], attrs: dict[str, Any]) -> Event:
+def _agent_end(event: Payload, _info: Payload, _deltas: bool) -> Event:
     last = _last_assistant(event.get("messages"))
     if last is None:
-        return draft("run.finished", {}, **attrs)  # fixture agent_end_empty: a bare completion
+        return draft("run.finished", {})  # fixture agent_end_empty: a bare completion
     reason = get_str(last, "stopReason")
     data: dict[str, Any] = {"stop_reason": reason} if reason else {}
     if reason == "error":
         error: dict[str, Any] = {"type": "error"}  # the schema requires error; pi names no class
         if get_str(last, "errorMessage"):
             error["message"] = last["errorMessage"]
-        return draft("run.failed", {"reason": "error", **data, "error": error}, **attrs)
+        return draft("run.failed", {"reason": "error", **data, "error": error})
     if reason == "aborted":
         # Esc and programmatic aborts look alike on this bus: no `by` claim (fixture agent_end_aborted).
-        return draft("run.cancelled", data, **attrs)
+        return draft("run.cancelled", data)
     data.update(_message_usage(last))
     summary = message_text(last.get("content"))
     if summary:
         data["summary"] = summary  # run.finished.summary is redacted-gated by its schema
-    return draft("run.finished", data, **attrs)
+    return draft("run.finished", data)
 
 
 def _tool(event: dict[str, Any]) -> dict[str, str]:
     return tool_ref(get_str(event, "toolName"), get_str(event, "toolCallId"))
+
+
+_Handler = Callable[[Payload, Payload, bool], "Event | None"]
+"""A bus moment's handler: (event, session info, deltas opt-in) -> a draft, or None (a pinned null)."""
+
+
+def _session_start(event: Payload, info: Payload, _deltas: bool) -> Event:
+    data: dict[str, Any] = {"client": {"name": AGENT}}
+    hint: dict[str, str] = {}
+    if get_str(event, "reason"):
+        data["reason"] = event["reason"]
+    if get_str(info, "cwd"):
+        data["cwd"] = info["cwd"]  # session.started.cwd is redacted-gated by its schema
+    for key, name in (("file", "session_file"), ("previousSessionFile", "previous_session_file")):
+        path = get_str(info if key == "file" else event, key)
+        if path:  # machine paths: redacted+, no digest
+            data[name] = path
+            hint[name] = "redacted"
+    return draft("session.started", data, _capture=hint or None)
+
+
+def _session_shutdown(event: Payload, _info: Payload, _deltas: bool) -> Event:
+    # Every vendor teardown reason is orderly: schema reason normal, the vendor token alongside.
+    data = {"reason": "normal"}
+    if get_str(event, "reason"):
+        data["vendor_reason"] = event["reason"]
+    return draft("session.ended", data)
+
+
+def _session_compact(event: Payload, _info: Payload, _deltas: bool) -> Event:
+    data: dict[str, Any] = {}
+    if get_str(event, "reason"):
+        data["reason"] = event["reason"]
+    if isinstance(event.get("willRetry"), bool):
+        data["will_retry"] = event["willRetry"]
+    return draft("session.compacted", data)  # the vendor's post moment, emitted once
+
+
+def _agent_start(_event: Payload, _info: Payload, _deltas: bool) -> Event:
+    return draft("run.started", {})  # no trigger: the bus does not say who started it
+
+
+def _turn(type_: str) -> _Handler:
+    def handler(event: Payload, _info: Payload, _deltas: bool) -> Event:
+        # The vendor's own turnIndex on both boundaries: the envelope step, zero synthesis.
+        return draft(type_, {}, step=step_of(event.get("turnIndex")))
+    return handler
+
+
+def _message_start(event: Payload, _info: Payload, _deltas: bool) -> Event | None:
+    message = get_dict(event, "message")
+    if message.get("role") != "user":
+        return None  # the assistant boundary is taken once, at its end
+    data, hint = _content(message)
+    return draft("x.pi.message.submitted", data, severity="debug", _capture=hint or None)
+
+
+def _message_end(event: Payload, _info: Payload, _deltas: bool) -> Event | None:
+    message = get_dict(event, "message")
+    if message.get("role") != "assistant":
+        return None  # the user boundary was taken at its start; tool results belong to the trio
+    data = {"stop_reason": message["stopReason"]} if get_str(message, "stopReason") else {}
+    data.update(_message_usage(message))
+    content, hint = _content(message)
+    data.update(content)
+    return draft("x.pi.message.replied", data, severity="debug", _capture=hint or None)
+
+
+def _message_update(event: Payload, _info: Payload, deltas: bool) -> Event | None:
+    if not deltas:
+        return None  # token streaming is stream-shaped: nothing at the default posture
+    update = get_dict(event, "assistantMessageEvent")
+    data = {"kind": update["type"]} if get_str(update, "type") else {}
+    hint = {}
+    if isinstance(update.get("delta"), str):
+        data["delta"] = update["delta"]
+        hint["delta"] = "redacted"
+    return draft("x.pi.message.delta", data, severity="debug", _capture=hint or None)
+
+
+def _tool_start(event: Payload, _info: Payload, _deltas: bool) -> Event:
+    return tool_requested(_tool(event), event["args"] if "args" in event else ABSENT)
+
+
+def _tool_update(event: Payload, _info: Payload, deltas: bool) -> Event | None:
+    if not deltas:
+        return None
+    ref = _tool(event)
+    data: dict[str, Any] = {"tool": ref}
+    hint = {}
+    if "partialResult" in event:
+        data["partial_digest"] = digest(event["partialResult"])
+        data["partial"] = event["partialResult"]
+        hint["partial"] = "redacted"  # a partial result is content (fixture: whole results redacted+)
+    return draft("x.pi.tool.update", data, subject=ref["name"], severity="debug", _capture=hint or None)
+
+
+def _tool_end(event: Payload, _info: Payload, _deltas: bool) -> Event:
+    ref = _tool(event)
+    if event.get("isError") is True:
+        # The vendor's own typed isError flag, never inferred; the message is redacted-gated.
+        message = message_text(get_dict(event, "result").get("content"))
+        return tool_failed(ref, "error", message=message)
+    return tool_completed(ref, result=event.get("result", ABSENT))
+
+
+def _renamed(type_: str, *fields: tuple[str, str], redacted: bool = False) -> _Handler:
+    """A bus moment kept under ``x.pi.*`` at debug, with its string ``fields`` (vendor key, data key)."""
+    def handler(event: Payload, _info: Payload, _deltas: bool) -> Event:
+        data = {out: value for key, out in fields if (value := _field(event, key))}
+        hint = {out: "redacted" for out in data} if redacted else {}
+        return draft(type_, data, severity="debug", _capture=hint or None)
+    return handler
+
+
+def _field(event: Payload, path: str) -> str | None:
+    """A string at a dotted ``path`` of the event (``model.id``), else None."""
+    *parents, key = path.split(".")
+    obj = event
+    for parent in parents:
+        obj = get_dict(obj, parent)
+    return get_str(obj, key)
+
+
+EVENTS: dict[str, _Handler] = {
+    "session_start": _session_start,
+    "session_shutdown": _session_shutdown,
+    "session_compact": _session_compact,
+    "agent_start": _agent_start,
+    "agent_end": _agent_end,
+    "turn_start": _turn("run.step.started"),
+    "turn_end": _turn("run.step.finished"),
+    "message_start": _message_start,
+    "message_end": _message_end,
+    "message_update": _message_update,
+    "tool_execution_start": _tool_start,
+    "tool_execution_update": _tool_update,
+    "tool_execution_end": _tool_end,
+    "agent_settled": _renamed("x.pi.agent.settled"),
+    "session_info_changed": _renamed("x.pi.session.info", ("name", "name"), redacted=True),  # user content
+    "session_tree": _renamed("x.pi.session.tree"),
+    "model_select": _renamed("x.pi.model.select", ("source", "source"), ("model.id", "model")),
+    "thinking_level_select": _renamed("x.pi.thinking.select", ("level", "level")),
+}
+"""pi's extension bus, one handler per moment (the hook family's table style)."""
 
 
 def map_event(payload: Any, deltas: bool = False, *, event_type: str | None = None) -> Event | None:
@@ -157,103 +297,14 @@ def map_event(payload: Any, deltas: bool = False, *, event_type: str | None = No
     event = get_dict(p, "event")
     info = get_dict(p, "session")
     kind = get_str(event, "type") or event_type or ""
-    attrs: dict[str, Any] = {"session": get_str(info, "id")}
-    if kind == "session_start":
-        data: dict[str, Any] = {"client": {"name": AGENT}}
-        hint: dict[str, str] = {}
-        if get_str(event, "reason"):
-            data["reason"] = event["reason"]
-        if get_str(info, "cwd"):
-            data["cwd"] = info["cwd"]  # session.started.cwd is redacted-gated by its schema
-        for key, name in (("file", "session_file"), ("previousSessionFile", "previous_session_file")):
-            path = get_str(info if key == "file" else event, key)
-            if path:  # machine paths: redacted+, no digest
-                data[name] = path
-                hint[name] = "redacted"
-        return draft("session.started", data, _capture=hint or None, **attrs)
-    if kind == "session_shutdown":
-        # Every vendor teardown reason is orderly: schema reason normal, the vendor token alongside.
-        data = {"reason": "normal"}
-        if get_str(event, "reason"):
-            data["vendor_reason"] = event["reason"]
-        return draft("session.ended", data, **attrs)
-    if kind == "session_compact":
-        data = {}
-        if get_str(event, "reason"):
-            data["reason"] = event["reason"]
-        if isinstance(event.get("willRetry"), bool):
-            data["will_retry"] = event["willRetry"]
-        return draft("session.compacted", data, **attrs)  # the vendor's post moment, emitted once
-    if kind == "agent_start":
-        return draft("run.started", {}, **attrs)  # no trigger: the bus does not say who started it
-    if kind == "agent_end":
-        return _agent_end(event, attrs)
-    if kind in ("turn_start", "turn_end"):
-        # The vendor's own turnIndex on both boundaries: the envelope step, zero synthesis.
-        step = step_of(event.get("turnIndex"))
-        return draft("run.step.started" if kind == "turn_start" else "run.step.finished", {}, step=step, **attrs)
-    if kind in ("message_start", "message_end"):
-        message = get_dict(event, "message")
-        role = message.get("role")
-        if kind == "message_start" and role == "user":
-            data, hint = _content(message)
-            return draft("x.pi.message.submitted", data, severity="debug", _capture=hint or None, **attrs)
-        if kind == "message_end" and role == "assistant":
-            data = {"stop_reason": message["stopReason"]} if get_str(message, "stopReason") else {}
-            data.update(_message_usage(message))
-            content, hint = _content(message)
-            data.update(content)
-            return draft("x.pi.message.replied", data, severity="debug", _capture=hint or None, **attrs)
-        return None  # the assistant boundary is taken once, at its end; tool results belong to the trio
-    if kind == "message_update":
-        if not deltas:
-            return None  # token streaming is stream-shaped: nothing at the default posture
-        update = get_dict(event, "assistantMessageEvent")
-        data = {"kind": update["type"]} if get_str(update, "type") else {}
-        hint = {}
-        if isinstance(update.get("delta"), str):
-            data["delta"] = update["delta"]
-            hint["delta"] = "redacted"
-        return draft("x.pi.message.delta", data, severity="debug", _capture=hint or None, **attrs)
-    if kind == "tool_execution_start":
-        return tool_requested(_tool(event), event["args"] if "args" in event else ABSENT, **attrs)
-    if kind == "tool_execution_update":
-        if not deltas:
-            return None
-        ref = _tool(event)
-        data = {"tool": ref}
-        hint = {}
-        if "partialResult" in event:
-            data["partial_digest"] = digest(event["partialResult"])
-            data["partial"] = event["partialResult"]
-            hint["partial"] = "redacted"  # a partial result is content (fixture: whole results redacted+)
-        return draft("x.pi.tool.update", data, subject=ref["name"], severity="debug", _capture=hint or None,
-                     **attrs)
-    if kind == "tool_execution_end":
-        ref = _tool(event)
-        result = event.get("result", ABSENT)
-        if event.get("isError") is True:
-            # The vendor's own typed isError flag, never inferred; the message is redacted-gated.
-            message = message_text(get_dict(event, "result").get("content"))
-            return tool_failed(ref, "error", message=message, **attrs)
-        return tool_completed(ref, result=result, **attrs)
-    if kind in _RENAMED:
-        data = {}
-        hint = {}
-        if kind == "model_select":
-            if get_str(event, "source"):
-                data["source"] = event["source"]
-            model = get_str(get_dict(event, "model"), "id")
-            if model:
-                data["model"] = model
-        elif kind == "thinking_level_select" and get_str(event, "level"):
-            data["level"] = event["level"]
-        elif kind == "session_info_changed" and get_str(event, "name"):
-            data["name"] = event["name"]  # the session name is user content: redacted-gated
-            hint["name"] = "redacted"
-        return draft(_RENAMED[kind], data, severity="debug", _capture=hint or None, **attrs)
+    handler = EVENTS.get(kind)
     # AEP-0001 §6, fixture fallback: future bus members land under x.pi.event.* (two segments deep).
-    return draft(f"x.pi.event.{snake_case(kind)}", {}, severity="debug", **attrs)
+    d = handler(event, info, deltas) if handler is not None else \
+        draft(f"x.pi.event.{snake_case(kind)}", {}, severity="debug")
+    session = get_str(info, "id")
+    if d is not None and session is not None:
+        d["session"] = session
+    return d
 
 
 def map_signal(signal: Signal, state: PiState) -> list[Event]:

@@ -20,10 +20,8 @@ What :class:`Live` does, in order (``__enter__``):
 3. ``spec.prepare(live)``: points the CLI at the fake model (env in ``live.env``, config files in
    ``live.home`` / ``live.work``) and sets the vendor's trust flags;
 4. wires the hooks exactly as a user does: ``aep-collector hooks VENDOR --install --home HOME``
-   when this build has ``--install``; otherwise the printed block of ``aep-collector hooks VENDOR``
-   merged into ``spec.hooks_file`` (JSON deep-merged, TOML appended, leading ``//`` advice lines
-   dropped). Both get ``--config`` (the collector's own config, for hold windows) and ``--url``
-   (the receiver's real port).
+   with ``--config`` (the collector's own config, for hold windows) and ``--url`` (the receiver's
+   real port).
 
 ``live.run(prompt, *args)`` runs ``spec.command(live, prompt)`` (+ ``args``) with the CLI prefix from
 :mod:`tests.live.clis`; a missing CLI fails under ``CI=true`` and skips loudly elsewhere.
@@ -68,8 +66,8 @@ class Spec:
     """How the live tier drives one vendor.
 
     ``vendor``: the name ``aep-collector hooks`` takes; ``receiver``: the receiver type; ``cli``: the
-    :mod:`tests.live.clis` key; ``agent``: the JSONL folder; ``hooks_file``: where the printed block
-    goes, relative to HOME (``{work}`` for the project folder); ``prepare(live)``: model endpoint and
+    :mod:`tests.live.clis` key; ``agent``: the JSONL folder; ``hooks_file``: where ``--install``
+    registers it, relative to HOME (documentation for readers of a Spec); ``prepare(live)``: model endpoint and
     trust wiring; ``command(live, prompt)``: the CLI's arguments for one non-interactive prompt.
     """
 
@@ -182,30 +180,12 @@ class Live:
                               text=True, timeout=60, env={**os.environ, "HOME": str(self.home)})
 
     def wire(self) -> None:
-        """Register the collector in the vendor's config: ``--install`` when this build has it, else print+merge."""
+        """Register the collector in the vendor's config as a user does: ``hooks VENDOR --install``."""
         assert self.collector is not None
-        common = ["hooks", self.spec.vendor, "--config", str(self.collector.path), "--url", self.hook_url]
-        res = self.aep(*common, "--install", "--home", str(self.home))
-        if res.returncode == 2 and "unrecognized arguments" in res.stderr:
-            res = self.aep(*common)
-            assert res.returncode == 0, res.stderr
-            self.wiring = res.stdout
-            self.merge_printed(res.stdout)
-        else:
-            assert res.returncode == 0, f"hooks --install failed: {res.stdout}{res.stderr}"
-            self.wiring = res.stdout + res.stderr
-
-    def merge_printed(self, printed: str) -> None:
-        """Put a printed registration block where the user would: JSON merged, TOML appended."""
-        target = Path(self.spec.hooks_file.format(work=self.work))
-        target = target if target.is_absolute() else self.home / target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        body = "\n".join(line for line in printed.splitlines() if not line.lstrip().startswith("//"))
-        if target.suffix == ".json":
-            write_json(target, json.loads(body))
-        else:
-            with target.open("a") as f:
-                f.write("\n" + body + "\n")
+        res = self.aep("hooks", self.spec.vendor, "--config", str(self.collector.path), "--url", self.hook_url,
+                       "--install", "--home", str(self.home))
+        assert res.returncode == 0, f"hooks --install failed: {res.stdout}{res.stderr}"
+        self.wiring = res.stdout + res.stderr
 
     # -- running -----------------------------------------------------------------------------------
 
