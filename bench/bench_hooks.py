@@ -114,7 +114,7 @@ def main() -> None:
             cfg["service"]["pipelines"]["p"]["exporters"].append("relay")
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(cfg))
-        collector, cport = start([sys.executable, "-m", "pipeline.cli", "--config", str(path)],
+        collector, cport = start([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(path)],
                                  r"receiver/claude_code listening on \S+:(\d+)")
         echo, eport = start([sys.executable, "bench/echo_server.py"], r"echo listening on \S+:(\d+)",
                             ready="echo listening")

@@ -57,14 +57,14 @@ def inner(events: int, stage: str, sessions: int) -> None:
     """The measured process: warm up, then push `events` signals through the cut pipeline."""
     import asyncio
 
-    from exporters.jsonl import JsonlConfig, JsonlExporter
-    from pipeline.component import CreateSettings
-    from pipeline.envelope import Stamper
-    from pipeline.host import Host
-    from pipeline.model import Signal
-    from processors.capture import CaptureConfig, CaptureProcessor
-    from processors.mapping import MappingProcessor
-    from processors.runs import RunsProcessor
+    from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+    from aep_collector.pipeline.component import CreateSettings
+    from aep_collector.pipeline.envelope import Stamper
+    from aep_collector.pipeline.host import Host
+    from aep_collector.pipeline.model import Signal
+    from aep_collector.processors.capture import CaptureConfig, CaptureProcessor
+    from aep_collector.processors.mapping import MappingProcessor
+    from aep_collector.processors.runs import RunsProcessor
 
     inputs = workload_inputs()
 

@@ -84,7 +84,7 @@ def main() -> None:
                    "exporters": ["jsonl"]}}}}
         path = Path(tmp) / "mem.yaml"
         path.write_text(yaml.safe_dump(cfg))
-        proc, port = start([sys.executable, "-m", "pipeline.cli", "--config", str(path)],
+        proc, port = start([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(path)],
                            r"receiver/claude_code listening on \S+:(\d+)")
         try:
             # Warm up the code paths once so idle includes what every run needs anyway.

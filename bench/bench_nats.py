@@ -28,14 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporters.nats import NatsExporter, NatsExporterConfig  # noqa: E402
-from pipeline.component import CreateSettings  # noqa: E402
-from pipeline.config import parse  # noqa: E402
-from pipeline.envelope import Stamper  # noqa: E402
-from pipeline.host import Host  # noqa: E402
-from pipeline.natsconn import NatsConnection, NatsStream  # noqa: E402
-from pipeline.registry import build_registry  # noqa: E402
-from pipeline.service import Service  # noqa: E402
+from aep_collector.exporters.nats import NatsExporter, NatsExporterConfig  # noqa: E402
+from aep_collector.pipeline.component import CreateSettings  # noqa: E402
+from aep_collector.pipeline.config import parse  # noqa: E402
+from aep_collector.pipeline.envelope import Stamper  # noqa: E402
+from aep_collector.pipeline.host import Host  # noqa: E402
+from aep_collector.pipeline.natsconn import NatsConnection, NatsStream  # noqa: E402
+from aep_collector.pipeline.registry import build_registry  # noqa: E402
+from aep_collector.pipeline.service import Service  # noqa: E402
 
 TOKEN = "bench-token-0123"
 

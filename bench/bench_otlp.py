@@ -40,7 +40,7 @@ class MappingConsumer(NullConsumer):
 
     def __init__(self) -> None:
         super().__init__()
-        from processors.mapping import MappingProcessor
+        from aep_collector.processors.mapping import MappingProcessor
 
         self.mapping = MappingProcessor()
         self.drafts = 0
@@ -59,14 +59,14 @@ class PipelineConsumer(NullConsumer):
         import tempfile
         from pathlib import Path
 
-        from exporters.jsonl import JsonlConfig, JsonlExporter
-        from pipeline.component import CreateSettings
-        from pipeline.envelope import Stamper
-        from pipeline.host import Health
-        from pipeline.pipeline import Pipeline
-        from processors.capture import CaptureProcessor
-        from processors.mapping import MappingProcessor
-        from processors.runs import RunsProcessor
+        from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+        from aep_collector.pipeline.component import CreateSettings
+        from aep_collector.pipeline.envelope import Stamper
+        from aep_collector.pipeline.host import Health
+        from aep_collector.pipeline.pipeline import Pipeline
+        from aep_collector.processors.capture import CaptureProcessor
+        from aep_collector.processors.mapping import MappingProcessor
+        from aep_collector.processors.runs import RunsProcessor
 
         self.tmp = tempfile.mkdtemp(prefix="aep-bench-otlp-")
         health = Health()
@@ -96,9 +96,9 @@ def make_consumer(spec: str) -> Any:
 
 def serve(spec: str, profile: str, mode: str, conn: Connection) -> None:
     """Child process: run the receiver until the parent says stop, then report what it consumed."""
-    from pipeline.component import CreateSettings
-    from pipeline.host import Host
-    from receivers.otlp import OtlpConfig, OtlpReceiver
+    from aep_collector.pipeline.component import CreateSettings
+    from aep_collector.pipeline.host import Host
+    from aep_collector.receivers.otlp import OtlpConfig, OtlpReceiver
 
     async def main() -> None:
         consumer = make_consumer(spec)

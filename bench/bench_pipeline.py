@@ -22,15 +22,15 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporters.jsonl import JsonlConfig, JsonlExporter  # noqa: E402
-from pipeline.component import CreateSettings  # noqa: E402
-from pipeline.envelope import Stamper  # noqa: E402
-from pipeline.host import Host  # noqa: E402
-from pipeline.model import Signal  # noqa: E402
-from pipeline.pipeline import Pipeline  # noqa: E402
-from processors.capture import CaptureConfig, CaptureProcessor  # noqa: E402
-from processors.mapping import MappingProcessor  # noqa: E402
-from processors.runs import RunsProcessor  # noqa: E402
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter  # noqa: E402
+from aep_collector.pipeline.component import CreateSettings  # noqa: E402
+from aep_collector.pipeline.envelope import Stamper  # noqa: E402
+from aep_collector.pipeline.host import Host  # noqa: E402
+from aep_collector.pipeline.model import Signal  # noqa: E402
+from aep_collector.pipeline.pipeline import Pipeline  # noqa: E402
+from aep_collector.processors.capture import CaptureConfig, CaptureProcessor  # noqa: E402
+from aep_collector.processors.mapping import MappingProcessor  # noqa: E402
+from aep_collector.processors.runs import RunsProcessor  # noqa: E402
 
 TARGET = 100_000
 FLOOR_RATIO_TARGET = 5.0

@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporters.jsonl import JsonlConfig, JsonlExporter  # noqa: E402
-from pipeline.component import CreateSettings  # noqa: E402
-from pipeline.host import Health, Host  # noqa: E402
-from pipeline.sending_queue import SendingQueue, SendingQueueConfig  # noqa: E402
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter  # noqa: E402
+from aep_collector.pipeline.component import CreateSettings  # noqa: E402
+from aep_collector.pipeline.host import Health, Host  # noqa: E402
+from aep_collector.pipeline.sending_queue import SendingQueue, SendingQueueConfig  # noqa: E402
 
 
 def events(n: int) -> list[dict]:

@@ -46,7 +46,7 @@ def start_collector(tmp: Path) -> tuple[subprocess.Popen[str], str]:
     }
     path = tmp / "bench.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "--config", str(path)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(path)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     for line in proc.stdout:

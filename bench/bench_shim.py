@@ -4,9 +4,9 @@ Every figure is the median wall time of running a process to completion with a h
 stdin, from this venv's interpreter: bare ``-c pass`` (with site, ``-S``, ``-S -I``), then the
 shim against a live receiver (the real collector binary, started here) and against a closed port,
 launched five ways: exactly as the registration blocks write it (the ``/bin/sh -c`` chain running
-the shim's copy, ``receivers/registration.py``), ``python -S -I -c "import pipeline.shim ..."``
+the shim's copy, ``receivers/registration.py``), ``python -S -I -c "import aep_collector.pipeline.shim ..."``
 from the checkout, as a file (``python -S -I .../shim.py``: compiled on every start), as
-``python -m pipeline.shim`` and as the ``aep-collector-hook`` console script (both with site).
+``python -m aep_collector.pipeline.shim`` and as the ``aep-collector-hook`` console script (both with site).
 Ratios are against ``python -S -I -c pass``, the floor. Nothing is asserted.
 
     .venv/bin/python bench/bench_shim.py [--runs 40] [--vendor codex]
@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from receivers.hook_vendors.blocks import shim_argv
-from receivers.registration import ensure_shim, shim_command, using_home
+from aep_collector.receivers.hook_vendors.blocks import shim_argv
+from aep_collector.receivers.registration import ensure_shim, shim_command, using_home
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM = ROOT / "pipeline" / "shim.py"
@@ -62,7 +62,7 @@ def start_collector(tmp: Path, rtype: str) -> tuple[subprocess.Popen[str], int]:
         "exporters": {"jsonl": {"directory": str(tmp / "logs"), "fsync": "never"}},
         "service": {"state_dir": str(tmp / "state"), "pipelines": {"bench": {
             "receivers": [rtype], "processors": ["mapping", "runs", "capture"], "exporters": ["jsonl"]}}}}))
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "--config", str(config)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(config)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     port = None
@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                     chain = shlex.split(shim_command(*hook, url=url))
                 launches = {
                     "registered (/bin/sh chain -> copy)": chain,
-                    "-S -I -c import pipeline.shim": shim_argv(*hook, url=url),
+                    "-S -I -c import aep_collector.pipeline.shim": shim_argv(*hook, url=url),
                     "python -S -I shim.py": [py, "-S", "-I", str(SHIM), *hook, "--url", url],
-                    "python -m pipeline.shim": [py, "-m", "pipeline.shim", *hook, "--url", url],
+                    "python -m aep_collector.pipeline.shim": [py, "-m", "aep_collector.pipeline.shim", *hook, "--url", url],
                     "aep-collector-hook": [script, *hook, "--url", url],
                 }
                 for name, cmd in launches.items():

@@ -151,9 +151,9 @@ def cmd_run(path: str) -> int:
 def cmd_hooks(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from receivers import wiring
-    from receivers.registration import using_home
-    from receivers.registration import wiring as registration
+    from aep_collector.receivers import wiring
+    from aep_collector.receivers.registration import using_home
+    from aep_collector.receivers.registration import wiring as registration
 
     home = Path(args.home).expanduser().resolve() if args.home else None
     project = Path(args.project).expanduser().resolve() if args.project else None

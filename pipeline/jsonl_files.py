@@ -2,7 +2,7 @@
 
 The ``jsonl`` exporter writes ``<agent>/<session>.jsonl``; with retention on it closes that file
 now and then as ``<agent>/<session>@<UTC time>.jsonl`` and compresses closed files to
-``...jsonl.gz``. ``@`` never occurs in an encoded session name (``exporters.jsonl.paths``), so the
+``...jsonl.gz``. ``@`` never occurs in an encoded session name (``aep_collector.exporters.jsonl.paths``), so the
 rotated files of a session are exactly ``<session>@*``, and their names sort oldest first.
 Everything that reads a session's log (``validate-events``, the operator CLI's ``timeline`` and
 ``tail --file``) goes through ``session_files`` / ``iter_lines`` here.

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from processors.capture.redact import Redactor, is_credential_key
+from aep_collector.processors.capture.redact import Redactor, is_credential_key
 
 
 class RedactingFilter(logging.Filter):

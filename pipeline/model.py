@@ -2,7 +2,7 @@
 
 A receiver turns what a vendor sent into a ``Signal``; the mapping processor turns signals into
 event *drafts* (plain dicts); later processors transform drafts; the pipeline stamps drafts into
-AEP envelopes (``pipeline.envelope``) and hands those to exporters.
+AEP envelopes (``aep_collector.pipeline.envelope``) and hands those to exporters.
 
 Draft keys are AEP attribute names (``type``, ``data``, ``subject``, ``session``, ``run``,
 ``step``, ``cause``, ``severity``, ``agent``) plus internal hints whose names start with ``_``.

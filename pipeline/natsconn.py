@@ -5,7 +5,7 @@ Wire protocol (one JetStream stream, core NATS request/reply for control):
 
 - every event is one message on ``<prefix>.<agent>.<session>`` (tokens escaped by ``token``;
   agent-scoped events use the session token ``~``), its body the event's wire bytes
-  (``pipeline.wire``), header ``Nats-Msg-Id`` = the event id so JetStream drops a resend within
+  (``aep_collector.pipeline.wire``), header ``Nats-Msg-Id`` = the event id so JetStream drops a resend within
   its duplicate window;
 - a collector that serves control adds ``Aep-Control`` (its per-collector request subject) and
   ``Aep-Accepts`` (the command types the event's agent honours there) to every event: that is how

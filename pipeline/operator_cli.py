@@ -2,7 +2,7 @@
 
 They talk to a running collector's relay role (found through ``<state_dir>/relay.json``, or
 ``--url``/``--token``) over its own AEP bindings — SSE to read, the WebSocket to send commands —
-or read JSONL logs (``--file``) through ``pipeline.jsonl_files``. Every failure is one ``error:``
+or read JSONL logs (``--file``) through ``aep_collector.pipeline.jsonl_files``. Every failure is one ``error:``
 line and an exit code; never a traceback.
 """
 
@@ -90,7 +90,7 @@ def _unreachable(t: Target, exc: BaseException) -> CliError:
 
 def read_file_events(path: str) -> Iterator[dict[str, Any]]:
     """The one JSONL reader of the operator commands: a session log (rotated and compressed
-    parts included, via ``pipeline.jsonl_files``), skipping lines that are not AEP events."""
+    parts included, via ``aep_collector.pipeline.jsonl_files``), skipping lines that are not AEP events."""
     from .jsonl_files import iter_lines
 
     try:
@@ -209,7 +209,7 @@ def tail_filter(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
 
 
 def local_match(flt: dict[str, Any], glob: str | None, ev: dict[str, Any]) -> bool:
-    from exporters.relay_server.match import matches
+    from aep_collector.exporters.relay_server.match import matches
 
     return matches(flt, ev) and (glob is None or fnmatch.fnmatchcase(str(ev.get("type", "")), glob))
 
@@ -484,7 +484,7 @@ def wiring() -> list[tuple[str, str]]:
     home = Path.home()
     out = []
     try:
-        from receivers.wiring import records_dir
+        from aep_collector.receivers.wiring import records_dir
 
         installed = {p.stem for p in records_dir().glob("*.json")}
     except Exception:  # the install records are a hint; the config files are the truth

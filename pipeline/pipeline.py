@@ -71,7 +71,7 @@ class Pipeline:
 
     Durable exporters (``durable = True``, e.g. JSONL) are called inline, in order, before the
     call returns: an accepted event is on disk before anything else sees it. Every other exporter
-    sits behind a queue with ``put``: the persistent ``pipeline.sending_queue.SendingQueue`` by
+    sits behind a queue with ``put``: the persistent ``aep_collector.pipeline.sending_queue.SendingQueue`` by
     default, this module's memory ``QueuedExporter`` when that is turned off.
     """
 

@@ -25,20 +25,20 @@ CAPTURE_TYPE = "capture"
 # Built-in component modules, each exposing FACTORY (or FACTORIES). Listed, not discovered, so
 # a missing module is an error here and not a silently absent component type.
 BUILTINS = (
-    "processors.mapping",
-    "processors.runs",
-    "processors.capture",
-    "exporters.jsonl",
-    "exporters.relay",
-    "exporters.relay_server",
-    "exporters.nats",
-    "exporters.otlp",
-    "exporters.cloudevents",
-    "receivers.claude_code",
-    "receivers.hook_vendors",
-    "receivers.plugin_vendors",
-    "receivers.otlp",
-    "receivers.nats",
+    "aep_collector.processors.mapping",
+    "aep_collector.processors.runs",
+    "aep_collector.processors.capture",
+    "aep_collector.exporters.jsonl",
+    "aep_collector.exporters.relay",
+    "aep_collector.exporters.relay_server",
+    "aep_collector.exporters.nats",
+    "aep_collector.exporters.otlp",
+    "aep_collector.exporters.cloudevents",
+    "aep_collector.receivers.claude_code",
+    "aep_collector.receivers.hook_vendors",
+    "aep_collector.receivers.plugin_vendors",
+    "aep_collector.receivers.otlp",
+    "aep_collector.receivers.nats",
 )
 
 

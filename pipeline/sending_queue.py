@@ -19,10 +19,10 @@ moves on. ``deliver`` is never called concurrently for one exporter and batches 
 An exporter without ``deliver`` is driven through ``export(events)`` instead (for those,
 returning counts as delivered). An exporter that hands events to something in this process (no
 peer that can be away, nothing worth replaying after a restart) sets the class attribute
-``persistent_queue = False`` and keeps the memory queue (``pipeline.pipeline.QueuedExporter``).
+``persistent_queue = False`` and keeps the memory queue (``aep_collector.pipeline.pipeline.QueuedExporter``).
 
 Layout of ``<state_dir>/queue/<exporter id>/``: ``<n>.seg`` segment files of JSON lines (one
-event per line, the ``pipeline.wire`` bytes, appended with one ``write`` per batch), ``cursor``
+event per line, the ``aep_collector.pipeline.wire`` bytes, appended with one ``write`` per batch), ``cursor``
 (16 bytes: segment number and byte offset of the next undelivered line, rewritten in place
 after each delivered batch) and ``lock`` (one collector per queue directory).
 
@@ -488,7 +488,7 @@ def _decode(line: bytes) -> Any:
     """A queued line back to the event it was, exactly; None if it is not JSON.
 
     orjson is the fast path, but it reads an integer beyond 64 bits as a float and refuses a lone
-    surrogate escape: lines that may hold either (the ``pipeline.wire`` fallback writes them) go
+    surrogate escape: lines that may hold either (the ``aep_collector.pipeline.wire`` fallback writes them) go
     through the standard library, which is exact for both.
     """
     if _LONG_NUMBER.search(line) is None:

@@ -32,7 +32,7 @@ def final_gate(cfg: ServiceConfig, spec: Any) -> tuple[Any, Any] | None:
         return None
     if listed:
         return listed[-1]
-    from processors.capture import FACTORY
+    from aep_collector.processors.capture import FACTORY
 
     return FACTORY, FACTORY.default_config()
 

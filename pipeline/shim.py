@@ -11,7 +11,7 @@ break the agent it observes (reference stack §0.1 "fail-open").
 
 It is started once per hook firing, so it imports nothing but the C socket module: no
 ``socket.py`` (enum, selectors), no ``http.client`` (email, ssl), no ``json`` (re), no ``os``,
-nothing from this project. ``python -X importtime -m pipeline.shim`` shows what it costs;
+nothing from this project. ``python -X importtime -m aep_collector.pipeline.shim`` shows what it costs;
 ``bench/bench_shim.py`` measures it against a bare interpreter (registered commands run a copy of
 this file, ``~/.aep/bin/aep_collector_hook.py``, as ``python -S -I -c "import aep_collector_hook
 ..."``: no site, cached bytecode; ``receivers/registration.py``). Because of that it

@@ -9,7 +9,7 @@ Three layers, each usable alone:
 - ``StreamValidator``: rules over several events in emission order (AEP-0001 §7, AEP-0002 §2/§7,
   AEP-0004 §3), with per-session state keyed by ``(source, session)`` (AEP-0001 §5.2).
 
-The patterns here are deliberately written independently of ``pipeline.envelope``: the validator
+The patterns here are deliberately written independently of ``aep_collector.pipeline.envelope``: the validator
 is what checks the stamper, so it must not share the stamper's mistakes.
 """
 

@@ -1,6 +1,6 @@
 """The opt-in operator gate: hold a matched tool call as an Allow/Deny(/Ask) request.
 
-VS Code agent and Kimi Code (``receivers.hook_vendors``), Hermes and pi (``receivers.plugin_vendors``)
+VS Code agent and Kimi Code (``aep_collector.receivers.hook_vendors``), Hermes and pi (``aep_collector.receivers.plugin_vendors``)
 share it (reference stack §1.5, §1.6, §1.10, §1.12). Off by default (observe-only): nothing is
 held and ``control.accepts`` is declared empty. On (``control: true``), a call whose tool name
 matches ``gate_tools`` is held on the shared ``HeldLoop`` while a control route is live, and a
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from pipeline.control import RESPOND
-from pipeline.host import Host
-from pipeline.model import Event, Signal
-from receivers.held import Applied, HeldLoop, Validator, permission_choice, permission_validator
-from receivers.hook_http import HookReceiverConfig, HookServer
+from aep_collector.pipeline.control import RESPOND
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.receivers.held import Applied, HeldLoop, Validator, permission_choice, permission_validator
+from aep_collector.receivers.hook_http import HookReceiverConfig, HookServer
 
 Follow = Callable[[Applied, Event, Event | None], "Event | None"]
 """(applied, request, answered) -> one more draft for that lane (e.g. ``tool.denied``), or None."""

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.control import RESPOND, ControlRouter, Hold, Outcome
-from pipeline.envelope import rfc3339_ms
-from pipeline.host import Host
-from pipeline.model import Event, Signal
-from receivers.hook_http import CURRENT_REQUEST, connection_gone
+from aep_collector.pipeline.control import RESPOND, ControlRouter, Hold, Outcome
+from aep_collector.pipeline.envelope import rfc3339_ms
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.receivers.hook_http import CURRENT_REQUEST, connection_gone
 
 GONE_POLL = 0.1
 """Seconds between checks that the vendors of held requests are still waiting (one check for all)."""

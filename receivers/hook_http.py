@@ -17,14 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aiohttp import web
-
-from pipeline import wire
-from pipeline.component import Consumer, CreateSettings
-from pipeline.config import parse_endpoint
-from pipeline.host import Health, Host
-from pipeline.model import Event, Signal
-from receivers.body import (
+from aep_collector.pipeline import wire
+from aep_collector.pipeline.component import Consumer, CreateSettings
+from aep_collector.pipeline.config import parse_endpoint
+from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.receivers.body import (
     DEFAULT_BODY_TIMEOUT,
     BodyError,
     ProtocolLog,
@@ -32,6 +30,7 @@ from receivers.body import (
     reply_and_close,
     validate_body_timeout,
 )
+from aiohttp import web
 
 log = logging.getLogger("aep.receiver")
 

@@ -1,4 +1,4 @@
-"""``aep-collector hooks VENDOR``: each vendor's registration (``receivers.wiring.Wiring``).
+"""``aep-collector hooks VENDOR``: each vendor's registration (``aep_collector.receivers.wiring.Wiring``).
 
 Also the pieces every vendor's registration is rendered from: the shim's copy in ``~/.aep/bin``,
 the command line that runs it, and its waits.
@@ -17,11 +17,11 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from pipeline import shim
-from pipeline.component import Kind
+from aep_collector.pipeline import shim
+from aep_collector.pipeline.component import Kind
 
 HELD_WAIT_MARGIN = 5.0
-"""Seconds the shim waits on a held hook beyond the hold window (``pipeline.shim.VENDORS[...].wait``)."""
+"""Seconds the shim waits on a held hook beyond the hold window (``aep_collector.pipeline.shim.VENDORS[...].wait``)."""
 
 
 def hold_wait(attention_timeout: float) -> float:
@@ -46,7 +46,7 @@ def shim_argv(vendor: str, event: str | None = None, url: str | None = None,
     ``--url`` is left out when ``url`` is the shim's own default for ``vendor``.
     """
     root = str(Path(shim.__file__).resolve().parent.parent)
-    code = f"import sys;sys.path[:0]=[{json.dumps(root)}];import pipeline.shim as s;sys.exit(s.main())"
+    code = f"import sys;sys.path[:0]=[{json.dumps(root)}];import aep_collector.pipeline.shim as s;sys.exit(s.main())"
     parts = [sys.executable, "-S", "-I", "-c", code, vendor]
     if event:
         parts.append(event)
@@ -136,8 +136,8 @@ def shim_command(vendor: str, event: str | None = None, url: str | None = None, 
 
 
 def _claude_code(url: str | None, cfg: Any) -> Any:
-    from receivers.claude_code import COMMAND_HOOKS, settings_block
-    from receivers.wiring import Wiring, json_target
+    from aep_collector.receivers.claude_code import COMMAND_HOOKS, settings_block
+    from aep_collector.receivers.wiring import Wiring, json_target
 
     endpoint = cfg.endpoint if cfg is not None else "127.0.0.1:8377"
     timeout = cfg.attention_timeout if cfg is not None else 55.0
@@ -151,21 +151,21 @@ def _claude_code(url: str | None, cfg: Any) -> Any:
 
 
 def _hook_vendor(module: str) -> Any:
-    """A renderer for a hook-family vendor: ``receivers.hook_vendors.<module>.registration``, imported lazily."""
+    """A renderer for a hook-family vendor: ``aep_collector.receivers.hook_vendors.<module>.registration``, imported lazily."""
 
     def render_block(url: str | None, cfg: Any) -> str:
         import importlib
 
-        return importlib.import_module(f"receivers.hook_vendors.{module}").registration(url, cfg)
+        return importlib.import_module(f"aep_collector.receivers.hook_vendors.{module}").registration(url, cfg)
 
     return render_block
 
 
 def _plugin_vendor(vendor: str) -> Any:
-    """A renderer for a plugin/shell-hook vendor: ``receivers.plugin_vendors.install``, imported lazily."""
+    """A renderer for a plugin/shell-hook vendor: ``aep_collector.receivers.plugin_vendors.install``, imported lazily."""
 
     def render_block(url: str | None, cfg: Any) -> str:
-        from receivers.plugin_vendors import install
+        from aep_collector.receivers.plugin_vendors import install
 
         return install.render(vendor, url, cfg)
 
@@ -190,7 +190,7 @@ RENDERERS: dict[str, tuple[str, Any]] = {
 
 
 def wiring(vendor: str, url: str | None = None, config_path: str | None = None, registry: Any = None) -> Any:
-    """The ``receivers.wiring.Wiring`` for ``vendor``; with a config, endpoint and timeouts come from it.
+    """The ``aep_collector.receivers.wiring.Wiring`` for ``vendor``; with a config, endpoint and timeouts come from it.
 
     Copies the shim to ``<hook dir>/bin`` first: the commands it returns run that copy.
     """
@@ -200,7 +200,7 @@ def wiring(vendor: str, url: str | None = None, config_path: str | None = None, 
     rtype, fn = RENDERERS[key]
     cfg = None
     if config_path is not None:
-        from pipeline.config import load
+        from aep_collector.pipeline.config import load
 
         sc = load(config_path, registry)
         for _cid, (factory, ccfg) in sc.components(Kind.RECEIVER).items():

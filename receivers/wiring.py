@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from receivers.registration import HOOK_FILE, hook_dir
+from aep_collector.receivers.registration import HOOK_FILE, hook_dir
 
 BACKUP_SUFFIX = ".aep-backup"
 BEGIN = "# >>> aep-collector (remove with: aep-collector hooks {vendor} --uninstall) >>>"

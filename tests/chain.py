@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.envelope import Stamper
-from pipeline.model import Signal
-from processors.capture import CaptureConfig, CaptureProcessor
-from processors.mapping import MappingProcessor
-from processors.runs import RunsProcessor
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CaptureConfig, CaptureProcessor
+from aep_collector.processors.mapping import MappingProcessor
+from aep_collector.processors.runs import RunsProcessor
 
 
 class Chain:

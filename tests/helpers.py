@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from pipeline.config import parse
-from pipeline.registry import build_registry
-from pipeline.service import Service
+from aep_collector.pipeline.config import parse
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.pipeline.service import Service
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,7 +65,7 @@ class Collector:
 
     def start(self, timeout: float = 20.0) -> Collector:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "--config", str(self.path)],
+            [sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(self.path)],
             cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + timeout
         assert self.proc.stdout is not None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.component import Factory, Kind
+from aep_collector.pipeline.component import Factory, Kind
 
 SINKS: dict[str, list[dict[str, Any]]] = {}
 

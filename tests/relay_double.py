@@ -37,9 +37,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aep_collector.exporters.relay_server.match import (
+    VERSION,
+    envelope_problem,
+    filter_problem,
+    is_command,
+    matches,
+)
 from aiohttp import WSMsgType, web
-
-from exporters.relay_server.match import VERSION, envelope_problem, filter_problem, is_command, matches
 
 CAPABILITIES: dict[str, Any] = {
     "filters": ["attr-match"],

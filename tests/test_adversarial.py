@@ -13,12 +13,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from aep_collector.pipeline.component import Kind
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.component import Kind
-from pipeline.registry import build_registry
-from pipeline.validate import StreamValidator, envelope_errors
 from tests.helpers import Collector, read_jsonl
 
 REGISTRY, _ = build_registry(load_plugins=False)

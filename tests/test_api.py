@@ -2,9 +2,9 @@
 
 from dataclasses import dataclass
 
-import pipeline.api as api
-from pipeline.component import Kind
-from pipeline.registry import build_registry
+import aep_collector.api as api
+from aep_collector.pipeline.component import Kind
+from aep_collector.pipeline.registry import build_registry
 
 
 @dataclass

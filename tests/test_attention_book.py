@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.mapping.attention import AttentionBook
+from aep_collector.processors.mapping.attention import AttentionBook
 
 
 def d(type_, key=None, session="s", **kw):

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from processors.capture.build_annotations import OUTPUT, build, render
+from aep_collector.processors.capture.build_annotations import OUTPUT, build, render
 
 
 def test_committed_annotations_match_the_corpus_schemas(aep_dir: Path) -> None:
@@ -15,7 +14,7 @@ def test_committed_annotations_match_the_corpus_schemas(aep_dir: Path) -> None:
     assert schemas.is_dir(), f"corpus schemas not found at {schemas}; set AEP_CONFORMANCE_DIR"
     assert OUTPUT.read_text(encoding="utf-8") == render(build(schemas)), (
         "processors/capture/annotations.json drifted from the schemas: rerun "
-        "`python -m processors.capture.build_annotations <schemas/types>`"
+        "`python -m aep_collector.processors.capture.build_annotations <schemas/types>`"
     )
 
 

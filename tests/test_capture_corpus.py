@@ -6,8 +6,8 @@ import copy
 import json
 
 import pytest
+from aep_collector.processors.capture import Redactor, downlevel, gate_form_values
 
-from processors.capture import Redactor, downlevel, gate_form_values
 from tests.conftest import corpus
 
 GATING = corpus("capture-gating/cases.json")["cases"]

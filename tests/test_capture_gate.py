@@ -5,9 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-
-from processors.capture import CapturePolicy, Redactor, gate_draft
-from processors.capture.redact import SECRET
+from aep_collector.processors.capture import CapturePolicy, Redactor, gate_draft
+from aep_collector.processors.capture.redact import SECRET
 
 RED = Redactor(home="/home/dev")
 META = CapturePolicy()  # the default posture: metadata, attention.* redacted

@@ -13,11 +13,11 @@ import json
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import gate
+from aep_collector.processors.capture.redact import Redactor
+from aep_collector.processors.mapping import MappingProcessor
 
-from pipeline.model import Signal
-from processors.capture import gate
-from processors.capture.redact import Redactor
-from processors.mapping import MappingProcessor
 from tests.conftest import FIXTURES, corpus
 
 HOOK_VENDORS = ("codex", "qwen-code", "gemini-cli", "vscode")

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from pipeline.component import CreateSettings, Kind
-from pipeline.config import ConfigError, build_dataclass
-from pipeline.model import Signal
-from processors.capture import FACTORY, CaptureConfig, CapturePolicy, CaptureProcessor
-from processors.capture.redact import SECRET
+from aep_collector.pipeline.component import CreateSettings, Kind
+from aep_collector.pipeline.config import ConfigError, build_dataclass
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import FACTORY, CaptureConfig, CapturePolicy, CaptureProcessor
+from aep_collector.processors.capture.redact import SECRET
 
 HERE = Path(__file__).resolve().parent.parent / "processors" / "capture"
 TESTDATA = HERE / "testdata"
@@ -21,7 +20,7 @@ AWS = "AKIAIOSFODNN7EXAMPLE"
 
 def load(name: str) -> CaptureConfig:
     raw = yaml.safe_load((TESTDATA / name).read_text(encoding="utf-8"))
-    return build_dataclass(CaptureConfig, raw, name, "processors.capture")
+    return build_dataclass(CaptureConfig, raw, name, "aep_collector.processors.capture")
 
 
 def test_defaults_are_the_recommended_posture() -> None:
@@ -69,7 +68,7 @@ def test_readme_sample_is_a_valid_config() -> None:
     assert snippets, "README.md has no yaml sample"
     for snippet in snippets:
         body = yaml.safe_load(snippet)["processors"]["capture"]
-        build_dataclass(CaptureConfig, body, "README.md", "processors.capture")
+        build_dataclass(CaptureConfig, body, "README.md", "aep_collector.processors.capture")
 
 
 def test_signals_pass_through_untouched() -> None:

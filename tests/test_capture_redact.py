@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from aep_collector.processors.capture import Redactor
+from aep_collector.processors.capture.redact import PII, SECRET
 from hypothesis import given
 from hypothesis import strategies as st
-
-from processors.capture import Redactor
-from processors.capture.redact import PII, SECRET
 
 R = Redactor(home="/home/dev")
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture.structure import OPAQUE_PREFIX, is_token, opaque
+from aep_collector.processors.mapping import MappingProcessor, codex_otel, hermes, vscode_otel
 
-from pipeline.canonical import digest
-from pipeline.model import Signal
-from processors.capture import CapturePolicy, gate_draft
-from processors.capture.structure import OPAQUE_PREFIX, is_token, opaque
-from processors.mapping import MappingProcessor, codex_otel, hermes, vscode_otel
 from tests.helpers import base_config, collector, read_jsonl
 
 

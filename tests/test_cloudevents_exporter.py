@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from aep_collector.exporters.cloudevents import CloudEventsConfig, CloudEventsExporter, gated
+from aep_collector.exporters.cloudevents.projection import from_cloudevent, to_cloudevent
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.sending_queue import Permanent, RetryLater
 from aiohttp import web
 
-from exporters.cloudevents import CloudEventsConfig, CloudEventsExporter, gated
-from exporters.cloudevents.projection import from_cloudevent, to_cloudevent
-from pipeline.component import CreateSettings
-from pipeline.host import Host
-from pipeline.sending_queue import Permanent, RetryLater
 from tests.conftest import FIXTURES, corpus
 from tests.helpers import running
 from tests.relay_double import wait_until

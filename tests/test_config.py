@@ -7,9 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pipeline.config import ConfigError, ConfigErrors, load, parse, parse_endpoint, substitute_env
-from pipeline.registry import build_registry
+from aep_collector.pipeline.config import (
+    ConfigError,
+    ConfigErrors,
+    load,
+    parse,
+    parse_endpoint,
+    substitute_env,
+)
+from aep_collector.pipeline.registry import build_registry
 
 DATA = Path(__file__).parent / "testdata" / "config"
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +113,7 @@ def test_parse_endpoint_rejects(text):
 
 
 def test_cli_validate_exit_codes():
-    exe = [sys.executable, "-m", "pipeline.cli"]
+    exe = [sys.executable, "-m", "aep_collector.pipeline.cli"]
     ok = subprocess.run([*exe, "validate", "--config", str(ROOT / "config" / "default.yaml")],
                         capture_output=True, text=True, cwd=ROOT)
     assert ok.returncode == 0, ok.stderr
@@ -125,7 +131,7 @@ def test_booleans_accept_the_words_env_substitution_yields(registry, text, value
            "exporters": {"jsonl": {"directory": "/tmp/x"}},
            "service": {"pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping"],
                                            "exporters": ["jsonl"]}}}}
-    from pipeline.config import coerce
+    from aep_collector.pipeline.config import coerce
     assert coerce(bool, text, "f", "k") is value
     with pytest.raises(ConfigError, match="expected a boolean"):
         coerce(bool, "maybe", "f", "k")
@@ -160,7 +166,7 @@ def test_every_error_of_a_file_is_reported_at_once(registry, tmp_path):
         ("exporters.jsonl.fsync", "expected 'always' or 'interval' or 'never', got string 'sometimes'"),
     ]
     assert info.value.path == "receivers.claude_code.endpont"  # a ConfigError still, naming the first
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate", "--config", str(path)],
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 1
     lines = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
@@ -194,7 +200,7 @@ def test_a_pipeline_of_hook_receivers_without_mapping_is_an_error(registry, proc
 def test_a_receiver_that_delivers_events_needs_no_mapping(registry):
     import dataclasses
 
-    from pipeline.component import Registry
+    from aep_collector.pipeline.component import Registry
 
     reg = Registry()
     for kind in registry.factories:

@@ -12,10 +12,10 @@ import json
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 from aep_sdk.aio import ControlClient, open_duplex
 from aep_sdk.control import ControlSender, NackError
 
-from pipeline.validate import StreamValidator, envelope_errors
 from tests.helpers import base_config, read_jsonl, running
 from tests.relay_double import RelayDouble, wait_until
 

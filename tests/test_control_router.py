@@ -11,9 +11,9 @@ import json
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.registry import build_registry
 from aep_sdk.control import ControlSender
 
-from pipeline.registry import build_registry
 from tests import memory_exporter
 from tests.helpers import base_config, read_jsonl, running
 
@@ -462,7 +462,7 @@ async def test_cancel_that_cannot_apply_is_nacked_with_the_reason(env, run, scop
 
 
 async def test_one_command_id_from_two_senders_gets_one_decision_in_the_session(env):
-    from pipeline.validate import StreamValidator
+    from aep_collector.pipeline.validate import StreamValidator
 
     rid, first, _ = await hold_and_answer(env, permission(), lambda rid: respond(rid, option="allow"))
     other = ControlSender(lambda _c: None, agent="pager", host="elsewhere")

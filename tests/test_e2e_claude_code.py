@@ -72,7 +72,7 @@ EXPECTED_TYPES = [
 
 
 def test_claude_code_session_end_to_end(tmp_path):
-    from pipeline.validate import StreamValidator, envelope_errors
+    from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 
     cfg = base_config(tmp_path)
     with collector(cfg, tmp_path) as c:
@@ -162,12 +162,12 @@ def test_validate_events_command(tmp_path):
         post(c.ports["receiver/claude_code"], {**common("SessionStart"), "source": "startup"})
         c.stop()
     good.write_bytes((tmp_path / "logs" / "claude-code" / f"{SID}.jsonl").read_bytes())
-    ok = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate-events", str(good)], cwd=ROOT,
+    ok = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate-events", str(good)], cwd=ROOT,
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"aep":"0.1","type":"run.started"}\n')
-    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "validate-events", str(bad)], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate-events", str(bad)], cwd=ROOT,
                          capture_output=True, text=True)
     assert res.returncode == 1 and "required" in res.stdout
 
@@ -184,7 +184,7 @@ def test_nan_and_infinity_are_not_json(tmp_path):
 def test_a_permission_nobody_could_answer_is_closed_before_session_ended(tmp_path):
     # Live tier (issue 11): with no relay the hook gets {} at once; claude -p then refuses the call
     # without another hook, so only the session's end can close the card.
-    from pipeline.validate import validate_file
+    from aep_collector.pipeline.validate import validate_file
 
     with collector(base_config(tmp_path), tmp_path) as c:
         port = c.ports["receiver/claude_code"]

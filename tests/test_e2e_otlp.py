@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 from opentelemetry._logs import SeverityNumber
 from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 from opentelemetry.exporter.otlp.proto.http import Compression
@@ -11,7 +12,6 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
-from pipeline.validate import StreamValidator, envelope_errors
 from tests.conftest import corpus
 from tests.helpers import collector, read_jsonl
 

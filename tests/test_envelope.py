@@ -8,8 +8,7 @@ import threading
 from datetime import datetime
 
 import pytest
-
-from pipeline.envelope import EpochStore, Stamper, StampError, Ulid, rfc3339_ms, source_uri
+from aep_collector.pipeline.envelope import EpochStore, Stamper, StampError, Ulid, rfc3339_ms, source_uri
 
 ULID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 

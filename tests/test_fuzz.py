@@ -22,12 +22,12 @@ import threading
 import urllib.parse
 
 import pytest
+from aep_collector.pipeline.component import Kind
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.receivers.hook_http import HookReceiverConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.component import Kind
-from pipeline.registry import build_registry
-from receivers.hook_http import HookReceiverConfig
 from tests.helpers import Collector
 
 REGISTRY, _ = build_registry(load_plugins=False)

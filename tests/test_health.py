@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.config import parse
+from aep_collector.pipeline.control import ControlRouter
+from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.registry import build_registry
 
-from exporters.jsonl import JsonlConfig, JsonlExporter
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.config import parse
-from pipeline.control import ControlRouter
-from pipeline.host import Health, Host
-from pipeline.registry import build_registry
 from tests.helpers import base_config, running
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline import shim
+from aep_collector.receivers import registration
+from aep_collector.receivers.registration import render, using_home
 
-from pipeline import shim
-from receivers import registration
-from receivers.registration import render, using_home
 from tests.helpers import ROOT, base_config, collector, read_jsonl
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}  # what a vendor's child might get
@@ -64,7 +64,7 @@ def codex_command(home: Path, event: str = "SessionStart") -> str:
 
 
 def install(python: str, home: Path, receiver: str, cwd: Path = ROOT, **env: str) -> None:
-    subprocess.run([python, "-m", "pipeline.cli", "hooks", "codex", "--install", "--url", receiver,
+    subprocess.run([python, "-m", "aep_collector.pipeline.cli", "hooks", "codex", "--install", "--url", receiver,
                     "--home", str(home)], cwd=cwd, check=True, capture_output=True, timeout=120,
                    env={**os.environ, **env})
 
@@ -115,7 +115,7 @@ def test_a_new_venv_leaves_the_command_working(stack: Any, tmp_path: Path) -> No
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     # The throwaway venv sees this checkout and this venv's packages, as `pip install -e` would give it.
     site = next((venv / "lib").glob("python3*/site-packages"))
-    (site / "aep.pth").write_text(f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
+    (site / "aep.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     home = tmp_path / "home"
     install(str(venv / "bin" / "python"), home, url(stack))
     command = codex_command(home)

@@ -15,12 +15,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.control import RESPOND
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
+from aep_collector.processors.mapping import codex, kimi_code, qwen_code, vscode
 from aep_sdk.control import ControlSender
 
-from pipeline.control import RESPOND
-from pipeline.registry import build_registry
-from pipeline.validate import StreamValidator, envelope_errors
-from processors.mapping import codex, kimi_code, qwen_code, vscode
 from tests.helpers import ROOT, base_config, read_jsonl, running
 
 SID = "sess-ctl"
@@ -53,7 +53,7 @@ class Env:
         """The real shim process, as the vendor runs it per hook firing."""
         vendor = self.agent
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "pipeline.shim", vendor, event, "--url", self.base, cwd=ROOT,
+            sys.executable, "-m", "aep_collector.pipeline.shim", vendor, event, "--url", self.base, cwd=ROOT,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate(json.dumps(body).encode())
         return proc.returncode or 0, out

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
+from aep_collector.receivers.registration import render
 
-from pipeline.validate import StreamValidator, envelope_errors
-from receivers.registration import render
 from tests.helpers import base_config, collector, read_jsonl
 from tests.test_hook_vendors_registration import registered
 

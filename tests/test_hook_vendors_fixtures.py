@@ -16,10 +16,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
+from aep_collector.processors.mapping import antigravity, kimi_code
 
-from pipeline.registry import build_registry
-from pipeline.validate import StreamValidator, envelope_errors
-from processors.mapping import antigravity, kimi_code
 from tests.conftest import corpus
 from tests.helpers import base_config, read_jsonl, running
 

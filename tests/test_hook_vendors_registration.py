@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 import yaml
+from aep_collector.pipeline import shim
+from aep_collector.receivers.hook_vendors import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
+from aep_collector.receivers.registration import render
 
-from pipeline import shim
-from receivers.hook_vendors import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
-from receivers.registration import render
 from tests.helpers import ROOT
 
 MODULES = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vscode": vscode,
@@ -150,7 +150,7 @@ def test_a_config_moves_the_url_and_the_waits(tmp_path: Path) -> None:
                "receivers": ["codex", "kimi_code", "qwen_code"], "processors": ["mapping"], "exporters": ["jsonl"]}}}}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    from pipeline.registry import build_registry
+    from aep_collector.pipeline.registry import build_registry
 
     reg, _ = build_registry(load_plugins=False)
     cx = registered("codex", render("codex", config_path=str(path), registry=reg))
@@ -175,7 +175,7 @@ def test_url_flag_reaches_every_command() -> None:
 
 @pytest.mark.parametrize("vendor", sorted(MODULES))
 def test_the_cli_prints_the_block(vendor: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "hooks", vendor.replace("-", "_")], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "hooks", vendor.replace("-", "_")], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert registered(vendor, out.stdout)  # stdout is the file; advice went to stderr

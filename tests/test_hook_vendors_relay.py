@@ -15,12 +15,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.control import RESPOND
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
+from aep_collector.processors.mapping import codex, qwen_code
 from aep_sdk.aio import ControlClient
 from aep_sdk.control import NackError
 
-from pipeline.control import RESPOND
-from pipeline.validate import StreamValidator, envelope_errors
-from processors.mapping import codex, qwen_code
 from tests.helpers import ROOT, base_config, read_jsonl, running
 from tests.relay_double import RelayDouble, wait_until
 
@@ -49,7 +49,7 @@ class Stack:
         """Deliver one hook the way the vendor does: the shim for Codex, HTTP for Qwen Code."""
         if self.rtype == "codex":
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "pipeline.shim", "codex", body["hook_event_name"], "--url", self.base,
+                sys.executable, "-m", "aep_collector.pipeline.shim", "codex", body["hook_event_name"], "--url", self.base,
                 cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE)
             out, _ = await proc.communicate(json.dumps(body).encode())

@@ -7,11 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-
-from exporters.jsonl import JsonlConfig, JsonlExporter, repair_torn_tail
-from exporters.jsonl.paths import encode_name
-from pipeline.component import CreateSettings
-from pipeline.host import Host
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter, repair_torn_tail
+from aep_collector.exporters.jsonl.paths import encode_name
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
 
 
 def ev(session, seq=0, agent="claude-code", **kw):

@@ -8,11 +8,12 @@ import json
 import os
 from datetime import UTC, datetime
 
-from exporters.jsonl import JsonlConfig, JsonlExporter
-from pipeline.cli import main as cli_main
-from pipeline.component import CreateSettings
-from pipeline.host import Host
-from pipeline.jsonl_files import iter_lines, session_files
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+from aep_collector.pipeline.cli import main as cli_main
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.jsonl_files import iter_lines, session_files
+
 from tests.relay_double import wait_until
 
 
@@ -105,9 +106,9 @@ def test_the_reader_keeps_sessions_apart(tmp_path):
 
 def test_a_cap_without_rotation_is_a_config_error(tmp_path):
     import pytest
+    from aep_collector.pipeline.config import ConfigError, parse
+    from aep_collector.pipeline.registry import build_registry
 
-    from pipeline.config import ConfigError, parse
-    from pipeline.registry import build_registry
     from tests.helpers import base_config
 
     raw = base_config(tmp_path)

@@ -12,7 +12,8 @@ import re
 import socket
 import urllib.request
 
-from pipeline.logs import RedactingFilter, Throttle, config_secrets
+from aep_collector.pipeline.logs import RedactingFilter, Throttle, config_secrets
+
 from tests.helpers import Collector, base_config
 from tests.relay_double import RelayDouble
 

@@ -6,12 +6,12 @@ import copy
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import MappingProcessor
+from aep_collector.processors.mapping import claude_code as cc
 
-from pipeline.canonical import digest
-from pipeline.model import Signal
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import MappingProcessor
-from processors.mapping import claude_code as cc
 from tests.conftest import corpus
 
 FIXTURE = corpus("mappings/claude-code.json")
@@ -399,7 +399,8 @@ def test_elicitation_reply_accepts_with_the_values_verbatim() -> None:
 @pytest.mark.parametrize("ceiling", ["metadata", "redacted", "full"])
 def test_an_accept_that_does_not_satisfy_the_form_closes_it_as_dismissed(tmp_path, content, ceiling) -> None:
     """AEP-0006: a form is answered whole; values that break its specs are no attention.answered."""
-    from pipeline.validate import StreamValidator, envelope_errors, payload_errors
+    from aep_collector.pipeline.validate import StreamValidator, envelope_errors, payload_errors
+
     from tests.chain import Chain
 
     chain = Chain(tmp_path, ceiling=ceiling)

@@ -8,16 +8,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.envelope import SEVERITIES, TYPE_GRAMMAR, Stamper
+from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.validate import payload_errors
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import (
+    BUILTIN_VENDORS,
+    MappingProcessor,
+    cline,
+    hermes,
+    load_vendor,
+    pi,
+    shellfamily,
+)
+from aep_collector.processors.runs import RunsProcessor
 from aep_sdk.gen import PAYLOAD_MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.envelope import SEVERITIES, TYPE_GRAMMAR, Stamper
-from pipeline.model import Signal
-from pipeline.validate import payload_errors
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import BUILTIN_VENDORS, MappingProcessor, cline, hermes, load_vendor, pi, shellfamily
-from processors.runs import RunsProcessor
 from tests.conftest import corpus
 
 CLINE = corpus("mappings/cline.json")

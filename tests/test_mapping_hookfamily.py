@@ -9,13 +9,20 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import (
+    MappingProcessor,
+    claude_code,
+    codex,
+    gemini_cli,
+    qwen_code,
+    vscode,
+)
+from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping.common import draft, snake_case
 
-from pipeline.canonical import digest
-from pipeline.model import Signal
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import MappingProcessor, claude_code, codex, gemini_cli, qwen_code, vscode
-from processors.mapping import hookfamily as hf
-from processors.mapping.common import draft, snake_case
 from tests.conftest import corpus
 
 VENDORS: dict[str, ModuleType] = {"codex": codex, "qwen-code": qwen_code, "gemini-cli": gemini_cli, "vscode": vscode}

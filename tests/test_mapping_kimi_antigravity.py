@@ -9,11 +9,11 @@ import json
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.envelope import TYPE_GRAMMAR
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import antigravity, kimi_code, load_vendor
 
-from pipeline.envelope import TYPE_GRAMMAR
-from pipeline.model import Signal
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import antigravity, kimi_code, load_vendor
 from tests.conftest import corpus
 
 KIMI = corpus("mappings/kimi-code.json")

@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.envelope import COMMAND_TYPE, SEVERITIES, TYPE_GRAMMAR, Stamper
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import MappingProcessor, busfamily, kilocode, load_vendor, opencode
 from aep_sdk.gen import PAYLOAD_MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.envelope import COMMAND_TYPE, SEVERITIES, TYPE_GRAMMAR, Stamper
-from pipeline.model import Signal
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import MappingProcessor, busfamily, kilocode, load_vendor, opencode
 from tests.conftest import corpus
 
 VENDORS = {"opencode": (opencode, "mappings/opencode.json"), "kilocode": (kilocode, "mappings/kilocode.json")}

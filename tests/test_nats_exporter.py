@@ -14,17 +14,24 @@ import aiohttp
 import nats
 import orjson
 import pytest
+from aep_collector.exporters.nats import NatsExporter, NatsExporterConfig
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.config import ConfigError, parse
+from aep_collector.pipeline.control import ControlRouter
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.natsconn import (
+    AGENT_HEADER,
+    CONTROL_HEADER,
+    NatsConnection,
+    NatsStream,
+    event_subject,
+    token,
+)
+from aep_collector.pipeline.registry import build_registry
 from nats.js import api
 from nats.js.errors import NotFoundError
 
-from exporters.nats import NatsExporter, NatsExporterConfig
-from pipeline.component import CreateSettings
-from pipeline.config import ConfigError, parse
-from pipeline.control import ControlRouter
-from pipeline.envelope import Stamper
-from pipeline.host import Health, Host
-from pipeline.natsconn import AGENT_HEADER, CONTROL_HEADER, NatsConnection, NatsStream, event_subject, token
-from pipeline.registry import build_registry
 from tests.helpers import base_config, read_jsonl, running
 from tests.nats_support import NatsNode
 from tests.relay_double import wait_until

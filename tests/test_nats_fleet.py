@@ -245,9 +245,9 @@ def test_the_readme_fleet_configs_are_valid(tmp_path: Path) -> None:
     import re
 
     import yaml
+    from aep_collector.pipeline.config import parse
+    from aep_collector.pipeline.registry import build_registry
 
-    from pipeline.config import parse
-    from pipeline.registry import build_registry
     from tests.helpers import ROOT
 
     section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Fleet on NATS JetStream", 1)[1]

@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 import yaml
-
-from pipeline.component import CreateSettings, Kind
-from pipeline.config import ConfigError, parse
-from pipeline.registry import build_registry
-from receivers.otlp import FACTORY, GrpcConfig, HttpConfig, OtlpConfig, OtlpReceiver
+from aep_collector.pipeline.component import CreateSettings, Kind
+from aep_collector.pipeline.config import ConfigError, parse
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.receivers.otlp import FACTORY, GrpcConfig, HttpConfig, OtlpConfig, OtlpReceiver
 
 
 class Sink:

@@ -9,6 +9,12 @@ import json
 
 import grpc
 import pytest
+from aep_collector.exporters.otlp import OtlpExporter, OtlpExporterConfig, retry_after
+from aep_collector.exporters.otlp.projection import SEVERITY, to_otlp
+from aep_collector.exporters.otlp.wire import records_of, request
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.sending_queue import Permanent, RetryLater
 from aiohttp import web
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -19,12 +25,6 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceResponse,
 )
 
-from exporters.otlp import OtlpExporter, OtlpExporterConfig, retry_after
-from exporters.otlp.projection import SEVERITY, to_otlp
-from exporters.otlp.wire import records_of, request
-from pipeline.component import CreateSettings
-from pipeline.host import Host
-from pipeline.sending_queue import Permanent, RetryLater
 from tests.conftest import AEP_DIR, FIXTURES, corpus
 from tests.helpers import running
 from tests.relay_double import wait_until

@@ -9,6 +9,9 @@ import math
 from typing import Any
 
 import pytest
+from aep_collector.processors.mapping import codex_otel, vscode_otel
+from aep_collector.receivers.otlp import wire
+from aep_collector.receivers.otlp.flatten import any_value, count_records, flatten_record, flatten_request
 from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
@@ -22,9 +25,6 @@ from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.resources import Resource
 
-from processors.mapping import codex_otel, vscode_otel
-from receivers.otlp import wire
-from receivers.otlp.flatten import any_value, count_records, flatten_record, flatten_request
 from tests.conftest import corpus
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -5,15 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.envelope import TYPE_GRAMMAR, Stamper
+from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.validate import payload_errors
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import MappingProcessor, codex_otel, vscode_otel
+from aep_collector.processors.runs import RunsProcessor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.envelope import TYPE_GRAMMAR, Stamper
-from pipeline.model import Signal
-from pipeline.validate import payload_errors
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import MappingProcessor, codex_otel, vscode_otel
-from processors.runs import RunsProcessor
 from tests.conftest import corpus
 
 FIXTURES = {"vscode-otel.json": vscode_otel, "codex-otel.json": codex_otel}

@@ -14,6 +14,12 @@ from typing import Any
 import aiohttp
 import grpc
 import pytest
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import codex_otel, vscode_otel
+from aep_collector.receivers.otlp import OtlpConfig, OtlpReceiver
 from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry._logs import SeverityNumber
@@ -34,12 +40,6 @@ from opentelemetry.sdk._logs.export import (
 )
 from opentelemetry.sdk.resources import Resource
 
-from pipeline.component import CreateSettings
-from pipeline.host import Host
-from pipeline.model import Signal
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import codex_otel, vscode_otel
-from receivers.otlp import OtlpConfig, OtlpReceiver
 from tests.conftest import corpus
 
 EXPORT = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"

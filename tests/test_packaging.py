@@ -39,11 +39,14 @@ def test_pip_install_then_run_with_no_flags_from_anywhere(tmp_path: Path) -> Non
                **{f"AEP_{n}_ENDPOINT": "127.0.0.1:0" for n in (
                    "CLAUDE_CODE", "CODEX", "GEMINI_CLI", "QWEN_CODE", "VSCODE", "ANTIGRAVITY", "KIMI_CODE",
                    "OPENCODE", "KILOCODE", "CLINE", "HERMES", "PI", "OTLP_GRPC", "OTLP_HTTP")})
-    where = subprocess.run([str(py), "-c", "import pipeline, processors.capture.gate as g; print(pipeline.__file__); "
+    where = subprocess.run([str(py), "-c", "import aep_collector.pipeline as pipeline, aep_collector.processors.capture.gate as g; print(pipeline.__file__); "
                             "print(len(g.load_annotations()))"], capture_output=True, text=True, cwd=cwd, env=env)
     assert where.returncode == 0, where.stderr
     module_file, n_annotations = where.stdout.split()
     assert module_file.startswith(str(env_dir)) and int(n_annotations) > 40  # the installed copy, with its data
+    for old in ("pipeline", "receivers", "processors", "exporters"):  # one top-level package only
+        gone = subprocess.run([str(py), "-c", f"import {old}"], capture_output=True, text=True, cwd=cwd, env=env)
+        assert gone.returncode == 1 and "ModuleNotFoundError" in gone.stderr, (old, gone.stderr)
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, cwd=cwd, env=env)
     assert version.returncode == 0 and version.stdout.startswith("aep-collector 0."), version.stderr
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.control import RESPOND
+from aep_collector.receivers.held import GONE_POLL
 
-from pipeline.control import RESPOND
-from receivers.held import GONE_POLL
 from tests.conftest import corpus
 from tests.helpers import running
 from tests.plugin_vendors_support import Env, KiloServer, config, headers, respond

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 
-from pipeline.validate import StreamValidator, envelope_errors
 from tests.conftest import corpus
 from tests.helpers import ROOT, base_config, collector, read_jsonl
 from tests.plugin_vendors_support import NODE, PLUGINS, VENDORS, closed_port, node, receivers, scenario, step
@@ -110,7 +110,7 @@ async def test_pi_session_through_the_extension_file(stack: Any) -> None:
 
 
 def render(vendor: str, receiver_url: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "hooks", vendor, "--url", receiver_url],
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "hooks", vendor, "--url", receiver_url],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -146,7 +146,7 @@ CLINE_SESSION = [  # (hook file Cline runs, payload)
 
 def install_cline(receiver: str, home: Path) -> None:
     """Cline's hook files, as a user installs them: ``aep-collector hooks cline --install``."""
-    subprocess.run([sys.executable, "-m", "pipeline.cli", "hooks", "cline", "--install", "--url", receiver,
+    subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "hooks", "cline", "--install", "--url", receiver,
                     "--home", str(home)], cwd=ROOT, check=True, timeout=60, capture_output=True)
 
 
@@ -224,7 +224,7 @@ def test_every_config_renders(tmp_path: Path) -> None:
                                                                      "attention_timeout": 100.0}})
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "hooks", "hermes", "--config", str(path)],
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "hooks", "hermes", "--config", str(path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     block = yaml.safe_load(out.stdout)["hooks"]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from aep_collector.receivers.plugin_vendors import install
+from aep_collector.receivers.plugin_vendors.hermes import HermesConfig
+from aep_collector.receivers.plugin_vendors.kilocode import KiloCodeConfig
+from aep_collector.receivers.plugin_vendors.opencode import OpenCodeConfig
+from aep_collector.receivers.plugin_vendors.pi import PiConfig
+from aep_collector.receivers.registration import RENDERERS, render
 
-from receivers.plugin_vendors import install
-from receivers.plugin_vendors.hermes import HermesConfig
-from receivers.plugin_vendors.kilocode import KiloCodeConfig
-from receivers.plugin_vendors.opencode import OpenCodeConfig
-from receivers.plugin_vendors.pi import PiConfig
-from receivers.registration import RENDERERS, render
 from tests.plugin_vendors_support import NODE
 
 

@@ -344,12 +344,12 @@ async def test_pi_stream_updates_drop_the_growing_message(env: Env) -> None:
 
 
 def test_the_shipped_files_are_the_template_output() -> None:
-    from receivers.plugin_vendors.js import build
+    from aep_collector.receivers.plugin_vendors.js import build
 
     assert sorted(build.TARGETS) == sorted([*PLUGINS.values(), "pi-extension.js"])
     for name in build.TARGETS:
         assert (JS / name).read_text(encoding="utf-8") == build.render(name), \
-            f"{name}: run python -m receivers.plugin_vendors.js.build"
+            f"{name}: run python -m aep_collector.receivers.plugin_vendors.js.build"
     assert build.main(["--check"]) == 0
 
 

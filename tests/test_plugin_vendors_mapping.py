@@ -6,11 +6,11 @@ import copy
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.mapping import MappingProcessor, cline, hermes, pi
+from aep_collector.processors.runs import RunsProcessor
 
-from pipeline.model import Signal
-from processors.capture import CapturePolicy, gate_draft
-from processors.mapping import MappingProcessor, cline, hermes, pi
-from processors.runs import RunsProcessor
 from tests.conftest import corpus
 
 CLINE = corpus("mappings/cline.json")["hooks"]

@@ -6,13 +6,13 @@ import copy
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.config import ConfigError, parse
+from aep_collector.pipeline.control import RESPOND
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.processors.mapping import cline as cline_mapping
+from aep_collector.receivers.plugin_vendors import FACTORIES
+from aep_collector.receivers.plugin_vendors.bus import loopback_url
 
-from pipeline.config import ConfigError, parse
-from pipeline.control import RESPOND
-from pipeline.registry import build_registry
-from processors.mapping import cline as cline_mapping
-from receivers.plugin_vendors import FACTORIES
-from receivers.plugin_vendors.bus import loopback_url
 from tests.conftest import corpus
 from tests.helpers import running
 from tests.plugin_vendors_support import VENDORS, Env, config

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.control import RESPOND
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 from aep_sdk.aio import ControlClient
 from aep_sdk.control import NackError
 
-from pipeline.control import RESPOND
-from pipeline.validate import StreamValidator, envelope_errors
 from tests.conftest import corpus
 from tests.helpers import ROOT, running
 from tests.plugin_vendors_support import NODE, PLUGINS, KiloServer, config, node, scenario, step
@@ -148,7 +148,7 @@ async def test_kilo_bus_ask_answered_through_the_relay_reaches_kilos_server(tmp_
 
 async def shim(base: str, body: dict[str, Any]) -> Any:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.shim", "hermes", "--url", base, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
+        sys.executable, "-m", "aep_collector.pipeline.shim", "hermes", "--url", base, cwd=ROOT, stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, _ = await proc.communicate(json.dumps(body).encode())
     assert proc.returncode == 0

@@ -29,11 +29,11 @@ def env_with(site: Path) -> dict[str, str]:
 
 
 def test_components_lists_the_plugin_with_its_origin(plugin_site):
-    out = subprocess.run([sys.executable, "-m", "pipeline.cli", "components"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "components"], capture_output=True, text=True,
                          cwd=ROOT, env=env_with(plugin_site), check=True).stdout
     assert "ndjson_file" in out and "plug-in ndjson_file" in out and "aep-plugin-sample" in out
     assert "shout" in out
-    js = json.loads(subprocess.run([sys.executable, "-m", "pipeline.cli", "components", "--json"],
+    js = json.loads(subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "components", "--json"],
                                    capture_output=True, text=True, cwd=ROOT, env=env_with(plugin_site),
                                    check=True).stdout)
     assert js["exporters"]["ndjson_file"]["default_config"] == {"path": "/tmp/aep-plugin-sample.txt"}
@@ -65,7 +65,7 @@ def test_a_broken_plugin_is_reported_not_fatal(tmp_path):
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-broken\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[aep_collector.components]\nbroken = aep_broken_missing:FACTORY\n")
-    res = subprocess.run([sys.executable, "-m", "pipeline.cli", "components"], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "components"], capture_output=True, text=True,
                          cwd=ROOT, env=env_with(site))
     assert res.returncode == 0
     assert "warning: plug-in broken" in res.stderr and "ModuleNotFoundError" in res.stderr

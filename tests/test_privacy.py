@@ -14,15 +14,15 @@ import json
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.wire import dumps
+from aep_collector.processors.capture import CaptureConfig, CaptureProcessor
+from aep_collector.processors.mapping import MappingProcessor
+from aep_collector.processors.runs import RunsProcessor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.envelope import Stamper
-from pipeline.model import Signal
-from pipeline.wire import dumps
-from processors.capture import CaptureConfig, CaptureProcessor
-from processors.mapping import MappingProcessor
-from processors.runs import RunsProcessor
 from tests.conftest import corpus
 
 CONTENT_KEYS = {"prompt", "message", "command", "content", "text", "title", "description", "cwd",
@@ -133,7 +133,7 @@ def test_secrets_never_leave_at_redacted(vendor):
 
 
 def test_payload_text_never_reaches_the_log_verbatim(caplog):
-    from processors.mapping import hermes
+    from aep_collector.processors.mapping import hermes
 
     state = hermes.new_state()
     secret = "AKIAIOSFODNN7EXAMPLE and /home/alice/notes"
@@ -163,8 +163,8 @@ async def test_a_pipeline_without_a_capture_processor_is_still_gated(tmp_path):
 
 
 def test_the_config_warns_about_a_missing_final_gate():
-    from pipeline.config import parse
-    from pipeline.registry import build_registry
+    from aep_collector.pipeline.config import parse
+    from aep_collector.pipeline.registry import build_registry
 
     reg, _ = build_registry(load_plugins=False)
     raw = {"receivers": {"claude_code": None}, "processors": {"mapping": None}, "exporters": {"jsonl": None},

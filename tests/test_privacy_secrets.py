@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.wire import dumps
+from aep_collector.processors.capture import CaptureConfig, CaptureProcessor
+from aep_collector.processors.mapping import MappingProcessor
+from aep_collector.processors.runs import RunsProcessor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.envelope import Stamper
-from pipeline.model import Signal
-from pipeline.wire import dumps
-from processors.capture import CaptureConfig, CaptureProcessor
-from processors.mapping import MappingProcessor
-from processors.runs import RunsProcessor
 from tests.conftest import corpus
 from tests.test_privacy import VENDORS, fixture_inputs, signal_name
 

@@ -25,8 +25,8 @@ def test_the_processor_example_runs():
 
 
 def test_every_receiver_type_is_documented():
-    from pipeline.component import Kind
-    from pipeline.registry import build_registry
+    from aep_collector.pipeline.component import Kind
+    from aep_collector.pipeline.registry import build_registry
 
     registry, _ = build_registry(load_plugins=False)
     for kind in Kind:

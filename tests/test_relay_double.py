@@ -10,12 +10,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.envelope import Stamper
 from aep_sdk.aio import ControlClient, subscribe
 from aep_sdk.control import NackError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from pipeline.envelope import Stamper
 from tests.conftest import corpus
 from tests.relay_double import RelayDouble, filter_problem, matches, wait_until
 

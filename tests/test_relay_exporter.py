@@ -13,17 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.exporters.relay import FACTORY, RelayConfig, RelayExporter
+from aep_collector.exporters.relay.frames import backoff_delay, category, hello_problem, is_command
+from aep_collector.exporters.relay.outbox import Outbox, Pending, pending
+from aep_collector.pipeline.component import CreateSettings, Kind
+from aep_collector.pipeline.config import ConfigError, parse
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.pipeline.wire import dumps
 from aep_sdk.aio import ControlClient
 
-from exporters.relay import FACTORY, RelayConfig, RelayExporter
-from exporters.relay.frames import backoff_delay, category, hello_problem, is_command
-from exporters.relay.outbox import Outbox, Pending, pending
-from pipeline.component import CreateSettings, Kind
-from pipeline.config import ConfigError, parse
-from pipeline.envelope import Stamper
-from pipeline.host import Host
-from pipeline.registry import build_registry
-from pipeline.wire import dumps
 from tests.helpers import base_config
 from tests.relay_double import RelayDouble, wait_until
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aep_collector.exporters.relay_server.server import Outlet
 from aep_sdk.aio import ControlClient, subscribe
 from aep_sdk.control import NackError
 
-from exporters.relay_server.server import Outlet
 from tests.helpers import base_config, running
 from tests.relay_double import RelayDouble, wait_until
 

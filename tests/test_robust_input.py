@@ -12,12 +12,12 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from aep_collector.pipeline import wire
+from aep_collector.pipeline.component import Kind
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.receivers.hook_http import HookReceiverConfig, json_response
+from aep_collector.receivers.otlp import wire as otlp_wire
 
-from pipeline import wire
-from pipeline.component import Kind
-from pipeline.registry import build_registry
-from receivers.hook_http import HookReceiverConfig, json_response
-from receivers.otlp import wire as otlp_wire
 from tests.helpers import base_config, read_jsonl, running
 
 REGISTRY, _ = build_registry(load_plugins=False)
@@ -127,7 +127,7 @@ async def test_the_otlp_http_receiver_bounds_bodies_too(tmp_path):
 
 
 def test_body_timeout_must_be_positive(tmp_path):
-    from pipeline.config import ConfigError, parse
+    from aep_collector.pipeline.config import ConfigError, parse
     for bad in (0, -1, "soon"):
         with pytest.raises(ConfigError, match="body_timeout"):
             parse(base_config(tmp_path, {"claude_code": {"endpoint": "127.0.0.1:0", "body_timeout": bad}}),

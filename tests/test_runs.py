@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.model import Signal
-from processors.runs import RunsConfig, RunsProcessor, RunState
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.runs import RunsConfig, RunsProcessor, RunState
 
 
 def d(type_, **kw):
@@ -143,7 +143,8 @@ def test_ended_runs_are_bounded():
 
 
 def test_codex_repeated_stop_and_late_tool_give_a_valid_stream(tmp_path):
-    from pipeline.validate import StreamValidator, envelope_errors, payload_errors
+    from aep_collector.pipeline.validate import StreamValidator, envelope_errors, payload_errors
+
     from tests.chain import Chain
 
     chain = Chain(tmp_path)

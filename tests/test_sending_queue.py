@@ -8,12 +8,12 @@ import logging
 
 import aiohttp
 import pytest
+from aep_collector.pipeline.config import ConfigError, parse
+from aep_collector.pipeline.host import Health
+from aep_collector.pipeline.pipeline import QueuedExporter
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.pipeline.sending_queue import Permanent, RetryLater, SendingQueue, SendingQueueConfig
 
-from pipeline.config import ConfigError, parse
-from pipeline.host import Health
-from pipeline.pipeline import QueuedExporter
-from pipeline.registry import build_registry
-from pipeline.sending_queue import Permanent, RetryLater, SendingQueue, SendingQueueConfig
 from tests.helpers import base_config, running
 from tests.relay_double import wait_until
 
@@ -185,7 +185,7 @@ async def test_drain_does_not_wait_for_a_peer_that_is_away(tmp_path):
 
 
 async def test_an_in_process_exporter_opts_out_of_the_disk(tmp_path):
-    from exporters.relay import RelayExporter
+    from aep_collector.exporters.relay import RelayExporter
 
     class Local(RelayExporter):
         persistent_queue = False
@@ -228,8 +228,7 @@ async def test_a_plug_in_exporter_with_only_export_is_retried_through_the_disk(t
     from dataclasses import dataclass
 
     import aiohttp
-
-    from pipeline.component import Factory, Kind
+    from aep_collector.pipeline.component import Factory, Kind
 
     got: list[dict] = []
     failures = [RuntimeError("peer away")] * 3

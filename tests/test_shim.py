@@ -1,6 +1,6 @@
 """The fail-open command shim: its replies, its failure paths, and what it imports.
 
-Every process test runs the real shim (``python -m pipeline.shim``) with real stdin, against a
+Every process test runs the real shim (``python -m aep_collector.pipeline.shim``) with real stdin, against a
 live receiver, a scripted HTTP server, or a closed port.
 """
 
@@ -20,18 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline import shim
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.processors.mapping import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
+from aep_collector.receivers.hook_vendors import surface
+from aep_collector.receivers.hook_vendors.antigravity import AntigravityConfig
+from aep_collector.receivers.hook_vendors.codex import CodexConfig
+from aep_collector.receivers.hook_vendors.gemini_cli import GeminiCliConfig
+from aep_collector.receivers.hook_vendors.kimi_code import KimiCodeConfig
+from aep_collector.receivers.hook_vendors.qwen_code import QwenCodeConfig
+from aep_collector.receivers.hook_vendors.vscode import VscodeConfig
 from aiohttp import web
 
-from pipeline import shim
-from pipeline.registry import build_registry
-from processors.mapping import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
-from receivers.hook_vendors import surface
-from receivers.hook_vendors.antigravity import AntigravityConfig
-from receivers.hook_vendors.codex import CodexConfig
-from receivers.hook_vendors.gemini_cli import GeminiCliConfig
-from receivers.hook_vendors.kimi_code import KimiCodeConfig
-from receivers.hook_vendors.qwen_code import QwenCodeConfig
-from receivers.hook_vendors.vscode import VscodeConfig
 from tests.helpers import ROOT, base_config, read_jsonl, running
 
 MAPPINGS = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vscode": vscode,
@@ -58,7 +58,7 @@ def closed_port() -> int:
 
 async def run_shim(args: list[str], stdin: bytes, env: dict[str, str] | None = None) -> tuple[int, bytes]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.shim", *args, cwd=ROOT, env={**os.environ, **(env or {})},
+        sys.executable, "-m", "aep_collector.pipeline.shim", *args, cwd=ROOT, env={**os.environ, **(env or {})},
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(proc.communicate(stdin), 60)
     return proc.returncode or 0, out
@@ -116,10 +116,10 @@ def test_parse_url_refuses(url: str) -> None:
 
 @pytest.mark.parametrize("vendor", ["cline", "hermes"])
 def test_the_plugin_vendors_entries_follow_their_mappings_and_receivers(vendor: str) -> None:
-    from pipeline.component import Kind
+    from aep_collector.pipeline.component import Kind
 
     registry, _ = build_registry(load_plugins=False)
-    mapping = importlib.import_module(f"processors.mapping.{vendor}")
+    mapping = importlib.import_module(f"aep_collector.processors.mapping.{vendor}")
     cfg = registry.get(Kind.RECEIVER, vendor).default_config()
     v = shim.VENDORS[vendor]
     assert v.neutral == json.dumps(mapping.NEUTRAL_REPLY).encode()
@@ -140,25 +140,25 @@ def test_adding_a_vendor_is_one_line() -> None:
 @pytest.mark.parametrize("flags", [[], ["-S", "-I"]], ids=["site", "registered"])
 def test_importing_the_shim_loads_nothing_heavy(flags: list[str]) -> None:
     # "registered" is how the registration blocks start it: no site, no environment, the root on sys.path.
-    root = json.dumps(str(ROOT))
-    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import pipeline.shim; "
+    root = json.dumps(str(ROOT / "pipeline"))
+    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import shim; "
             "after = sorted(set(sys.modules) - before); import json; print(json.dumps(after))")
     out = subprocess.run([sys.executable, *flags, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     loaded = set(json.loads(out.stdout))
-    assert loaded <= {"pipeline", "pipeline.shim", "_socket"}, loaded
+    assert loaded <= {"shim", "_socket"}, loaded
 
 
 def test_a_whole_invocation_loads_nothing_heavy_either() -> None:
     # Reading stdin, the env lookup, resolving, a refused connect and the debug check included.
-    root = json.dumps(str(ROOT))
-    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import pipeline.shim as s; "
+    root = json.dumps(str(ROOT / "pipeline"))
+    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import shim as s; "
             f"s.main(['codex', 'PermissionRequest', '--url', 'http://localhost:{closed_port()}']); "
             "sys.stderr.write(repr(sorted(set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-S", "-I", "-c", code], input=PAYLOAD, capture_output=True, check=True,
                          env={**os.environ, "AEP_HOOK_DEBUG": "1"})
     assert out.stdout == b"{}"
     loaded = set(ast.literal_eval(out.stderr.decode().rsplit("\n", 1)[-1]))
-    assert loaded <= {"pipeline", "pipeline.shim", "_socket"}, loaded
+    assert loaded <= {"shim", "_socket"}, loaded
 
 
 # --- failure paths: every one prints the neutral reply and exits 0 ---------------------------------------
@@ -282,7 +282,7 @@ async def test_kimi_fire_and_forget_hooks_answer_at_once_and_deliver_from_a_deta
     # ends: live, the payload was lost before a Python shim had posted it.
     scripted.release = asyncio.Event()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pipeline.shim", "kimi-code", event, "--url", scripted.url("/hold"), "--wait", "600", cwd=ROOT,
+        sys.executable, "-m", "aep_collector.pipeline.shim", "kimi-code", event, "--url", scripted.url("/hold"), "--wait", "600", cwd=ROOT,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, start_new_session=True)
     out, _ = await asyncio.wait_for(proc.communicate(PAYLOAD), 30)
     # Answered while the receiver still holds the POST (inline, the shim would wait its 600 s).

@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.component import CreateSettings, Kind
+from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.registry import build_registry
+from aep_collector.pipeline.validate import StreamValidator, envelope_errors, payload_errors
+from aep_collector.processors.mapping import MappingProcessor
 from aiohttp.test_utils import make_mocked_request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.component import CreateSettings, Kind
-from pipeline.model import Signal
-from pipeline.registry import build_registry
-from pipeline.validate import StreamValidator, envelope_errors, payload_errors
-from processors.mapping import MappingProcessor
 from tests.chain import Chain
 from tests.conftest import corpus
 

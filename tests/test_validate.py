@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from pipeline.validate import (
+from aep_collector.pipeline.validate import (
     RULES,
     Problem,
     StreamValidator,
@@ -21,6 +20,7 @@ from pipeline.validate import (
     validate_file,
     validate_lines,
 )
+
 from tests.conftest import FIXTURES, corpus
 
 GOLDEN_PATH = FIXTURES / "golden" / "golden.jsonl"

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
+from aep_collector.pipeline.cli import main
+from aep_collector.receivers import wiring
+from aep_collector.receivers.registration import RENDERERS, using_home
+from aep_collector.receivers.registration import wiring as registration
 
-from pipeline.cli import main
-from receivers import wiring
-from receivers.registration import RENDERERS, using_home
-from receivers.registration import wiring as registration
 from tests.plugin_vendors_support import NODE
 
 VENDORS = sorted(RENDERERS)

@@ -16,12 +16,11 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import aiohttp
-
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.host import Health, Host
-from pipeline.model import Event
-from pipeline.sending_queue import Permanent, RetryLater, retry_after
-from pipeline.wire import dumps_bytes
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.sending_queue import Permanent, RetryLater, retry_after
+from aep_collector.pipeline.wire import dumps_bytes
 
 from .projection import to_cloudevent
 
@@ -62,7 +61,7 @@ def gated(event: Event, ceiling: str) -> Event:
     if declared in CAPTURE_ORDER and CAPTURE_ORDER.index(declared) <= CAPTURE_ORDER.index(ceiling):
         return event
     # The AEP-0001 §8.2 hop algorithm, shared with the capture processor (a pure function).
-    from processors.capture.gate import downlevel
+    from aep_collector.processors.capture.gate import downlevel
 
     return downlevel(event, ceiling)
 

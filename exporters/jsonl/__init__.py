@@ -2,7 +2,7 @@
 
 Layout ``<directory>/<agent>/<session>.jsonl``; agent-scoped events go to ``<agent>/_agent.jsonl``.
 Retention (off by default): a session file past ``rotate_bytes`` or older than ``rotate_age`` is
-closed as ``<session>@<UTC time>.jsonl`` (``pipeline.jsonl_files`` names and reads them), closed
+closed as ``<session>@<UTC time>.jsonl`` (``aep_collector.pipeline.jsonl_files`` names and reads them), closed
 files are gzip-compressed, and past ``max_total_bytes`` the oldest closed files are deleted.
 Each event is one line written with a single ``write`` on an ``O_APPEND`` descriptor, so a reader
 never sees a torn line followed by more events; a short write is truncated back, and a torn last
@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.host import Health, Host
-from pipeline.jsonl_files import is_rotated, rotated_name
-from pipeline.model import Event
-from pipeline.wire import dumps_bytes
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.jsonl_files import is_rotated, rotated_name
+from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.wire import dumps_bytes
 
 from .paths import AGENT_FILE, encode_name
 

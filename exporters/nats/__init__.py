@@ -5,7 +5,7 @@ so a resend (a retried batch, a replay of the sending queue after a restart) is 
 within the stream's duplicate window. A batch is published in order on one connection and
 ``deliver`` returns only when JetStream acknowledged every event; a failure raises, and the
 sending queue retries the whole batch (what was stored already is deduped). See
-``pipeline.natsconn`` for the subjects and headers.
+``aep_collector.pipeline.natsconn`` for the subjects and headers.
 
 Control across machines: with ``control`` on, the exporter answers requests on its
 per-collector subject ``<control_prefix>.<collector>``, announced in the ``Aep-Control`` header
@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.host import Host
-from pipeline.model import Event
-from pipeline.natsconn import (
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.natsconn import (
     ACCEPTS_HEADER,
     AGENT_HEADER,
     CONTROL_HEADER,
@@ -40,7 +39,7 @@ from pipeline.natsconn import (
     event_subject,
     token,
 )
-from pipeline.wire import dumps_bytes
+from aep_collector.pipeline.wire import dumps_bytes
 
 __all__ = ["FACTORY", "NatsExporter", "NatsExporterConfig"]
 

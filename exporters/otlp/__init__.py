@@ -18,13 +18,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import grpc
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.sending_queue import Permanent, RetryLater, retry_after
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
-
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.host import Health, Host
-from pipeline.model import Event
-from pipeline.sending_queue import Permanent, RetryLater, retry_after
 
 from .projection import CAPTURE_ORDER, to_otlp
 from .wire import request

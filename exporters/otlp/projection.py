@@ -1,7 +1,7 @@
 """AEP event -> OTLP LogRecord, as a plain data-model dict (AEP-0005 §3; pinned by otlp-expected.json).
 
 The dict keeps the pins' shape (``time_unix_nano``, ``event_name``, ``severity_*``, ``resource``,
-``attributes``, ``trace_id``/``span_id``/``flags``, ``body``); ``exporters.otlp.wire`` turns it
+``attributes``, ``trace_id``/``span_id``/``flags``, ``body``); ``aep_collector.exporters.otlp.wire`` turns it
 into protobuf. Keeping the pure projection apart from the wire is what lets both be pinned.
 """
 

@@ -18,9 +18,9 @@ import logging
 import os
 import socket
 
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.host import Host
-from pipeline.model import Event
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event
 
 from .config import RelayConfig
 from .link import AgentLink

@@ -6,7 +6,7 @@ import random
 import re
 from typing import Any
 
-from pipeline.wire import DecodeError, loads
+from aep_collector.pipeline.wire import DecodeError, loads
 
 VERSIONS = ("0.1",)
 CAPTURE = ("none", "metadata", "redacted")

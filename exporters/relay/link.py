@@ -21,11 +21,10 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-
-from pipeline.host import Host
-from pipeline.model import Event
 
 from .frames import backoff_delay, category, hello, hello_problem, is_command, is_event, parse
 from .outbox import Outbox, Pending, Ticket, pending, settle

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from pipeline.model import Event
-from pipeline.wire import dumps
+from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.wire import dumps
 
 Overflow = Literal["drop_oldest", "drop_newest"]
 
@@ -54,7 +54,7 @@ def settle(items: Iterable[Pending], delivered: bool = True) -> None:
 
 
 def pending(event: Event, ticket: Ticket | None = None) -> Pending:
-    """The outbox entry for a stamped event (serialized by ``pipeline.wire.dumps``, the one serializer)."""
+    """The outbox entry for a stamped event (serialized by ``aep_collector.pipeline.wire.dumps``, the one serializer)."""
     session = event.get("session")
     return Pending(
         text=dumps(event),

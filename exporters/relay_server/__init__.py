@@ -28,11 +28,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event
 from aiohttp import web
-
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.host import Host
-from pipeline.model import Event
 
 from .config import RelayServerConfig
 from .server import Surface

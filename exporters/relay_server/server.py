@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aep_collector.pipeline.wire import dumps, loads
 from aiohttp import WSMsgType, web
-
-from pipeline.wire import dumps, loads
 
 from .buffer import Buffers, Entry, from_problem
 from .match import VERSION, envelope_problem, filter_problem, is_command, matches
@@ -264,7 +263,9 @@ class Surface:
         if level in LEVELS and LEVELS.index(level) <= LEVELS.index(ceiling or "full"):
             cache[ceiling] = text
         else:
-            from processors.capture.gate import downlevel  # the one down-levelling the capture gate uses
+            from aep_collector.processors.capture.gate import (
+                downlevel,  # the one down-levelling the capture gate uses
+            )
 
             cache[ceiling] = dumps(downlevel(ev, ceiling or "metadata"))
         return cache[ceiling]
@@ -328,7 +329,11 @@ class Surface:
         if media not in ("application/json", "application/x-ndjson"):
             return web.json_response({"error": "unsupported-media-type",
                                       "detail": "send application/json or application/x-ndjson"}, status=415)
-        from receivers.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body  # the receivers' own body rules
+        from aep_collector.receivers.body import (  # the receivers' own body rules
+            DEFAULT_BODY_TIMEOUT,
+            BodyError,
+            read_body,
+        )
 
         try:
             body = (await read_body(request, self.cfg.max_body, DEFAULT_BODY_TIMEOUT)).decode("utf-8")

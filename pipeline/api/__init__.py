@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from pipeline.component import (
+from aep_collector.pipeline.component import (
     Consumer,
     CreateSettings,
     Exporter,
@@ -29,8 +29,8 @@ from pipeline.component import (
     Processor,
     Receiver,
 )
-from pipeline.host import Host
-from pipeline.model import Batch, Event, Signal
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Batch, Event, Signal
 
 __all__ = [
     "Batch",

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.component import Factory, Kind
-from pipeline.model import Batch, Event
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.model import Batch, Event
 
 from .gate import (
     DEFAULT_CEILING,

@@ -2,7 +2,7 @@
 
 Run by hand when the corpus changes::
 
-    .venv/bin/python -m processors.capture.build_annotations ../shared/aep/schemas/types
+    .venv/bin/python -m aep_collector.processors.capture.build_annotations ../shared/aep/schemas/types
 
 The output maps ``type -> {dotted.path: level}``: nested properties are ``a.b``, array items
 ``a[]`` and their properties ``a[].b`` (AEP-0002 §5.1; the shape both reference runners use).
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     """Regenerate ``annotations.json`` from the schema directory given as the only argument."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m processors.capture.build_annotations <schemas/types dir>", file=sys.stderr)
+        print("usage: python -m aep_collector.processors.capture.build_annotations <schemas/types dir>", file=sys.stderr)
         return 2
     OUTPUT.write_text(render(build(Path(args[0]))), encoding="utf-8")
     print(f"wrote {OUTPUT}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pipeline.canonical import digest
+from aep_collector.pipeline.canonical import digest
 
 TOKEN = "token"
 """Class of a path whose value is structure only when ``is_token`` holds (else content, ``redacted`` minimum)."""

@@ -4,7 +4,7 @@ Each vendor's mapping is a module in this package exposing::
 
     AGENT: str                                   # the AEP agent identity, e.g. "codex"
     def new_state() -> object                    # explicit runtime state (joins, snapshots)
-    def map_signal(signal: Signal, state) -> list[dict]   # drafts, see pipeline.model
+    def map_signal(signal: Signal, state) -> list[dict]   # drafts, see aep_collector.pipeline.model
 
 The modules are pure apart from the state object they are handed, and are pinned by the
 conformance fixtures. The processor only dispatches, fills ``agent``, tags held requests and
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from pipeline.component import Factory, Kind
-from pipeline.model import Batch, Event, Signal
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.model import Batch, Event, Signal
 
 from .attention import AttentionBook
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event, Signal
 
 from .common import digest, draft, get_dict, get_str
 

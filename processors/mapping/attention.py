@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from pipeline.envelope import Ulid
-from pipeline.model import Event
-from pipeline.validate import form_value_problems
+from aep_collector.pipeline.envelope import Ulid
+from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.validate import form_value_problems
 
 LEGS = frozenset({"attention.answered", "attention.resolved", "attention.timeout"})
 

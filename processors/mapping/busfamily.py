@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event, Signal
 
 from .common import (
     PERMISSION_OPTIONS,

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pipeline.model import Event, Signal
-from processors.mapping import hookfamily as hf
-from processors.mapping.common import draft, get_dict, get_str
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping.common import draft, get_dict, get_str
 
 AGENT = "claude-code"
 

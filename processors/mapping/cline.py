@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event, Signal
 
 from .common import draft, get_dict, get_str, tool_ref
 from .shellfamily import ABSENT, dotted_fallback, step_of, tool_completed, tool_failed, tool_requested, usage
@@ -171,7 +171,7 @@ def map_hook(payload: Any, hook: str | None = None, *, tool_name: str | None = N
     attrs: dict[str, Any] = {"session": session, "step": step_of(p.get("iteration"))}
     if get_str(p, "parent_agent_id"):
         # A subagent loops inside its parent's task (same session): its run rides its own lane so the
-        # runs processor keeps the parent's run open (processors.runs `_lane`). The delegation pair
+        # runs processor keeps the parent's run open (aep_collector.processors.runs `_lane`). The delegation pair
         # is the parent's event and is built without it.
         attrs["_lane"] = get_str(p, "agent_id") or "subagent"
     if name == "agent_start":

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pipeline.canonical import digest
-from pipeline.model import Event
+from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.model import Event
 
 __all__ = ["gate_card", "json_copy", "digest", "draft", "snake_case", "hook_fallback", "PERMISSION_OPTIONS", "get_str",
            "get_dict", "tool_ref", "permission_prompt"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from pipeline.model import Event, Signal
-from processors.mapping import hookfamily as hf
-from processors.mapping.common import draft, get_dict, get_str, hook_fallback
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping.common import draft, get_dict, get_str, hook_fallback
 
 AGENT = "gemini-cli"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pipeline.model import Event, Signal
-from processors.mapping.common import (
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.processors.mapping.common import (
     PERMISSION_OPTIONS,
     digest,
     draft,

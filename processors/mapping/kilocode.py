@@ -1,6 +1,6 @@
 """Kilo Code plugin moments -> AEP drafts (AEP-0002 Annex A.8; fixture ``mappings/kilocode.json``).
 
-Kilo Code is an OpenCode fork: the OpenCode table on its own identity (``processors.mapping.busfamily``
+Kilo Code is an OpenCode fork: the OpenCode table on its own identity (``aep_collector.processors.mapping.busfamily``
 holds the shared logic, the Signal shape and the reply contract), plus the dual permission surface:
 ``<=7.4.5`` the held ``permission.ask`` hook (``output.status``, ``permission_reply``); ``>=7.4.6`` bus
 ``permission.asked``/``question.asked`` answered over REST (``permission_route_body``,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event, Signal
 
 from . import busfamily
 from .busfamily import (

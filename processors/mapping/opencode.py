@@ -2,14 +2,14 @@
 
 The in-process plugin forwards bus events, ``tool.execute.before/after`` and the hold-open
 ``permission.ask``; the shared family logic, the Signal shape and the reply contract live in
-``processors.mapping.busfamily``.
+``aep_collector.processors.mapping.busfamily``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event, Signal
 
 from . import busfamily
 from .busfamily import (

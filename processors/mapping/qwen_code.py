@@ -11,9 +11,9 @@ from collections import OrderedDict
 from functools import partial
 from typing import Any
 
-from pipeline.model import Event, Signal
-from processors.mapping import hookfamily as hf
-from processors.mapping.common import draft, get_str
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping.common import draft, get_str
 
 AGENT = "qwen-code"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.model import Event
+from aep_collector.pipeline.model import Event
 
 from .common import digest, draft, snake_case
 

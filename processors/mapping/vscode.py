@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.model import Event, Signal
-from processors.mapping import hookfamily as hf
-from processors.mapping.common import digest, draft, gate_card, get_str
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping.common import digest, draft, gate_card, get_str
 
 AGENT = "vscode"
 

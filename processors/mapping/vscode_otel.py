@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event, Signal
 
 from . import otelfamily
 from .common import draft, tool_ref

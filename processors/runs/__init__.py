@@ -28,8 +28,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from pipeline.component import Factory, Kind
-from pipeline.model import Batch
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.model import Batch
 
 TERMINALS = frozenset({"run.finished", "run.failed", "run.cancelled"})
 

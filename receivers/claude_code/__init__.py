@@ -10,19 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.control import CANCEL, RESPOND, Hold, Outcome
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.mapping import claude_code as cc
+from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping.common import PERMISSION_OPTIONS
+from aep_collector.receivers.forms import form_validator, form_values
+from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
+from aep_collector.receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
 from aiohttp import web
-
-from pipeline.canonical import digest
-from pipeline.component import Factory, Kind
-from pipeline.control import CANCEL, RESPOND, Hold, Outcome
-from pipeline.host import Host
-from pipeline.model import Signal
-from processors.mapping import claude_code as cc
-from processors.mapping import hookfamily as hf
-from processors.mapping.common import PERMISSION_OPTIONS
-from receivers.forms import form_validator, form_values
-from receivers.held import HeldLoop, permission_choice, permission_validator
-from receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
 
 AGENT = "claude-code"
 NEUTRAL_REPLY: dict[str, Any] = cc.NEUTRAL_REPLY

@@ -5,7 +5,7 @@ One shared surface (``surface.py``) configured per vendor; see ``README.md`` for
 
 from __future__ import annotations
 
-from receivers.hook_vendors import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
+from aep_collector.receivers.hook_vendors import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
 
 FACTORIES = [codex.FACTORY, gemini_cli.FACTORY, qwen_code.FACTORY, vscode.FACTORY, antigravity.FACTORY,
              kimi_code.FACTORY]

@@ -15,12 +15,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.component import Factory, Kind
-from processors.mapping import antigravity
-from receivers.hook_http import HookReceiverConfig, HookServer
-from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import HookVendorSurface, Spec
-from receivers.wiring import Wiring, json_target
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.processors.mapping import antigravity
+from aep_collector.receivers.hook_http import HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_vendors import blocks
+from aep_collector.receivers.hook_vendors.surface import HookVendorSurface, Spec
+from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "antigravity"
 HOOKS = antigravity.HOOKS

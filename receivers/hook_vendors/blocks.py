@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pipeline import shim
-from receivers.hook_vendors.surface import vendor_timeout
-from receivers.registration import hold_wait, shim_command
-from receivers.registration import shim_argv as shim_argv  # re-exported: bench/bench_shim.py imports it here
+from aep_collector.pipeline import shim
+from aep_collector.receivers.hook_vendors.surface import vendor_timeout
+from aep_collector.receivers.registration import hold_wait, shim_command
+from aep_collector.receivers.registration import (
+    shim_argv as shim_argv,  # re-exported: bench/bench_shim.py imports it here
+)
 
 SHORT_TIMEOUT = 10
 """Seconds a vendor allows a hook that is never held (above the shim's ``SHORT_WAIT``)."""

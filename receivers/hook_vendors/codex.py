@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pipeline.component import Factory, Kind
-from processors.mapping import codex
-from receivers.gate import HeldConfig
-from receivers.hook_http import HookServer
-from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
-from receivers.wiring import Wiring, json_target
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.processors.mapping import codex
+from aep_collector.receivers.gate import HeldConfig
+from aep_collector.receivers.hook_http import HookServer
+from aep_collector.receivers.hook_vendors import blocks
+from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
+from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"
 HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps, and SessionEnd (fired by Codex 0.169)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pipeline import shim
-from pipeline.component import Factory, Kind
-from processors.mapping import kimi_code
-from receivers.gate import GateConfig
-from receivers.hook_http import HookServer
-from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
-from receivers.wiring import Target, Wiring
+from aep_collector.pipeline import shim
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.processors.mapping import kimi_code
+from aep_collector.receivers.gate import GateConfig
+from aep_collector.receivers.hook_http import HookServer
+from aep_collector.receivers.hook_vendors import blocks
+from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
+from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "kimi-code"
 # The 16 events of Kimi's external-hooks surface (Annex A.6). Kimi refuses the WHOLE config for an

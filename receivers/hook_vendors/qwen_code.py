@@ -10,14 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pipeline.component import Factory, Kind
-from processors.mapping import qwen_code
-from receivers.gate import HeldConfig
-from receivers.hook_http import HookServer
-from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec, vendor_timeout
-from receivers.registration import hook_url
-from receivers.wiring import Wiring, json_target
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.processors.mapping import qwen_code
+from aep_collector.receivers.gate import HeldConfig
+from aep_collector.receivers.hook_http import HookServer
+from aep_collector.receivers.hook_vendors import blocks
+from aep_collector.receivers.hook_vendors.surface import (
+    ATTENTION_LIMIT,
+    HookVendorSurface,
+    Spec,
+    vendor_timeout,
+)
+from aep_collector.receivers.registration import hook_url
+from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"
 HOOKS = tuple(qwen_code.HOOKS)

@@ -7,7 +7,7 @@ control posture. Two held loops:
 
 * the permission card (Codex, Qwen Code), here: a ``PermissionRequest`` is held while a control
   route is live, as Claude Code's is (reference stack §1.2, §1.4);
-* the opt-in PreToolUse gate (VS Code agent, Kimi Code): the shared ``receivers.gate.ToolGate``
+* the opt-in PreToolUse gate (VS Code agent, Kimi Code): the shared ``aep_collector.receivers.gate.ToolGate``
   (also Hermes' and pi's), off by default; on, a PreToolUse whose tool name matches
   ``gate_tools`` is held as a permission card; a commanded deny also emits
   ``tool.denied{by: "policy"}`` cause-linked to the answer (§1.5, §1.6), built here.
@@ -25,24 +25,31 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from aep_collector.pipeline.control import RESPOND, Hold
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event, Signal
+from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping.common import PERMISSION_OPTIONS, get_str, tool_ref
+from aep_collector.receivers.gate import GateConfig, ToolGate, recorded
+from aep_collector.receivers.held import (
+    DENY_MESSAGE,
+    Applied,
+    HeldLoop,
+    permission_choice,
+    permission_validator,
+)
+from aep_collector.receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.registration import (
+    hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
+)
 from aiohttp import web
-
-from pipeline.control import RESPOND, Hold
-from pipeline.host import Host
-from pipeline.model import Event, Signal
-from processors.mapping import hookfamily as hf
-from processors.mapping.common import PERMISSION_OPTIONS, get_str, tool_ref
-from receivers.gate import GateConfig, ToolGate, recorded
-from receivers.held import DENY_MESSAGE, Applied, HeldLoop, permission_choice, permission_validator
-from receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
-from receivers.registration import hold_wait as hold_wait  # re-exported: tests/test_shim.py reads it here
 
 MAX_VENDOR_TIMEOUT = 600
 """Seconds: the largest hook timeout Kimi accepts; hold windows must leave room under it."""
 HOLD_MARGIN = 10
 """Seconds a registered vendor-side timeout exceeds the hold window (VS Code 25 -> 35, Kimi 50 -> 60)."""
 ATTENTION_LIMIT = MAX_VENDOR_TIMEOUT - HOLD_MARGIN
-"""The ``attention_limit`` of every hook-family config that holds (``receivers.gate.HeldConfig``)."""
+"""The ``attention_limit`` of every hook-family config that holds (``aep_collector.receivers.gate.HeldConfig``)."""
 
 _HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
@@ -52,7 +59,7 @@ Reply = Callable[..., Payload]
 
 @dataclass(frozen=True)
 class Gate:
-    """The vendor side of the PreToolUse gate (the shared ``receivers.gate.ToolGate`` holds it)."""
+    """The vendor side of the PreToolUse gate (the shared ``aep_collector.receivers.gate.ToolGate`` holds it)."""
 
     options: list[dict[str, str]]
     key: Callable[[Signal], str]

@@ -13,13 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pipeline.component import Factory, Kind
-from processors.mapping import vscode
-from receivers.gate import GateConfig
-from receivers.hook_http import HookServer
-from receivers.hook_vendors import blocks
-from receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
-from receivers.wiring import Target, Wiring
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.processors.mapping import vscode
+from aep_collector.receivers.gate import GateConfig
+from aep_collector.receivers.hook_http import HookServer
+from aep_collector.receivers.hook_vendors import blocks
+from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
+from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "vscode"
 HOOKS = tuple(vscode.HOOKS)  # the 8-event Preview surface

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-
-from pipeline.component import CreateSettings, Factory, Kind
-from pipeline.host import Host
-from pipeline.model import Event
-from pipeline.natsconn import (
+from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.natsconn import (
     ACCEPTS_HEADER,
     AGENT_HEADER,
     CONTROL_HEADER,
@@ -39,7 +38,7 @@ from pipeline.natsconn import (
     NatsStream,
     token,
 )
-from pipeline.wire import dumps_bytes
+from aep_collector.pipeline.wire import dumps_bytes
 
 __all__ = ["FACTORY", "NatsReceiver", "NatsReceiverConfig"]
 

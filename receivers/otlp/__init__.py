@@ -5,7 +5,7 @@ See ``README.md`` in this folder for every config key, a sample config and the v
 
 from __future__ import annotations
 
-from pipeline.component import Factory, Kind
+from aep_collector.pipeline.component import Factory, Kind
 
 from .config import MODES, PROFILES, GrpcConfig, HttpConfig, OtlpConfig
 from .flatten import any_value, flatten_record, flatten_request

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pipeline.config import ConfigError, parse_endpoint
-from receivers.body import DEFAULT_BODY_TIMEOUT, validate_body_timeout
+from aep_collector.pipeline.config import ConfigError, parse_endpoint
+from aep_collector.receivers.body import DEFAULT_BODY_TIMEOUT, validate_body_timeout
 
 # profile -> mapping key (Signal.agent). Bridges digest §1.1: one vendor profile per receiver
 # instance, never dispatch by service.name: one connection must not speak for two agents.

@@ -16,17 +16,16 @@ from types import ModuleType
 from typing import Any
 
 import grpc
+from aep_collector.pipeline.component import Consumer, CreateSettings
+from aep_collector.pipeline.config import parse_endpoint
+from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.mapping import load_vendor
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
     ExportLogsServiceResponse,
 )
-
-from pipeline.component import Consumer, CreateSettings
-from pipeline.config import parse_endpoint
-from pipeline.host import Health, Host
-from pipeline.model import Signal
-from processors.mapping import load_vendor
 
 from ..body import BodyError, ProtocolLog, read_body, reply_and_close
 from . import wire
@@ -48,7 +47,7 @@ _CAUSES = {400: "invalid-request", 413: "payload-too-large", 415: "unsupported-m
 
 
 class BodyWireError(wire.WireError):
-    """A body that could not be read (``receivers.body``), keeping its cause for the counters."""
+    """A body that could not be read (``aep_collector.receivers.body``), keeping its cause for the counters."""
 
     def __init__(self, status: int, code: int, message: str, cause: str) -> None:
         super().__init__(status, code, message)

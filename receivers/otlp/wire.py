@@ -8,12 +8,11 @@ import json
 import zlib
 from typing import Any
 
+from aep_collector.pipeline.wire import DecodeError as JsonDecodeError
+from aep_collector.pipeline.wire import loads, scrub_text
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-
-from pipeline.wire import DecodeError as JsonDecodeError
-from pipeline.wire import loads, scrub_text
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -97,7 +96,7 @@ def _items(obj: Any, *keys: str) -> list[Any]:
 def parse_json(body: bytes) -> ExportLogsServiceRequest:
     """An OTLP/JSON ``ExportLogsServiceRequest`` (hex ids, int64 as strings, unknown keys ignored).
 
-    The body goes through the collector's one JSON decoder (``pipeline.wire.loads``): lone
+    The body goes through the collector's one JSON decoder (``aep_collector.pipeline.wire.loads``): lone
     surrogate escapes become U+FFFD and oversized numbers are a 400, as on every hook receiver.
     """
     try:

@@ -1,6 +1,6 @@
 """The OpenCode-family surface (OpenCode and its fork Kilo Code): plugin moments and their held loops.
 
-The in-process plugin POSTs exactly the mapping's moment shapes (``processors.mapping.busfamily``):
+The in-process plugin POSTs exactly the mapping's moment shapes (``aep_collector.processors.mapping.busfamily``):
 ``{kind: "bus", event}`` from the ``event`` hook, ``{kind: "tool.before"|"tool.after", input,
 output}`` from ``tool.execute.before/after`` and ``{kind: "permission.ask", permission}`` from the
 hold-open ``permission.ask`` hook. A payload without ``kind`` is named by ``?name=`` or a ``{name,
@@ -25,17 +25,16 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import aiohttp
+from aep_collector.pipeline.control import RESPOND, Hold
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.mapping import busfamily
+from aep_collector.processors.mapping.common import PERMISSION_OPTIONS, get_dict, get_str
+from aep_collector.receivers.forms import form_validator, form_values
+from aep_collector.receivers.gate import recorded
+from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
+from aep_collector.receivers.hook_http import Deliver, HookError, HookServer
 from aiohttp import web
-
-from pipeline.control import RESPOND, Hold
-from pipeline.host import Host
-from pipeline.model import Signal
-from processors.mapping import busfamily
-from processors.mapping.common import PERMISSION_OPTIONS, get_dict, get_str
-from receivers.forms import form_validator, form_values
-from receivers.gate import recorded
-from receivers.held import HeldLoop, permission_choice, permission_validator
-from receivers.hook_http import Deliver, HookError, HookServer
 
 from .common import need_name, unwrap
 

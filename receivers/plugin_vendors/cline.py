@@ -5,7 +5,7 @@ Cline runs one hook file per event (``.cline/hooks/TaskStart``, ``PreToolUse``, 
 runs ``aep-collector-hook cline``, which POSTs the payload here. Every payload names itself with
 ``hookName``. Observe-only: no hook moment is answerable, the hello declares an empty
 ``control.accepts``, and every reply is ``{}``, which carries none of the agent-mutating fields
-(``processors.mapping.cline.CONTROL_FIELDS``).
+(``aep_collector.processors.mapping.cline.CONTROL_FIELDS``).
 """
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.mapping import cline as mapping
+from aep_collector.receivers.held import HeldLoop
+from aep_collector.receivers.hook_http import Deliver, HookReceiverConfig, HookServer
 from aiohttp import web
-
-from pipeline.component import Factory, Kind
-from pipeline.host import Host
-from pipeline.model import Signal
-from processors.mapping import cline as mapping
-from receivers.held import HeldLoop
-from receivers.hook_http import Deliver, HookReceiverConfig, HookServer
 
 from .common import need_name, observe, unwrap
 

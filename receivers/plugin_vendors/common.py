@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from aep_collector.pipeline.model import Signal
+from aep_collector.receivers.hook_http import Deliver, HookError
 from aiohttp import web
-
-from pipeline.model import Signal
-from receivers.hook_http import Deliver, HookError
 
 NAME_PARAMS = ("name", "hook")
 """Query parameters that may name a moment whose payload does not (``?name=tool.execute.before``)."""

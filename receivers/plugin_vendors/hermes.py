@@ -16,14 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.model import Signal
+from aep_collector.processors.mapping import hermes as mapping
+from aep_collector.processors.mapping.common import get_dict, get_str
+from aep_collector.receivers.gate import GateConfig, StrictGateSurface
+from aep_collector.receivers.hook_http import Deliver, HookServer
 from aiohttp import web
-
-from pipeline.component import Factory, Kind
-from pipeline.model import Signal
-from processors.mapping import hermes as mapping
-from processors.mapping.common import get_dict, get_str
-from receivers.gate import GateConfig, StrictGateSurface
-from receivers.hook_http import Deliver, HookServer
 
 from .common import need_name, observe, unwrap
 

@@ -3,7 +3,7 @@
 OpenCode, Kilo and pi discover a plugin or extension by its folder: the registration is the
 shipped JavaScript file itself (``js/``), with the receiver's URL as its built-in default, copied
 into that folder. Cline runs one executable file per event, each the shared shim's command;
-Hermes takes the shim's commands in its ``config.yaml``. ``receivers.wiring`` prints or installs
+Hermes takes the shim's commands in its ``config.yaml``. ``aep_collector.receivers.wiring`` prints or installs
 what these return.
 """
 
@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from receivers.registration import hold_wait, hook_url, shim_command
-from receivers.wiring import Target, Wiring
+from aep_collector.receivers.registration import hold_wait, hook_url, shim_command
+from aep_collector.receivers.wiring import Target, Wiring
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 JS_FILES = {"opencode": "opencode-plugin.js", "kilocode": "kilocode-plugin.js", "pi": "pi-extension.js"}

@@ -4,17 +4,17 @@
 events, ``tool.execute.before/after`` and, on Kilo <=7.4.5, the hold-open ``permission.ask``.
 Kilo >=7.4.6 asks on the bus instead (``permission.asked``, ``question.asked``); with
 ``reply_routes`` on, an operator's answer is POSTed to Kilo's own server (see
-``receivers.plugin_vendors.bus``).
+``aep_collector.receivers.plugin_vendors.bus``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.component import Factory, Kind
-from processors.mapping import kilocode as mapping
-from receivers.gate import HeldConfig
-from receivers.hook_http import HookServer
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.processors.mapping import kilocode as mapping
+from aep_collector.receivers.gate import HeldConfig
+from aep_collector.receivers.hook_http import HookServer
 
 from .bus import BusSurface
 

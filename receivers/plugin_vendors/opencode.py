@@ -2,7 +2,7 @@
 
 ``js/opencode-plugin.js`` (dropped into ``.opencode/plugins/``) forwards bus events, the
 ``tool.execute.before/after`` hooks and the hold-open ``permission.ask``. Control-capable: the
-ask is answered over ``control.attention.respond`` (see ``receivers.plugin_vendors.bus``).
+ask is answered over ``control.attention.respond`` (see ``aep_collector.receivers.plugin_vendors.bus``).
 OpenCode 1.18 asks on the bus (``permission.asked``), like Kilo >=7.4.6: with ``reply_routes`` on,
 an operator's answer is POSTed to OpenCode's own server at the ``serverUrl`` the plugin forwards
 (seen live with ``opencode serve``; ``opencode run`` rejects such an ask by itself at once).
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.component import Factory, Kind
-from processors.mapping import opencode as mapping
-from receivers.gate import HeldConfig
-from receivers.hook_http import HookServer
+from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.processors.mapping import opencode as mapping
+from aep_collector.receivers.gate import HeldConfig
+from aep_collector.receivers.hook_http import HookServer
 
 from .bus import BusSurface
 

@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.envelope import UNKNOWN_SESSION
+from aep_collector.pipeline.envelope import UNKNOWN_SESSION
+
 from tests.helpers import ROOT, Collector, read_jsonl
 from tests.live import clis
 from tests.live.fakemodel import FakeModel, Turn
@@ -176,7 +177,7 @@ class Live:
 
     def aep(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``aep-collector ARGS`` as a user runs it (the real console entry point of this checkout)."""
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=ROOT, capture_output=True,
+        return subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=60, env={**os.environ, "HOME": str(self.home)})
 
     def wire(self) -> None:

@@ -30,9 +30,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from aep_collector.pipeline.control import RESPOND
 from aep_sdk.aio import ControlClient
 
-from pipeline.control import RESPOND
 from tests.live.fakemodel import shell, text, tool
 from tests.live.harness import SPECS, Live, types
 from tests.relay_double import wait_until

@@ -42,9 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.control import RESPOND
 from aep_sdk.aio import ControlClient, subscribe
 
-from pipeline.control import RESPOND
 from tests.live import clis
 from tests.live.fakemodel import shell, text
 from tests.live.harness import Live, Spec, types, write_json

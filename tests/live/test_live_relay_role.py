@@ -22,7 +22,7 @@ from tests.test_operator_cli import Lines, wait_for_subscriber
 
 
 def operator(live: Live, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env=operator_env(live))
 
 
@@ -34,7 +34,7 @@ def operator_env(live: Live) -> dict[str, str]:
 async def test_claude_code_watched_with_tail_and_allowed_with_respond(tmp_path: Path) -> None:
     with Live(SPECS["claude_code"], tmp_path, [shell("touch via-role.txt"), text("done")],
               exporters={"relay_server": {"endpoint": "127.0.0.1:0"}}) as live:
-        tail = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "tail", "--agent", "claude-code"], cwd=ROOT,
+        tail = subprocess.Popen([sys.executable, "-m", "aep_collector.pipeline.cli", "tail", "--agent", "claude-code"], cwd=ROOT,
                                 env=operator_env(live), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             lines = Lines(tail)

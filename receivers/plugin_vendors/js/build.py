@@ -1,6 +1,6 @@
 """Generates the shipped plug-in files from the one template in ``src/``.
 
-``python -m receivers.plugin_vendors.js.build`` writes them; ``--check`` exits 1 when a shipped
+``python -m aep_collector.receivers.plugin_vendors.js.build`` writes them; ``--check`` exits 1 when a shipped
 file differs from what the template gives (``tests/test_plugin_vendors_js.py`` runs that check).
 Each shipped file stands alone, because each is copied to a different place by its host.
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         bad = stale()
         for n in bad:
-            print(f"{n} differs from its template; run python -m receivers.plugin_vendors.js.build", file=sys.stderr)
+            print(f"{n} differs from its template; run python -m aep_collector.receivers.plugin_vendors.js.build", file=sys.stderr)
         return 1 if bad else 0
     for n in TARGETS:
         (HERE / n).write_text(render(n), encoding="utf-8")

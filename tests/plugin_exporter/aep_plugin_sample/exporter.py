@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.api import CreateSettings, exporter_factory, processor_factory
+from aep_collector.api import CreateSettings, exporter_factory, processor_factory
 
 
 @dataclass
