@@ -481,6 +481,15 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def http_failure(status: int, retry_after_header: str | None, what: str, retryable: bool) -> Exception:
+    """What a peer's non-2xx HTTP answer means for the queue: a retry (after its Retry-After, if
+    it named one) or a batch that can never be delivered. Each protocol says which statuses retry."""
+    if not retryable:
+        return Permanent(what)
+    delay = retry_after(retry_after_header)
+    return RetryLater(delay, what) if delay is not None else ConnectionError(what)
+
+
 _LONG_NUMBER = re.compile(rb"[0-9]{20}")
 
 

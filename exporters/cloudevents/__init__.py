@@ -19,7 +19,7 @@ import aiohttp
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import Permanent, RetryLater, retry_after
+from aep_collector.pipeline.sending_queue import http_failure
 from aep_collector.pipeline.wire import dumps_bytes
 
 from .projection import to_cloudevent
@@ -99,13 +99,8 @@ class CloudEventsExporter:
             await resp.read()
             if 200 <= resp.status < 300:
                 return
-            what = f"CloudEvents POST got HTTP {resp.status}"
-            if resp.status in (408, 429) or resp.status >= 500:
-                delay = retry_after(resp.headers.get("Retry-After"))
-                if delay is not None:
-                    raise RetryLater(delay, what)
-                raise ConnectionError(what)
-            raise Permanent(what)
+            raise http_failure(resp.status, resp.headers.get("Retry-After"), f"CloudEvents POST got HTTP {resp.status}",
+                               retryable=resp.status in (408, 429) or resp.status >= 500)
 
     async def shutdown(self) -> None:
         if self._session is not None:

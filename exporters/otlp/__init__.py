@@ -21,7 +21,7 @@ import grpc
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import Permanent, RetryLater, retry_after
+from aep_collector.pipeline.sending_queue import Permanent, RetryLater, http_failure, retry_after
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
 
@@ -157,13 +157,8 @@ class OtlpExporter:
                     except Exception:  # noqa: BLE001 -- a 2xx is a delivery, whatever its body
                         pass
                 return out
-            what = f"OTLP/HTTP export got HTTP {resp.status}"
-            if resp.status in RETRYABLE_HTTP:
-                delay = retry_after(resp.headers.get("Retry-After"))
-                if delay is not None:
-                    raise RetryLater(delay, what)
-                raise ConnectionError(what)
-            raise Permanent(what)
+            raise http_failure(resp.status, resp.headers.get("Retry-After"), f"OTLP/HTTP export got HTTP {resp.status}",
+                               retryable=resp.status in RETRYABLE_HTTP)
 
     async def shutdown(self) -> None:
         if self._channel is not None:
