@@ -1,5 +1,5 @@
 // aep-collector plugin for Kilo Code: forwards plugin moments to the collector's `kilocode` receiver.
-// GENERATED from receivers/plugin_vendors/js/src/ by `python -m receivers.plugin_vendors.js.build`;
+// GENERATED from receivers/plugin_vendors/js/src/ by `python -m aep_collector.receivers.plugin_vendors.js.build`;
 // edit the sources there, not this file (a test checks the two agree).
 //
 // Install: list this file in the `plugin` array of Kilo's config (`.kilo/kilo.jsonc` in a project,

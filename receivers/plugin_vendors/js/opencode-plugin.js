@@ -1,5 +1,5 @@
 // aep-collector plugin for OpenCode: forwards plugin moments to the collector's `opencode` receiver.
-// GENERATED from receivers/plugin_vendors/js/src/ by `python -m receivers.plugin_vendors.js.build`;
+// GENERATED from receivers/plugin_vendors/js/src/ by `python -m aep_collector.receivers.plugin_vendors.js.build`;
 // edit the sources there, not this file (a test checks the two agree).
 //
 // Install: copy this file into `.opencode/plugins/` (project) or `~/.config/opencode/plugins/`

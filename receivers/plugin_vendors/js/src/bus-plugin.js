@@ -1,5 +1,5 @@
 // aep-collector plugin for @@TITLE@@: forwards plugin moments to the collector's `@@AGENT@@` receiver.
-// GENERATED from receivers/plugin_vendors/js/src/ by `python -m receivers.plugin_vendors.js.build`;
+// GENERATED from receivers/plugin_vendors/js/src/ by `python -m aep_collector.receivers.plugin_vendors.js.build`;
 // edit the sources there, not this file (a test checks the two agree).
 //
 // @only opencode

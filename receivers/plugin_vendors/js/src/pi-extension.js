@@ -1,5 +1,5 @@
 // aep-collector extension for pi: forwards extension-bus events to the collector's `pi` receiver.
-// GENERATED from receivers/plugin_vendors/js/src/ by `python -m receivers.plugin_vendors.js.build`;
+// GENERATED from receivers/plugin_vendors/js/src/ by `python -m aep_collector.receivers.plugin_vendors.js.build`;
 // edit the sources there, not this file (a test checks the two agree).
 //
 // Install by explicit path (pi auto-discovers only `*.ts`): add the absolute path of this file to
