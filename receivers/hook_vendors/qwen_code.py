@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.processors.mapping import qwen_code
-from aep_collector.receivers.gate import HeldConfig
 from aep_collector.receivers.hook_http import HookServer
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import (
@@ -22,6 +21,7 @@ from aep_collector.receivers.hook_vendors.surface import (
     vendor_timeout,
 )
 from aep_collector.receivers.registration import hook_url
+from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"

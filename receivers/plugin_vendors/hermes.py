@@ -20,8 +20,8 @@ from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import hermes as mapping
 from aep_collector.processors.mapping.common import get_dict, get_str
-from aep_collector.receivers.gate import GateConfig, StrictGateSurface
 from aep_collector.receivers.hook_http import Deliver, HookServer
+from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
 from .common import need_name, observe, unwrap

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.processors.mapping import opencode as mapping
-from aep_collector.receivers.gate import HeldConfig
 from aep_collector.receivers.hook_http import HookServer
+from aep_collector.receivers.tool_gate import HeldConfig
 
 from .bus import BusSurface
 
