@@ -21,7 +21,7 @@ from aep_collector.processors.mapping import (
     vscode,
 )
 from aep_collector.processors.mapping import hookfamily as hf
-from aep_collector.processors.mapping.common import draft, snake_case
+from aep_collector.processors.mapping.drafting import draft, snake_case
 
 from tests.conftest import corpus
 

@@ -44,7 +44,7 @@ from urllib.parse import quote
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import (
+from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,

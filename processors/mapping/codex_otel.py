@@ -13,7 +13,7 @@ from typing import Any
 from aep_collector.pipeline.model import Event, Signal
 
 from . import otelfamily
-from .common import draft, tool_ref
+from .drafting import draft, tool_ref
 from .otelfamily import COMPANION, Profile, add_result, parse_bool, parse_count, text
 
 AGENT = "codex"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
-from aep_collector.processors.mapping.common import (
+from aep_collector.processors.mapping.drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,

@@ -16,7 +16,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import (
+from .drafting import (
     digest,
     draft,
     gate_card,

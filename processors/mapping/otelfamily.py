@@ -26,7 +26,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import digest, draft
+from .drafting import digest, draft
 
 COMPANION = "companion"
 PRIMARY = "primary"

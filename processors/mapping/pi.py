@@ -18,7 +18,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import (
+from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,

@@ -6,7 +6,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event
 
-from .common import digest, draft, snake_case
+from .drafting import digest, draft, snake_case
 
 __all__ = ["ABSENT", "dotted_fallback", "step_of", "number", "usage", "tool_requested", "tool_completed",
            "tool_failed"]

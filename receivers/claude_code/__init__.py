@@ -17,7 +17,7 @@ from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import claude_code as cc
 from aep_collector.processors.mapping import hookfamily as hf
-from aep_collector.processors.mapping.common import PERMISSION_OPTIONS
+from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
 from aep_collector.receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer

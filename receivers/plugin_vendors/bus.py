@@ -29,14 +29,14 @@ from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import busfamily
-from aep_collector.processors.mapping.common import PERMISSION_OPTIONS, get_dict, get_str
+from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_dict, get_str
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
 from aep_collector.receivers.hook_http import Deliver, HookError, HookServer
 from aep_collector.receivers.tool_gate import recorded
 from aiohttp import web
 
-from .common import need_name, unwrap
+from .moments import need_name, unwrap
 
 log = logging.getLogger("aep.receiver.bus")
 

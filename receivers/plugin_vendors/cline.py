@@ -21,7 +21,7 @@ from aep_collector.receivers.held import HeldLoop
 from aep_collector.receivers.hook_http import Deliver, HookReceiverConfig, HookServer
 from aiohttp import web
 
-from .common import need_name, observe, unwrap
+from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY

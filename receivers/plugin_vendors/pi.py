@@ -20,12 +20,12 @@ from typing import Any
 from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import pi as mapping
-from aep_collector.processors.mapping.common import get_dict, get_str
+from aep_collector.processors.mapping.drafting import get_dict, get_str
 from aep_collector.receivers.hook_http import Deliver, HookServer
 from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
-from .common import need_name, observe, unwrap
+from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY

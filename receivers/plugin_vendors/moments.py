@@ -1,4 +1,4 @@
-"""Pieces the five plugin/shell-hook receivers share: naming moments, session sweeps, observing."""
+"""Pieces the plugin/shell-hook receivers share for one moment: naming it, observing it."""
 
 from __future__ import annotations
 
