@@ -19,8 +19,8 @@ from aep_collector.processors.mapping import claude_code as cc
 from aep_collector.processors.mapping import hookfamily as hf
 from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
-from aep_collector.receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aiohttp import web
 
 AGENT = "claude-code"
@@ -73,7 +73,7 @@ class ClaudeCodeSurface:
 
     def __init__(self, config: ClaudeCodeConfig, component: str = "receiver/claude_code") -> None:
         self.config = config
-        self.loop = HeldLoop(AGENT, component, config.attention_timeout)
+        self.loop = AttentionHolder(AGENT, component, config.attention_timeout)
         self.calls: dict[tuple[str, str], Hold] = {}
 
     async def on_start(self, host: Host, server: HookServer) -> None:
@@ -89,7 +89,7 @@ class ClaudeCodeSurface:
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         p, name = signal.payload, signal.name
         session = _session(p)
         if name == "PermissionRequest":

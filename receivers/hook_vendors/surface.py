@@ -33,11 +33,11 @@ from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_st
 from aep_collector.receivers.held import (
     DENY_MESSAGE,
     Applied,
-    HeldLoop,
+    AttentionHolder,
     permission_choice,
     permission_validator,
 )
-from aep_collector.receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
 )
@@ -110,9 +110,9 @@ class HookVendorSurface:
             self.gate = ToolGate(self.agent, component, config, spec.gate.options)
             # VS Code / Kimi: an empty answer is a plain deny (reference stack §0.6), unlike Hermes / pi.
             self.gate_validator = permission_validator(spec.gate.options)
-            self.loop = self.gate.loop  # one held loop per receiver: the gate's
+            self.loop = self.gate.loop  # one attention holder per receiver: the gate's
         else:
-            self.loop = HeldLoop(self.agent, component, getattr(config, "attention_timeout", 55.0))
+            self.loop = AttentionHolder(self.agent, component, getattr(config, "attention_timeout", 55.0))
         self.calls: dict[tuple[str, str], Hold] = {}
         self.denied: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Calls the gate denied (session, call id): their tool.denied closed them."""
@@ -160,7 +160,7 @@ class HookVendorSurface:
             return self.spec.neutral(signal.name if signal is not None else "")
         return dict(self.spec.mapping.NEUTRAL_REPLY)
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         name, payload = signal.name, signal.payload
         session = _session(payload)
         if name == "PermissionRequest" and self.spec.permission_reply is not None:

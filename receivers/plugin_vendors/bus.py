@@ -31,8 +31,8 @@ from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import busfamily
 from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_dict, get_str
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
-from aep_collector.receivers.hook_http import Deliver, HookError, HookServer
+from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
 from aep_collector.receivers.tool_gate import recorded
 from aiohttp import web
 
@@ -76,7 +76,7 @@ class BusSurface:
         self.agent: str = mapping.AGENT
         self.config = config
         self.component = component
-        self.loop = HeldLoop(self.agent, component, config.attention_timeout)
+        self.loop = AttentionHolder(self.agent, component, config.attention_timeout)
         self.routes = bool(getattr(config, "reply_routes", False)) and mapping.FAMILY.reply_routes
         self.servers: dict[str, tuple[str, str | None]] = {}
         """session -> (vendor server base URL, project directory) as the plugin last sent them."""
@@ -134,7 +134,7 @@ class BusSurface:
         """The plugin reads only the held ``permission.ask`` reply; every other moment may be batched."""
         return signal.name == _HOOK_NAMES["permission.ask"]
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         moment = busfamily.as_moment(signal.name, signal.payload)
         session = busfamily.session_of(moment)
         self._remember_server(signal, session)
@@ -189,7 +189,7 @@ class BusSurface:
                 del self.servers[next(iter(self.servers))]
 
     async def _route_card(self, signal: Signal, event: dict[str, Any], session: str | None,
-                          deliver: Deliver) -> Any:
+                          deliver: FailOpenDelivery) -> Any:
         props = get_dict(event, "properties")
         server = self.servers.get(session or "")
         vendor_id = get_str(props, "id")

@@ -21,7 +21,7 @@ from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import pi as mapping
 from aep_collector.processors.mapping.drafting import get_dict, get_str
-from aep_collector.receivers.hook_http import Deliver, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookServer
 from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
@@ -61,7 +61,7 @@ class PiSurface(StrictGateSurface):
         """Only ``tool_call`` reads its reply (the gate); every other moment may be batched."""
         return signal.name == "tool_call"
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         event = get_dict(signal.payload, "event")
         if signal.name == "tool_call":
             if self.gate.gates(get_str(event, "toolName")):
