@@ -16,7 +16,7 @@ from aep_collector.pipeline.control import CANCEL, RESPOND, Hold, Outcome
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import claude_code as cc
-from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping import hook_vendors as hf
 from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator

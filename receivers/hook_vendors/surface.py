@@ -28,7 +28,7 @@ from typing import Any
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
-from aep_collector.processors.mapping import hookfamily as hf
+from aep_collector.processors.mapping import hook_vendors as hf
 from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_str, tool_ref
 from aep_collector.receivers.held import (
     DENY_MESSAGE,

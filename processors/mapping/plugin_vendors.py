@@ -1,4 +1,7 @@
-"""Pieces the Cline, Hermes and pi mappings share: dotted fallbacks, envelope steps, tool trio drafts."""
+"""Pieces the Cline, Hermes and pi mappings share: dotted fallbacks, envelope steps, tool trio drafts.
+
+Named after the receivers it serves (``aep_collector.receivers.plugin_vendors``).
+"""
 
 from __future__ import annotations
 
