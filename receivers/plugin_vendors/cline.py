@@ -10,18 +10,20 @@ runs ``aep-collector-hook cline``, which POSTs the payload here. Every payload n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import cline as mapping
-from aep_collector.receivers.held import HeldLoop
-from aep_collector.receivers.hook_http import Deliver, HookReceiverConfig, HookServer
+from aep_collector.receivers.held import AttentionHolder
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer
 from aiohttp import web
 
-from .common import need_name, observe, unwrap
+from . import install
+from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
@@ -31,7 +33,7 @@ NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
 class ClineConfig(HookReceiverConfig):
     """Config of the ``cline`` receiver."""
 
-    endpoint: str = "127.0.0.1:8392"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 class ClineSurface:
@@ -41,7 +43,7 @@ class ClineSurface:
 
     def __init__(self, config: ClineConfig, component: str = "receiver/cline") -> None:
         self.config = config
-        self.loop = HeldLoop(AGENT, component, 1.0)  # never holds; it only declares the empty control block
+        self.loop = AttentionHolder(AGENT, component, 1.0)  # never holds; it only declares the empty control block
 
     async def on_start(self, host: Host, server: HookServer) -> None:
         assert server.deliver is not None
@@ -56,15 +58,15 @@ class ClineSurface:
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="cline",
-    config_class=ClineConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, ClineSurface(cfg, f"receiver/{settings.id}")),
-    description="Cline subprocess hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8392; observe-only",
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type='cline', port=8392, config_class=ClineConfig,
+    surface=lambda cfg, component: ClineSurface(cfg, component),
+    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT), hooks=install.CLINE_HOOK_FILES,
+    neutral_reply=mapping.NEUTRAL_REPLY,
+    description='Cline subprocess hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8392; observe-only',
 )
+FACTORY = DECLARATION.factory()

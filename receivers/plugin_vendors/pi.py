@@ -14,18 +14,20 @@ hung-up extension reply nothing (the call proceeds). ``deltas: true`` lets strea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import pi as mapping
-from aep_collector.processors.mapping.common import get_dict, get_str
-from aep_collector.receivers.gate import GateConfig, StrictGateSurface
-from aep_collector.receivers.hook_http import Deliver, HookServer
+from aep_collector.processors.mapping.drafting import get_dict, get_str
+from aep_collector.receivers.hook_http import FailOpenDelivery
+from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
-from .common import need_name, observe, unwrap
+from . import install
+from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
@@ -35,7 +37,7 @@ NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
 class PiConfig(GateConfig):
     """Config of the ``pi`` receiver (``control``, ``gate_tools``, ``attention_timeout``: the gate)."""
 
-    endpoint: str = "127.0.0.1:8396"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     deltas: bool = False
     """Map stream updates (``x.pi.message.delta``, ``x.pi.tool.update``); off by default (fixture pi)."""
 
@@ -61,7 +63,7 @@ class PiSurface(StrictGateSurface):
         """Only ``tool_call`` reads its reply (the gate); every other moment may be batched."""
         return signal.name == "tool_call"
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         event = get_dict(signal.payload, "event")
         if signal.name == "tool_call":
             if self.gate.gates(get_str(event, "toolName")):
@@ -76,11 +78,11 @@ class PiSurface(StrictGateSurface):
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="pi",
-    config_class=PiConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, PiSurface(cfg, f"receiver/{settings.id}")),
-    description="pi extension events (POST /hook) on 127.0.0.1:8396; observe-only, opt-in tool_call gate",
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type='pi', port=8396, config_class=PiConfig,
+    surface=lambda cfg, component: PiSurface(cfg, component),
+    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT),
+    neutral_reply=mapping.NEUTRAL_REPLY,
+    description='pi extension events (POST /hook) on 127.0.0.1:8396; observe-only, opt-in tool_call gate',
 )
+FACTORY = DECLARATION.factory()
