@@ -79,3 +79,24 @@ def test_plan_output_shares_no_container_with_the_input() -> None:
     out = gate._apply(data, plan, gate.FULL, None, False, None)
     assert out == data
     assert out["a"] is not data["a"] and out["a"]["b"] is not data["a"]["b"] and out["d"] is not data["d"]
+
+
+@pytest.mark.parametrize("level", range(len(gate.LEVELS)), ids=gate.LEVELS)
+def test_the_processors_kept_routes_gate_as_gate_draft(level: int) -> None:
+    """``apply_gate`` with a route table (the processor's) equals ``gate_draft`` deciding anew, whether
+    the route is new or kept, for every corpus payload, its hint, a declared lower level and none."""
+    policy = gate.CapturePolicy(ceiling=gate.LEVELS[level], overrides={})
+    detector = Redactor(home=HOME)
+    routes: dict[Any, Any] = {}
+    for event_type, hint, data in PAYLOADS:
+        for declared in (None, "metadata"):
+            draft: dict[str, Any] = {"type": event_type, "agent": "codex", "session": "s1", "subject": "Bash",
+                                     "data": copy.deepcopy(data)}
+            if hint is not None:
+                draft["_capture"] = dict(hint)
+            if declared is not None:
+                draft["capture"] = declared
+            want = gate.gate_draft(copy.deepcopy(draft), policy, detector)
+            for _ in range(2):  # the first call keeps the route, the second uses it
+                assert gate.apply_gate(draft, policy, detector, routes) == want, (event_type, hint, declared)
+    assert routes  # the routes were kept

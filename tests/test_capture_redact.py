@@ -110,3 +110,20 @@ def test_random_aws_secrets_are_caught(seed: int) -> None:
 
     secret = base64.b64encode(random.Random(seed).randbytes(30)).decode()  # how AWS mints them
     assert secret not in R.text(f"key {secret} end")
+
+
+@given(st.text(alphabet="AKISeyJghlpat-xosnmz_vetiw ", max_size=12))
+def test_the_shape_prefilter_is_the_literal_list(text: str) -> None:
+    from aep_collector.processors.capture.redact import _SHAPE_LITERALS, _may_hold_shape
+
+    assert _may_hold_shape(text) == any(literal in text for literal in _SHAPE_LITERALS)
+    for literal in _SHAPE_LITERALS:
+        assert _may_hold_shape(text + literal)
+
+
+def test_text_results_are_the_same_from_the_memo() -> None:
+    red = Redactor(home="/nonexistent-home")
+    text = "token=abcdefgh1234 mail a@b.io"
+    first = red.text(text)
+    assert red.text(text) == first == Redactor(home="/nonexistent-home").text(text)
+    assert SECRET in first and PII in first

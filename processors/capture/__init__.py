@@ -20,6 +20,7 @@ from .gate import (
     GATE_HINTS,
     LEVELS,
     CapturePolicy,
+    apply_gate,
     downlevel,
     gate_draft,
     gate_form_values,
@@ -113,6 +114,7 @@ class CaptureProcessor:
         self.policy = self.config.policy()
         self.redactor = self.config.redactor()
         self.failures = 0
+        self.routes: dict[Any, Any] = {}  # per-type gating decisions (``apply_gate``)
         self.component = component
         self.health: Any = None
 
@@ -125,7 +127,7 @@ class CaptureProcessor:
         for item in batch:
             if not isinstance(item, dict):
                 out.append(item)
-            elif _is_stamped(item):
+            elif "aep" in item and "id" in item and "source" in item:  # stamped (``_is_stamped``)
                 # An envelope someone else already gated (a redelivered ack, a forwarded event): we
                 # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)).
                 out.append(downlevel(item, self.policy.level_for(str(item.get("type", "")))))
@@ -136,7 +138,7 @@ class CaptureProcessor:
     def gate(self, draft: Event) -> Event:
         """``gate_draft`` under this processor's policy; a draft it cannot gate loses its data."""
         try:
-            return gate_draft(draft, self.policy, self.redactor)
+            return apply_gate(draft, self.policy, self.redactor, self.routes)
         except Exception as exc:  # fail closed: the moment survives, its content never leaks
             self.failures += 1
             log.error("capture gating of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)

@@ -287,19 +287,19 @@ class _Plan:
     def __init__(self, ann: Annotations, path: str, inherited: int, budget: list[int]) -> None:
         self.ann, self.path, self.inherited, self.budget = ann, path, inherited, budget
         self.token = _class_at(ann, path) == TOKEN
-        self.keys: dict[Any, tuple[int, _Plan, bool]] = {}
+        self.keys: dict[Any, tuple[int, _Plan, bool, bool]] = {}
         self.items: tuple[int, _Plan] | None = None
         budget[0] -= 1
 
-    def key(self, key: Any) -> tuple[int, _Plan, bool]:
-        """(level, plan of the value, is a digest key) for ``key`` of a dict at this path."""
+    def key(self, key: Any) -> tuple[int, _Plan, bool, bool]:
+        """(level, plan of the value, is a digest key, names a credential) for ``key`` of a dict here."""
         sub = f"{self.path}.{key}" if self.path else key
         digest_key = isinstance(key, str) and key.endswith(DIGEST_SUFFIX)
         if digest_key:
             level = max(self.inherited, METADATA)  # AEP-0003 §9.3: digests are structural
         else:
             level = _level_at(self.ann, sub, self.inherited)
-        entry = (level, _Plan(self.ann, sub, level, self.budget), digest_key)
+        entry = (level, _Plan(self.ann, sub, level, self.budget), digest_key, _credential(key))
         if self.budget[0] > 0:
             self.keys[key] = entry
         return entry
@@ -322,21 +322,30 @@ def _apply(value: Any, plan: _Plan, limit: int, on_redacted: Callable[[Any], Any
     """``_prune(value, plan.path, ann, limit, plan.inherited, ...)``, decided by the plan."""
     if isinstance(value, dict):
         out: dict[str, Any] = {}
-        inherited = plan.inherited
+        wrap = on_redacted is not None and plan.inherited < REDACTED
         keys = plan.keys
         for key, item in value.items():
             entry = keys.get(key)
             if entry is None:
                 entry = plan.key(key)
-            level, child, digest_key = entry
+            level, child, digest_key, credential = entry
             if level > limit:
                 continue
-            if scrub and item is not None and _credential(key):
+            if credential and scrub and item is not None:
                 out[key] = SECRET  # below full a credential-named key never carries its value
                 continue
-            kept = _apply(item, child, limit, on_redacted, scrub, None if digest_key else screen)
-            if on_redacted is not None and level == REDACTED and inherited < REDACTED:
-                kept = on_redacted(kept)
+            # Leaves decided here, as the call below would decide them, without the call (most
+            # values are strings and numbers): a string kept at metadata passes the screen.
+            kind = item.__class__
+            if kind is str:
+                kept = screen(item, child.token) if screen is not None and level <= METADATA and not digest_key \
+                    else item
+            elif item is None or kind is int or kind is bool or kind is float:
+                kept = item
+            else:
+                kept = _apply(item, child, limit, on_redacted, scrub, None if digest_key else screen)
+            if wrap and level == REDACTED:
+                kept = on_redacted(kept)  # type: ignore[misc]  # wrap implies on_redacted
             out[key] = kept
         return out
     if isinstance(value, list):
@@ -504,29 +513,63 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     §9.4 pipeline; below it the ``[metadata*]`` fields become structural. ``capture`` is set to the
     level honoured and the gate's own hints are removed.
     """
-    out = dict(draft)  # shallow: ``data`` is rebuilt by _prune, so the input is never mutated
-    hint = out.pop("_capture", None)
-    structural = out.pop("_structural", None)
-    fields = out.pop("_fields", None)
-    event_type = out.get("type") if isinstance(out.get("type"), str) else ""
-    level = rank(policy.level_for(event_type))
+    return apply_gate(draft, policy, redactor or default_redactor(), None)
+
+
+Route = list[Any]
+"""What gating a draft of one (type, declared level, hint) needs: ``[level, screen, (ann, plan) or None]``."""
+_ROUTES_LIMIT = 4096
+
+
+def apply_gate(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
+               routes: dict[Any, Route] | None) -> dict[str, Any]:
+    """``gate_draft`` with its per-type decisions kept in ``routes`` (the processor's; None: decide anew).
+
+    A route holds the level, the screen and the merged annotations with their plan: everything
+    that depends on the draft's type, declared level and hint but not on its values. ``routes``
+    assumes the policy and the detector no longer change (the processor builds both once).
+    """
+    out = dict(draft)  # shallow: ``data`` is rebuilt by _apply, so the input is never mutated
+    hint = out.pop("_capture") if "_capture" in out else None
+    structural = out.pop("_structural") if "_structural" in out else None
+    fields = out.pop("_fields") if "_fields" in out else None
+    event_type = out.get("type")
+    if not isinstance(event_type, str):
+        event_type = ""
     declared = out.get("capture")
-    if declared in LEVELS and rank(declared) < level:
-        level = rank(declared)  # a draft already at a lower level is never up-levelled
+    key: Any = None
+    route = None
+    if routes is not None and not event_type.startswith("message."):  # message.*: data-dependent
+        try:
+            key = (event_type, declared, tuple(hint.items()) if isinstance(hint, dict) else None)
+            route = routes.get(key)
+        except TypeError:  # an unhashable hint value: decided anew (it still fails closed inside)
+            key = None
+    if route is None:
+        level = rank(policy.level_for(event_type))
+        if declared in LEVELS and rank(declared) < level:
+            level = rank(declared)  # a draft already at a lower level is never up-levelled
+        route = [level, _screen(level, detector), None]
+        if key is not None and len(routes) < _ROUTES_LIMIT:  # type: ignore[arg-type]
+            routes[key] = route  # type: ignore[index]
+    level, screen, merged = route
     out["capture"] = LEVELS[level]
-    detector = redactor or default_redactor()
-    screen = _screen(level, detector)
     if screen is not None:
         _screen_envelope(out, screen, detector)  # before `none` returns: the envelope always leaves
-    if level == NONE or not isinstance(out.get("data"), dict):
+    data = out.get("data")
+    if level == NONE or not isinstance(data, dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
         return out
-    ann, plan = _merged(event_type, hint, out["data"])
+    if merged is None:
+        merged = _merged(event_type, hint, data)
+        if key is not None:
+            route[2] = merged
+    ann, plan = merged
     red = detector if level == REDACTED else None
-    data: dict[str, Any] = out["data"]
     if red is not None:
         data = _twins(data, "", ann, red.value)
-    data = _apply(data, plan, level, red.value if red is not None else None, level < FULL, screen)
+    # An empty payload gates to a fresh empty one: no walk needed (a sixth of the hook events).
+    data = _apply(data, plan, level, red.value if red is not None else None, level < FULL, screen) if data else {}
     if event_type == "attention.requested":
         if level >= REDACTED and red is not None:
             _redact_request(data, red)
@@ -543,6 +586,10 @@ def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor 
     return out
 
 
+_SCREEN_MEMO_LIMIT = 4096
+_SCREEN_VALUE_LIMIT = 256
+
+
 @lru_cache(maxsize=64)  # per (level, detector): built once, not per event
 def _screen(level: int, detector: Redactor) -> Screen | None:
     """What a string kept as structure becomes at ``level`` (None at ``full``: verbatim is allowed).
@@ -553,27 +600,37 @@ def _screen(level: int, detector: Redactor) -> Screen | None:
     """
     if level >= FULL:
         return None
-    if level == REDACTED:
-        def to_redacted(value: str, token: bool) -> Any:
-            return detector.text(value) if (token and not is_token(value)) or detector.sensitive(value) else value
-        return to_redacted
+    stand_in = detector.text if level == REDACTED else opaque
+    # What each string became, by whether its path is token-classed (bounded like the detector's
+    # own memo): the same tool names, models and ids come by on every event.
+    memos: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
 
     def to_structure(value: str, token: bool) -> Any:
-        return opaque(value) if (token and not is_token(value)) or detector.sensitive(value) else value
+        memo = memos[token]
+        out = memo.get(value)
+        if out is None:
+            out = stand_in(value) if (token and not is_token(value)) or detector.sensitive(value) else value
+            if len(memo) < _SCREEN_MEMO_LIMIT and len(value) <= _SCREEN_VALUE_LIMIT:
+                memo[value] = out
+        return out
     return to_structure
 
 
 def _screen_envelope(out: dict[str, Any], screen: Screen, detector: Redactor) -> None:
     """The envelope's free-form attributes under the same rule as ``data`` (structure.py)."""
     for key in ENVELOPE_TOKEN:
-        if isinstance(out.get(key), str):
-            out[key] = screen(out[key], True)
+        value = out.get(key)
+        if isinstance(value, str):
+            out[key] = screen(value, True)
+    known = detector.verdicts.get  # the detector's memo first: ids repeat on every event
     for key in ENVELOPE_IDS:
         # Identifiers keep their shape; only a detector hit is replaced, by the same stand-in at
         # every level below full, so the stream still correlates.
         value = out.get(key)
-        if isinstance(value, str) and detector.sensitive(value):
-            out[key] = opaque(value)
+        if isinstance(value, str):
+            hit = known(value)
+            if hit or (hit is None and detector.sensitive(value)):
+                out[key] = opaque(value)
 
 
 def _gate_answer_values(data: dict[str, Any], fields: Any, level: int, red: Redactor | None) -> None:

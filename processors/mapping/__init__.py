@@ -89,17 +89,23 @@ class MappingProcessor:
         return mod
 
     def __call__(self, batch: Batch) -> Batch:
-        drafts: list[Event] = []
+        drafts: list[Event]
         passthrough: Batch = []
-        for item in batch:
-            if isinstance(item, Signal):
-                drafts.extend(self.map_one(item))
-            elif isinstance(item, dict):
-                drafts.append(item)  # e.g. lifecycle legs a held control loop emits
-            else:
-                passthrough.append(item)
+        if len(batch) == 1 and isinstance(batch[0], Signal):
+            drafts = self.map_one(batch[0])  # a hook delivers its call alone
+        else:
+            drafts = []
+            for item in batch:
+                if isinstance(item, Signal):
+                    drafts.extend(self.map_one(item))
+                elif isinstance(item, dict):
+                    drafts.append(item)  # e.g. lifecycle legs a held control loop emits
+                else:
+                    passthrough.append(item)
         orphans, invalid = self.attention.orphans, self.attention.invalid
-        out = [*self.attention.apply(drafts), *passthrough]
+        out: Batch = self.attention.apply(drafts)  # type: ignore[assignment]  # a new list of drafts
+        if passthrough:
+            out.extend(passthrough)
         if self.health is not None:
             # Legs of a request never seen (or already settled) are dropped by rule, and counted;
             # so are answers that do not satisfy their form.
@@ -117,8 +123,9 @@ class MappingProcessor:
         except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
             return [self._failure(signal, exc)]
         respond_via = signal.attrs.get("respond_via")
+        name = mod.AGENT
         for d in drafts:
-            d.setdefault("agent", mod.AGENT)
+            d.setdefault("agent", name)
             if d.get("type") == "attention.requested":
                 if signal.hold is not None:
                     d["_hold"] = signal.hold

@@ -72,4 +72,5 @@ def map_hook(name: str, payload: Any) -> list[Event]:
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
     """Map a received Gemini CLI hook call."""
-    return map_hook(*hf.hook_call(signal))
+    name, payload = hf.hook_call(signal)
+    return hf.map_table(AGENT, HOOKS, name, payload)  # map_hook without the extra call

@@ -111,7 +111,7 @@ def map_signal(signal: Signal, state: QwenState | None) -> list[Event]:
             return []  # the open run continuing after a tool result, not a new run
         if name in ("Stop", "StopFailure", "SessionEnd"):
             state.open.pop(session, None)
-    return hf.key_permissions(map_hook(name, payload), signal)
+    return hf.key_permissions(hf.map_table(AGENT, HOOKS, name, payload), signal)
 
 
 def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
