@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from aep_collector.processors.mapping import codex
-from aep_collector.receivers.gate import HeldConfig
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
     HookHandling,
     declare,
 )
+from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"

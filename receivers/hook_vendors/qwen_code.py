@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from aep_collector.processors.mapping import qwen_code
-from aep_collector.receivers.gate import HeldConfig
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -20,6 +19,7 @@ from aep_collector.receivers.hook_vendors.surface import (
     vendor_timeout,
 )
 from aep_collector.receivers.registration import hook_url
+from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from aep_collector.processors.mapping import vscode
-from aep_collector.receivers.gate import GateConfig
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -22,6 +21,7 @@ from aep_collector.receivers.hook_vendors.surface import (
     HookHandling,
     declare,
 )
+from aep_collector.receivers.tool_gate import GateConfig
 from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "vscode"
