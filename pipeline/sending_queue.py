@@ -123,10 +123,10 @@ def queue_directory(state_dir: Path, cid: str, config: SendingQueueConfig) -> Pa
     return state_dir / "queue" / name
 
 
-Deliver = Callable[[list[Event]], Awaitable[Any]]
+ExportBatch = Callable[[list[Event]], Awaitable[Any]]
 
 
-def deliver_of(exporter: Any) -> Deliver:
+def deliver_of(exporter: Any) -> ExportBatch:
     """The exporter's ``deliver``, or its ``export`` when it has none."""
     fn = getattr(exporter, "deliver", None)
     return fn if callable(fn) else exporter.export
@@ -141,7 +141,7 @@ class SendingQueue:
     is undelivered on disk for the next start.
     """
 
-    def __init__(self, cid: str, directory: Path, config: SendingQueueConfig, deliver: Deliver,
+    def __init__(self, cid: str, directory: Path, config: SendingQueueConfig, deliver: ExportBatch,
                  health: Health) -> None:
         self.id, self.directory, self.config, self._deliver, self.health = cid, directory, config, deliver, health
         self.segment_limit = min(config.segment_bytes, max(4096, config.max_bytes // 8))

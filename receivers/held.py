@@ -1,4 +1,4 @@
-"""The held attention loop every control-capable receiver shares.
+"""The attention holder every control-capable receiver shares (``AttentionHolder``).
 
 A receiver that can let an operator decide (a permission, a form) delivers the vendor's request,
 and when a control route is live keeps the vendor's reply open on a ``Hold`` until a
@@ -85,7 +85,7 @@ def permission_validator(options: list[dict[str, str]]) -> Validator:
     return validate
 
 
-class HeldLoop:
+class AttentionHolder:
     """Per-receiver helper: open holds, wait, emit the legs. One instance per receiver."""
 
     def __init__(self, agent: str, component: str, timeout: float) -> None:

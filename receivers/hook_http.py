@@ -112,7 +112,7 @@ class HookSurface(Protocol):
         """The vendor's fail-open reply body for this hook (``None``: an empty 200)."""
         ...
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         """Deliver the signal and return the reply body (held loops wait here)."""
         ...
 
@@ -125,7 +125,7 @@ class BatchSurface(HookSurface, Protocol):
         ...
 
 
-class Deliver:
+class FailOpenDelivery:
     """Pushes a batch into the pipeline with the fail-open deadline; never raises."""
 
     def __init__(self, component: str, consumer: Consumer, health: Health, timeout: float) -> None:
@@ -209,7 +209,7 @@ class HookServer:
         self.surface = surface
         self.health = Health()
         self.host: Host | None = None
-        self.deliver: Deliver | None = None
+        self.deliver: FailOpenDelivery | None = None
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
         self.inflight: set[asyncio.Task[Any]] = set()
@@ -224,7 +224,7 @@ class HookServer:
 
     async def start(self, host: Host) -> None:
         self.host, self.health = host, host.health
-        self.deliver = Deliver(self.id, self.consumer, self.health, self.config.reply_timeout)
+        self.deliver = FailOpenDelivery(self.id, self.consumer, self.health, self.config.reply_timeout)
         on_start = getattr(self.surface, "on_start", None)
         if on_start is not None:
             await on_start(host, self)

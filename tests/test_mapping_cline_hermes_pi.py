@@ -18,7 +18,7 @@ from aep_collector.processors.mapping import (
     hermes,
     load_vendor,
     pi,
-    shellfamily,
+    plugin_vendors,
 )
 from aep_collector.processors.runs import RunsProcessor
 from aep_sdk.gen import PAYLOAD_MODELS
@@ -128,16 +128,16 @@ def test_fallbacks_use_each_vendors_spelling() -> None:
     ("SomeCamelHook", "x.cline.some.camel.hook"),
 ])
 def test_dotted_fallback_always_fits_the_type_grammar(name: str, want: str) -> None:
-    assert shellfamily.dotted_fallback("cline", name) == want
+    assert plugin_vendors.dotted_fallback("cline", name) == want
     assert TYPE_GRAMMAR.match(want)
 
 
 def test_step_is_a_string_and_zero_survives() -> None:
-    assert shellfamily.step_of(0) == "0"
-    assert shellfamily.step_of(3) == "3"
-    assert shellfamily.step_of(True) is None
-    assert shellfamily.step_of(None) is None
-    assert shellfamily.step_of(2.0) == "2"
+    assert plugin_vendors.step_of(0) == "0"
+    assert plugin_vendors.step_of(3) == "3"
+    assert plugin_vendors.step_of(True) is None
+    assert plugin_vendors.step_of(None) is None
+    assert plugin_vendors.step_of(2.0) == "2"
 
 
 # --- the dispatch contract and the Signal shape ---------------------------------------------------------
@@ -301,7 +301,7 @@ def test_pi_assistant_digest_is_over_the_joined_text_not_the_parts() -> None:
     payload["event"]["message"]["content"] = [
         {"type": "text", "text": "Done — "}, {"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "green."}]
     d = pi.map_event(payload)
-    assert d["data"]["content_digest"] == shellfamily.digest("Done — green.")
+    assert d["data"]["content_digest"] == plugin_vendors.digest("Done — green.")
     user = inp(PI_CASES, "message_start_user")
     user["event"]["message"]["content"] = [{"type": "text", "text": "fix the flaky test"}]
     assert pi.map_event(user)["data"]["content_digest"] == PI_CASES["message_start_user"]["expected"]["data"][

@@ -13,7 +13,7 @@ import pytest
 from aep_collector.pipeline.envelope import COMMAND_TYPE, SEVERITIES, TYPE_GRAMMAR, Stamper
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.capture import CapturePolicy, gate_draft
-from aep_collector.processors.mapping import MappingProcessor, busfamily, kilocode, load_vendor, opencode
+from aep_collector.processors.mapping import MappingProcessor, kilocode, load_vendor, opencode, plugin_bus
 from aep_sdk.gen import PAYLOAD_MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -332,7 +332,7 @@ def test_permission_ask_is_held_through_the_mapping_processor() -> None:
 def test_module_contract(agent: str) -> None:
     mod = load_vendor(agent)
     assert mod is VENDORS[agent][0] and mod.AGENT == agent
-    assert mod.NEUTRAL_REPLY == {} and isinstance(mod.new_state(), busfamily.BusState)
+    assert mod.NEUTRAL_REPLY == {} and isinstance(mod.new_state(), plugin_bus.BusState)
 
 
 # --- identity ----------------------------------------------------------------------------------
@@ -361,13 +361,13 @@ def test_both_families_map_the_bus_ask_with_the_reply_route_options() -> None:
     for module in (opencode, kilocode):
         card = module.map_moment(asked)
         assert card["type"] == "attention.requested" and card["data"]["respond_via"] == ["control"]
-        assert card["data"]["options"] == busfamily.REPLY_ROUTE_OPTIONS
+        assert card["data"]["options"] == plugin_bus.REPLY_ROUTE_OPTIONS
     question = opencode.map_moment(moment("kilocode", "question_asked"))
     assert question["data"]["respond_via"] == ["control"] and question["data"]["kind"] == "form"
 
 
 def test_a_family_without_reply_routes_makes_the_bus_ask_informational() -> None:
-    family = busfamily.BusFamily(agent="opencode", reply_routes=False)
+    family = plugin_bus.BusFamily(agent="opencode", reply_routes=False)
     card = family.map_moment(moment("kilocode", "permission_asked"))
     assert card["data"]["respond_via"] == ["oob"] and "options" not in card["data"]
 
@@ -425,7 +425,7 @@ def test_kilo_question_rejected_dismisses_the_card() -> None:
     ("Session.Weird Thing", "x.opencode.session.weird_thing"),
 ])
 def test_fallback_names_are_valid_types(bus_type: Any, expected: str) -> None:
-    name = busfamily.bus_fallback("opencode", bus_type)
+    name = plugin_bus.bus_fallback("opencode", bus_type)
     assert name == expected and TYPE_GRAMMAR.match(name) and not COMMAND_TYPE.match(name)
 
 
@@ -535,7 +535,7 @@ def test_arbitrary_payloads_never_crash(name: str, payload: Any, kind: str, bus_
 
 def test_runtime_tables_stay_bounded() -> None:
     st_ = opencode.new_state()
-    kept = busfamily._KEPT
+    kept = plugin_bus._KEPT
     for i in range(kept + 10):
         opencode.map_signal(tool("opencode", "tool.before", f"c{i}", i), st_)  # afters never come
         opencode.map_signal(user("opencode", "s1", f"m{i}"), st_)

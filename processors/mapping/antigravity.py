@@ -16,7 +16,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import digest, draft, get_dict, get_str
+from .drafting import digest, draft, get_dict, get_str
 
 __all__ = ["AGENT", "HOOKS", "NEUTRAL_REPLIES", "NEUTRAL_REPLY", "neutral_reply", "AntigravityState",
            "new_state", "map_hook", "map_signal"]

@@ -13,8 +13,16 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import draft, get_dict, get_str, tool_ref
-from .shellfamily import ABSENT, dotted_fallback, step_of, tool_completed, tool_failed, tool_requested, usage
+from .drafting import draft, get_dict, get_str, tool_ref
+from .plugin_vendors import (
+    ABSENT,
+    dotted_fallback,
+    step_of,
+    tool_completed,
+    tool_failed,
+    tool_requested,
+    usage,
+)
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "CONTROL_FIELDS", "ClineState", "new_state", "map_hook", "map_signal"]
 

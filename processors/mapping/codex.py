@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
-from aep_collector.processors.mapping import hookfamily as hf
-from aep_collector.processors.mapping.common import get_str
+from aep_collector.processors.mapping import hook_vendors as hf
+from aep_collector.processors.mapping.drafting import get_str
 
 AGENT = "codex"
 

@@ -11,8 +11,8 @@ from functools import partial
 from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
-from aep_collector.processors.mapping import hookfamily as hf
-from aep_collector.processors.mapping.common import draft, get_dict, get_str, hook_fallback
+from aep_collector.processors.mapping import hook_vendors as hf
+from aep_collector.processors.mapping.drafting import draft, get_dict, get_str, hook_fallback
 
 AGENT = "gemini-cli"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import (
+from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,
@@ -28,7 +28,7 @@ from .common import (
     get_str,
     tool_ref,
 )
-from .shellfamily import ABSENT, dotted_fallback, number, tool_completed, tool_failed, tool_requested
+from .plugin_vendors import ABSENT, dotted_fallback, number, tool_completed, tool_failed, tool_requested
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
            "new_state", "map_hook", "map_signal", "deny_reply", "context_reply", "clarify_choices",

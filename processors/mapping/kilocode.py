@@ -1,6 +1,6 @@
 """Kilo Code plugin moments -> AEP drafts (AEP-0002 Annex A.8; fixture ``mappings/kilocode.json``).
 
-Kilo Code is an OpenCode fork: the OpenCode table on its own identity (``aep_collector.processors.mapping.busfamily``
+Kilo Code is an OpenCode fork: the OpenCode table on its own identity (``aep_collector.processors.mapping.plugin_bus``
 holds the shared logic, the Signal shape and the reply contract), plus the dual permission surface:
 ``<=7.4.5`` the held ``permission.ask`` hook (``output.status``, ``permission_reply``); ``>=7.4.6`` bus
 ``permission.asked``/``question.asked`` answered over REST (``permission_route_body``,
@@ -13,8 +13,8 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from . import busfamily
-from .busfamily import (
+from . import plugin_bus
+from .plugin_bus import (
     NEUTRAL_REPLY,
     REPLY_ROUTE_OPTIONS,
     BusState,
@@ -36,7 +36,7 @@ __all__ = ["AGENT", "NEUTRAL_REPLY", "FAMILY", "REPLY_ROUTE_OPTIONS", "new_state
            "question_route_body"]
 
 AGENT = "kilocode"
-FAMILY = busfamily.BusFamily(agent=AGENT, reply_routes=True)
+FAMILY = plugin_bus.BusFamily(agent=AGENT, reply_routes=True)
 
 
 def map_moment(moment: Any) -> Event | None:

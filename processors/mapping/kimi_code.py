@@ -16,7 +16,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import (
+from .drafting import (
     digest,
     draft,
     gate_card,
@@ -26,7 +26,7 @@ from .common import (
     permission_prompt,
     tool_ref,
 )
-from .hookfamily import Payload
+from .hook_vendors import Payload
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "SILENT_HOOKS", "neutral_reply", "GATE_OPTIONS", "KimiState", "new_state", "map_hook",
            "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",

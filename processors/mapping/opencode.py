@@ -2,7 +2,7 @@
 
 The in-process plugin forwards bus events, ``tool.execute.before/after`` and the hold-open
 ``permission.ask``; the shared family logic, the Signal shape and the reply contract live in
-``aep_collector.processors.mapping.busfamily``.
+``aep_collector.processors.mapping.plugin_bus``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from . import busfamily
-from .busfamily import (
+from . import plugin_bus
+from .plugin_bus import (
     NEUTRAL_REPLY,
     REPLY_ROUTE_OPTIONS,
     BusState,
@@ -36,7 +36,7 @@ AGENT = "opencode"
 # OpenCode 1.18.33 asks on the bus (permission.asked / permission.replied {requestID, reply}), seen
 # live, and answers on the same server route as Kilo; the opencode.json pins cover only the held
 # permission.ask hook and are unaffected.
-FAMILY = busfamily.BusFamily(agent=AGENT, reply_routes=True)
+FAMILY = plugin_bus.BusFamily(agent=AGENT, reply_routes=True)
 
 
 def map_moment(moment: Any) -> Event | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import (
+from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,
@@ -28,8 +28,8 @@ from .common import (
     snake_case,
     tool_ref,
 )
-from .hookfamily import Payload
-from .shellfamily import ABSENT, step_of, tool_completed, tool_failed, tool_requested, usage
+from .hook_vendors import Payload
+from .plugin_vendors import ABSENT, step_of, tool_completed, tool_failed, tool_requested, usage
 
 __all__ = ["AGENT", "NEUTRAL_REPLY", "DELTAS_ENV", "GATE_OPTIONS", "PiState", "new_state", "map_event",
            "map_signal", "deny_reply", "message_text", "gate_key", "gate_request"]

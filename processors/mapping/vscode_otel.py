@@ -12,9 +12,9 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from . import otelfamily
-from .common import draft, tool_ref
-from .otelfamily import COMPANION, Profile, add_result, parse_bool, parse_count, text
+from . import otlp_vendors
+from .drafting import draft, tool_ref
+from .otlp_vendors import COMPANION, Profile, add_result, parse_bool, parse_count, text
 
 AGENT = "vscode"
 NEUTRAL_REPLY = None  # the OTLP response is the receiver's; this channel has no vendor reply
@@ -102,14 +102,14 @@ def new_state() -> None:
 
 def session_of(flat: dict[str, Any]) -> str | None:
     """The record's session id by this profile's identity rule."""
-    return otelfamily.session_of(PROFILE, flat)
+    return otlp_vendors.session_of(PROFILE, flat)
 
 
 def map_record(flat: dict[str, Any], mode: str = COMPANION) -> list[Event]:
     """Pure mapping of one flattened record in ``companion`` or ``primary`` mode."""
-    return otelfamily.map_record(PROFILE, flat, mode)
+    return otlp_vendors.map_record(PROFILE, flat, mode)
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
     """Map a receiver Signal (payload = flattened record, attrs["mode"])."""
-    return otelfamily.map_signal(PROFILE, signal)
+    return otlp_vendors.map_signal(PROFILE, signal)

@@ -16,11 +16,11 @@ from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import claude_code as cc
-from aep_collector.processors.mapping import hookfamily as hf
-from aep_collector.processors.mapping.common import PERMISSION_OPTIONS
+from aep_collector.processors.mapping import hook_vendors as hf
+from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
-from aep_collector.receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.registration import hook_url, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
@@ -75,7 +75,7 @@ class ClaudeCodeSurface:
 
     def __init__(self, config: ClaudeCodeConfig, component: str = "receiver/claude_code") -> None:
         self.config = config
-        self.loop = HeldLoop(AGENT, component, config.attention_timeout)
+        self.loop = AttentionHolder(AGENT, component, config.attention_timeout)
         self.calls: dict[tuple[str, str], Hold] = {}
 
     async def on_start(self, host: Host, server: HookServer) -> None:
@@ -91,7 +91,7 @@ class ClaudeCodeSurface:
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         p, name = signal.payload, signal.name
         session = _session(p)
         if name == "PermissionRequest":

@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import codex
-from aep_collector.receivers.gate import HeldConfig
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
+from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"

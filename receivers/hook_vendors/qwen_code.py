@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import qwen_code
-from aep_collector.receivers.gate import HeldConfig
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -21,6 +20,7 @@ from aep_collector.receivers.hook_vendors.surface import (
     vendor_timeout,
 )
 from aep_collector.receivers.registration import hook_url
+from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"

@@ -7,7 +7,7 @@ control posture. Two held loops:
 
 * the permission card (Codex, Qwen Code), here: a ``PermissionRequest`` is held while a control
   route is live, as Claude Code's is (reference stack §1.2, §1.4);
-* the opt-in PreToolUse gate (VS Code agent, Kimi Code): the shared ``aep_collector.receivers.gate.ToolGate``
+* the opt-in PreToolUse gate (VS Code agent, Kimi Code): the shared ``aep_collector.receivers.tool_gate.ToolGate``
   (also Hermes' and pi's), off by default; on, a PreToolUse whose tool name matches
   ``gate_tools`` is held as a permission card; a commanded deny also emits
   ``tool.denied{by: "policy"}`` cause-linked to the answer (§1.5, §1.6), built here.
@@ -28,20 +28,20 @@ from typing import Any
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
-from aep_collector.processors.mapping import hookfamily as hf
-from aep_collector.processors.mapping.common import PERMISSION_OPTIONS, get_str, tool_ref
-from aep_collector.receivers.gate import GateConfig, ToolGate, recorded
+from aep_collector.processors.mapping import hook_vendors as hf
+from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_str, tool_ref
 from aep_collector.receivers.held import (
     DENY_MESSAGE,
     Applied,
-    HeldLoop,
+    AttentionHolder,
     permission_choice,
     permission_validator,
 )
-from aep_collector.receivers.hook_http import Deliver, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
 )
+from aep_collector.receivers.tool_gate import GateConfig, ToolGate, recorded
 from aiohttp import web
 
 MAX_VENDOR_TIMEOUT = 600
@@ -49,7 +49,7 @@ MAX_VENDOR_TIMEOUT = 600
 HOLD_MARGIN = 10
 """Seconds a registered vendor-side timeout exceeds the hold window (VS Code 25 -> 35, Kimi 50 -> 60)."""
 ATTENTION_LIMIT = MAX_VENDOR_TIMEOUT - HOLD_MARGIN
-"""The ``attention_limit`` of every hook-family config that holds (``aep_collector.receivers.gate.HeldConfig``)."""
+"""The ``attention_limit`` of every hook-family config that holds (``aep_collector.receivers.tool_gate.HeldConfig``)."""
 
 _HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
@@ -59,7 +59,7 @@ Reply = Callable[..., Payload]
 
 @dataclass(frozen=True)
 class Gate:
-    """The vendor side of the PreToolUse gate (the shared ``aep_collector.receivers.gate.ToolGate`` holds it)."""
+    """The vendor side of the PreToolUse gate (the shared ``aep_collector.receivers.tool_gate.ToolGate`` holds it)."""
 
     options: list[dict[str, str]]
     key: Callable[[Signal], str]
@@ -110,9 +110,9 @@ class HookVendorSurface:
             self.gate = ToolGate(self.agent, component, config, spec.gate.options)
             # VS Code / Kimi: an empty answer is a plain deny (reference stack §0.6), unlike Hermes / pi.
             self.gate_validator = permission_validator(spec.gate.options)
-            self.loop = self.gate.loop  # one held loop per receiver: the gate's
+            self.loop = self.gate.loop  # one attention holder per receiver: the gate's
         else:
-            self.loop = HeldLoop(self.agent, component, getattr(config, "attention_timeout", 55.0))
+            self.loop = AttentionHolder(self.agent, component, getattr(config, "attention_timeout", 55.0))
         self.calls: dict[tuple[str, str], Hold] = {}
         self.denied: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Calls the gate denied (session, call id): their tool.denied closed them."""
@@ -160,7 +160,7 @@ class HookVendorSurface:
             return self.spec.neutral(signal.name if signal is not None else "")
         return dict(self.spec.mapping.NEUTRAL_REPLY)
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         name, payload = signal.name, signal.payload
         session = _session(payload)
         if name == "PermissionRequest" and self.spec.permission_reply is not None:

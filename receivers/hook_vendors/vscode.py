@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import vscode
-from aep_collector.receivers.gate import GateConfig
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
+from aep_collector.receivers.tool_gate import GateConfig
 from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "vscode"

@@ -1,6 +1,6 @@
 """The OpenCode-family surface (OpenCode and its fork Kilo Code): plugin moments and their held loops.
 
-The in-process plugin POSTs exactly the mapping's moment shapes (``aep_collector.processors.mapping.busfamily``):
+The in-process plugin POSTs exactly the mapping's moment shapes (``aep_collector.processors.mapping.plugin_bus``):
 ``{kind: "bus", event}`` from the ``event`` hook, ``{kind: "tool.before"|"tool.after", input,
 output}`` from ``tool.execute.before/after`` and ``{kind: "permission.ask", permission}`` from the
 hold-open ``permission.ask`` hook. A payload without ``kind`` is named by ``?name=`` or a ``{name,
@@ -28,22 +28,22 @@ import aiohttp
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.mapping import busfamily
-from aep_collector.processors.mapping.common import PERMISSION_OPTIONS, get_dict, get_str
+from aep_collector.processors.mapping import plugin_bus
+from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_dict, get_str
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.gate import recorded
-from aep_collector.receivers.held import HeldLoop, permission_choice, permission_validator
-from aep_collector.receivers.hook_http import Deliver, HookError, HookServer
+from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
+from aep_collector.receivers.tool_gate import recorded
 from aiohttp import web
 
-from .common import need_name, unwrap
+from .moments import need_name, unwrap
 
 log = logging.getLogger("aep.receiver.bus")
 
-NEUTRAL_REPLY: dict[str, Any] = busfamily.NEUTRAL_REPLY
+NEUTRAL_REPLY: dict[str, Any] = plugin_bus.NEUTRAL_REPLY
 SERVER_URL_HEADER = "X-AEP-Server-Url"
 DIRECTORY_HEADER = "X-AEP-Directory"
-_HOOK_NAMES = {kind: hook for hook, kind in busfamily.HOOK_KINDS.items()}  # tool.before -> tool.execute.before
+_HOOK_NAMES = {kind: hook for hook, kind in plugin_bus.HOOK_KINDS.items()}  # tool.before -> tool.execute.before
 _SETTLES = {"permission.replied": "permission", "question.replied": "question", "question.rejected": "question"}
 _KEPT = 1024  # sessions whose vendor server address is remembered
 
@@ -76,7 +76,7 @@ class BusSurface:
         self.agent: str = mapping.AGENT
         self.config = config
         self.component = component
-        self.loop = HeldLoop(self.agent, component, config.attention_timeout)
+        self.loop = AttentionHolder(self.agent, component, config.attention_timeout)
         self.routes = bool(getattr(config, "reply_routes", False)) and mapping.FAMILY.reply_routes
         self.servers: dict[str, tuple[str, str | None]] = {}
         """session -> (vendor server base URL, project directory) as the plugin last sent them."""
@@ -134,9 +134,9 @@ class BusSurface:
         """The plugin reads only the held ``permission.ask`` reply; every other moment may be batched."""
         return signal.name == _HOOK_NAMES["permission.ask"]
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
-        moment = busfamily.as_moment(signal.name, signal.payload)
-        session = busfamily.session_of(moment)
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
+        moment = plugin_bus.as_moment(signal.name, signal.payload)
+        session = plugin_bus.session_of(moment)
         self._remember_server(signal, session)
         if moment["kind"] == "permission.ask":
             return await self._held_ask(signal, get_dict(moment, "permission"))
@@ -149,7 +149,7 @@ class BusSurface:
         if bus_type in _SETTLES:
             props = get_dict(event, "properties")
             vendor_id = get_str(props, "permissionID") or get_str(props, "requestID")
-            key = busfamily.attention_key(_SETTLES[bus_type], vendor_id)
+            key = plugin_bus.attention_key(_SETTLES[bus_type], vendor_id)
             if key in self.delivering:
                 return NEUTRAL_REPLY  # the echo of the answer we are delivering; our legs say it
             await deliver([signal])
@@ -166,7 +166,7 @@ class BusSurface:
     # -- the held permission.ask hook ------------------------------------------------------------
 
     async def _held_ask(self, signal: Signal, perm: dict[str, Any]) -> Any:
-        key = busfamily.attention_key("permission", get_str(perm, "id"))
+        key = plugin_bus.attention_key("permission", get_str(perm, "id"))
         hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
         if hold is None:
             return NEUTRAL_REPLY  # no operator reachable: the vendor's own prompt decides
@@ -189,7 +189,7 @@ class BusSurface:
                 del self.servers[next(iter(self.servers))]
 
     async def _route_card(self, signal: Signal, event: dict[str, Any], session: str | None,
-                          deliver: Deliver) -> Any:
+                          deliver: FailOpenDelivery) -> Any:
         props = get_dict(event, "properties")
         server = self.servers.get(session or "")
         vendor_id = get_str(props, "id")
@@ -199,11 +199,11 @@ class BusSurface:
             await deliver([signal])
             return NEUTRAL_REPLY
         if event.get("type") == "permission.asked":
-            key = busfamily.attention_key("permission", vendor_id)
+            key = plugin_bus.attention_key("permission", vendor_id)
             validate = permission_validator(self.mapping.REPLY_ROUTE_OPTIONS)
             fields: list[dict[str, Any]] | None = None
         else:
-            key = busfamily.attention_key("question", vendor_id)
+            key = plugin_bus.attention_key("question", vendor_id)
             card = self.mapping.map_moment({"kind": "bus", "event": event}) or {}
             fields = get_dict(card, "data").get("fields") or []
             validate = form_validator(fields, legacy=len(fields) == 1)

@@ -18,12 +18,12 @@ from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import cline as mapping
-from aep_collector.receivers.held import HeldLoop
-from aep_collector.receivers.hook_http import Deliver, HookReceiverConfig, HookServer
+from aep_collector.receivers.held import AttentionHolder
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer
 from aiohttp import web
 
 from . import install
-from .common import need_name, observe, unwrap
+from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
@@ -43,7 +43,7 @@ class ClineSurface:
 
     def __init__(self, config: ClineConfig, component: str = "receiver/cline") -> None:
         self.config = config
-        self.loop = HeldLoop(AGENT, component, 1.0)  # never holds; it only declares the empty control block
+        self.loop = AttentionHolder(AGENT, component, 1.0)  # never holds; it only declares the empty control block
 
     async def on_start(self, host: Host, server: HookServer) -> None:
         assert server.deliver is not None
@@ -58,7 +58,7 @@ class ClineSurface:
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 

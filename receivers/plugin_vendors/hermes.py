@@ -20,13 +20,13 @@ from typing import Any
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import hermes as mapping
-from aep_collector.processors.mapping.common import get_dict, get_str
-from aep_collector.receivers.gate import GateConfig, StrictGateSurface
-from aep_collector.receivers.hook_http import Deliver
+from aep_collector.processors.mapping.drafting import get_dict, get_str
+from aep_collector.receivers.hook_http import FailOpenDelivery
+from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
 from . import install
-from .common import need_name, observe, unwrap
+from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
@@ -54,7 +54,7 @@ class HermesSurface(StrictGateSurface):
         name = own if isinstance(own, str) and own else given
         return Signal(agent=AGENT, name=need_name(name, "hook_event_name"), payload=body)
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         p = signal.payload
         if signal.name == "pre_tool_call" and self.gate.gates(p.get("tool_name")):
             key = mapping.gate_key(get_str(get_dict(p, "extra"), "tool_call_id"))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import kilocode as mapping
-from aep_collector.receivers.gate import HeldConfig
+from aep_collector.receivers.tool_gate import HeldConfig
 
 from . import install
 from .bus import BusSurface

@@ -21,13 +21,13 @@ from typing import Any
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import pi as mapping
-from aep_collector.processors.mapping.common import get_dict, get_str
-from aep_collector.receivers.gate import GateConfig, StrictGateSurface
-from aep_collector.receivers.hook_http import Deliver
+from aep_collector.processors.mapping.drafting import get_dict, get_str
+from aep_collector.receivers.hook_http import FailOpenDelivery
+from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
 from . import install
-from .common import need_name, observe, unwrap
+from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
 NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
@@ -63,7 +63,7 @@ class PiSurface(StrictGateSurface):
         """Only ``tool_call`` reads its reply (the gate); every other moment may be batched."""
         return signal.name == "tool_call"
 
-    async def handle(self, signal: Signal, deliver: Deliver) -> Any:
+    async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         event = get_dict(signal.payload, "event")
         if signal.name == "tool_call":
             if self.gate.gates(get_str(event, "toolName")):

@@ -20,8 +20,8 @@ from aep_collector.processors.mapping import (
     qwen_code,
     vscode,
 )
-from aep_collector.processors.mapping import hookfamily as hf
-from aep_collector.processors.mapping.common import draft, snake_case
+from aep_collector.processors.mapping import hook_vendors as hf
+from aep_collector.processors.mapping.drafting import draft, snake_case
 
 from tests.conftest import corpus
 

@@ -1,5 +1,7 @@
 """What the VS Code and Codex OTel-channel profiles share: identity, modes, the companion family.
 
+Named after the receiver that feeds them, ``aep_collector.receivers.otlp``.
+
 Both channels deliver flattened OTLP log records (see ``receivers/otlp/flatten.py``)::
 
     {"resource": {dotted.key: value}, "attributes": {dotted.key: value},
@@ -26,7 +28,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import digest, draft
+from .drafting import digest, draft
 
 COMPANION = "companion"
 PRIMARY = "primary"

@@ -1,11 +1,11 @@
-"""Pieces the five plugin/shell-hook receivers share: naming moments, session sweeps, observing."""
+"""Pieces the plugin/shell-hook receivers share for one moment: naming it, observing it."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from aep_collector.pipeline.model import Signal
-from aep_collector.receivers.hook_http import Deliver, HookError
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError
 from aiohttp import web
 
 NAME_PARAMS = ("name", "hook")
@@ -34,7 +34,7 @@ def need_name(name: str | None, what: str) -> str:
 
 
 
-async def observe(signal: Signal, deliver: Deliver, reply: Any) -> Any:
+async def observe(signal: Signal, deliver: FailOpenDelivery, reply: Any) -> Any:
     """Deliver an observe-only moment and give the vendor its neutral reply."""
     await deliver([signal])
     return reply

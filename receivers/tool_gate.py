@@ -3,7 +3,7 @@
 VS Code agent and Kimi Code (``aep_collector.receivers.hook_vendors``), Hermes and pi (``aep_collector.receivers.plugin_vendors``)
 share it (reference stack §1.5, §1.6, §1.10, §1.12). Off by default (observe-only): nothing is
 held and ``control.accepts`` is declared empty. On (``control: true``), a call whose tool name
-matches ``gate_tools`` is held on the shared ``HeldLoop`` while a control route is live, and a
+matches ``gate_tools`` is held on the shared ``AttentionHolder`` while a control route is live, and a
 ``control.attention.respond`` decides it (AEP-0008 through ``permission_choice``). Timeout,
 dismissal or a hung-up vendor leave the call to the vendor (no decision). What differs per
 vendor stays with the caller: the options, the validator, the reply and any follow-up event.
@@ -21,7 +21,13 @@ from typing import Any, ClassVar
 from aep_collector.pipeline.control import RESPOND
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
-from aep_collector.receivers.held import Applied, HeldLoop, Validator, permission_choice, permission_validator
+from aep_collector.receivers.held import (
+    Applied,
+    AttentionHolder,
+    Validator,
+    permission_choice,
+    permission_validator,
+)
 from aep_collector.receivers.hook_http import HookReceiverConfig, HookServer
 
 Follow = Callable[[Applied, Event, Event | None], "Event | None"]
@@ -98,13 +104,13 @@ def gate_validator(options: list[dict[str, str]]) -> Validator:
 
 
 class ToolGate:
-    """One receiver's gate: its switch, its tool pattern, its options and its held loop."""
+    """One receiver's gate: its switch, its tool pattern, its options and its attention holder."""
 
     def __init__(self, agent: str, component: str, config: GateConfig, options: list[dict[str, str]]) -> None:
         self.enabled = bool(config.control)
         self.pattern = re.compile(config.gate_tools)
         self.options = options
-        self.loop = HeldLoop(agent, component, config.attention_timeout)
+        self.loop = AttentionHolder(agent, component, config.attention_timeout)
 
     def accepts(self) -> list[str]:
         """``control.accepts`` exactly as the config makes it: declared but empty while the gate is off."""

@@ -1,5 +1,7 @@
 """The OpenCode-family mapping (OpenCode and its fork Kilo Code): plugin bus events and hooks to drafts.
 
+Named after its receiver side, ``aep_collector.receivers.plugin_vendors.bus``.
+
 AEP-0002 Annex A.7/A.8; pinned by ``conformance/fixtures/mappings/opencode.json`` and ``kilocode.json``.
 
 Signals (what the in-process plugin POSTs; the receiver wraps it unchanged):
@@ -44,7 +46,7 @@ from urllib.parse import quote
 
 from aep_collector.pipeline.model import Event, Signal
 
-from .common import (
+from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,

@@ -1,4 +1,7 @@
-"""Pieces the Cline, Hermes and pi mappings share: dotted fallbacks, envelope steps, tool trio drafts."""
+"""Pieces the Cline, Hermes and pi mappings share: dotted fallbacks, envelope steps, tool trio drafts.
+
+Named after the receivers it serves (``aep_collector.receivers.plugin_vendors``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event
 
-from .common import digest, draft, snake_case
+from .drafting import digest, draft, snake_case
 
 __all__ = ["ABSENT", "dotted_fallback", "step_of", "number", "usage", "tool_requested", "tool_completed",
            "tool_failed"]

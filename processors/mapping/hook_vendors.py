@@ -1,5 +1,7 @@
 """What the Claude-Code-shaped hook vendors share: dispatch, tool refs, digests, permission cards.
 
+Named after the receivers it serves (``aep_collector.receivers.hook_vendors``, plus Claude Code).
+
 Claude Code, Codex, Qwen Code, Gemini CLI and VS Code agent hooks all POST (or pipe) one JSON
 object per hook firing, named by ``hook_event_name``, with snake_case fields (``session_id``,
 ``tool_name``, ``tool_use_id``, ``tool_input``, ``tool_response``). Each vendor module is a table
@@ -13,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
-from aep_collector.processors.mapping.common import (
+from aep_collector.processors.mapping.drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,

@@ -1,4 +1,4 @@
-"""Pieces every vendor mapping uses: draft construction, fallback names, permission options."""
+"""Pieces every vendor mapping builds drafts with: drafts, fallback names, payload fields, cards."""
 
 from __future__ import annotations
 
