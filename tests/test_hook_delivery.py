@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 from aep_collector.pipeline.host import Health
-from aep_collector.receivers.hook_http import Deliver
+from aep_collector.receivers.hook_http import FailOpenDelivery
 
 COMPONENT = "receiver/test"
 
@@ -36,7 +36,7 @@ def problems(health: Health) -> dict[str, str]:
 
 async def test_a_pipeline_that_never_suspends_answers_with_its_events() -> None:
     health, consumer = Health(), Consumer()
-    deliver = Deliver(COMPONENT, consumer, health, timeout=5.0)
+    deliver = FailOpenDelivery(COMPONENT, consumer, health, timeout=5.0)
     assert await deliver([1, 2]) == [{"type": "x", "n": 1}, {"type": "x", "n": 2}]
     assert consumer.consumed == [1, 2] and problems(health) == {}
     assert health.counters[(COMPONENT, "accepted")] == 2
@@ -44,7 +44,7 @@ async def test_a_pipeline_that_never_suspends_answers_with_its_events() -> None:
 
 async def test_a_pipeline_that_suspends_but_finishes_in_time_answers_with_its_events() -> None:
     health = Health()
-    deliver = Deliver(COMPONENT, Consumer(turns=5), health, timeout=5.0)
+    deliver = FailOpenDelivery(COMPONENT, Consumer(turns=5), health, timeout=5.0)
     assert await deliver([7]) == [{"type": "x", "n": 7}]
     assert problems(health) == {}
 
@@ -52,7 +52,7 @@ async def test_a_pipeline_that_suspends_but_finishes_in_time_answers_with_its_ev
 async def test_a_slow_pipeline_gets_the_neutral_path_and_its_batch_still_finishes() -> None:
     health, gate = Health(), asyncio.Event()
     consumer = Consumer(gate=gate)
-    deliver = Deliver(COMPONENT, consumer, health, timeout=0.05)
+    deliver = FailOpenDelivery(COMPONENT, consumer, health, timeout=0.05)
     assert await deliver([3]) is None  # the gate never opens before the deadline
     assert "pipeline-slow" in problems(health) and consumer.consumed == []
     gate.set()
@@ -63,7 +63,7 @@ async def test_a_slow_pipeline_gets_the_neutral_path_and_its_batch_still_finishe
 async def test_a_failing_pipeline_gets_the_neutral_path_and_is_reported() -> None:
     for turns in (0, 3):  # failing at once, or after suspending
         health = Health()
-        deliver = Deliver(COMPONENT, Consumer(turns=turns, fail=True), health, timeout=5.0)
+        deliver = FailOpenDelivery(COMPONENT, Consumer(turns=turns, fail=True), health, timeout=5.0)
         assert await deliver([1]) is None
         assert "RuntimeError: exporter down" in problems(health)["pipeline-error"]
         await deliver.drain(1.0)
