@@ -25,6 +25,12 @@ log = logging.getLogger("aep.control")
 
 RESPOND = "control.attention.respond"
 CANCEL = "control.cancel"
+PERMISSION_OPTIONS: list[dict[str, str]] = [
+    {"id": "allow", "label": "Allow"},
+    {"id": "deny", "label": "Deny"},
+]
+"""Taxonomy digest §2.5: the standard options of a held binary permission card (the mappings draw
+the card with them, the receivers apply an answer against them)."""
 Validator = Callable[[dict[str, Any]], "str | None"]
 Forward = Callable[[Event, str], Awaitable["list[Event] | None"]]
 """Sends a command to the collector that holds its session; returns that collector's acks, or

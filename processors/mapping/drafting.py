@@ -6,16 +6,12 @@ import re
 from typing import Any
 
 from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.control import PERMISSION_OPTIONS
 from aep_collector.pipeline.model import Event
 
 __all__ = ["gate_card", "json_copy", "digest", "draft", "snake_case", "hook_fallback", "PERMISSION_OPTIONS", "get_str",
            "get_dict", "tool_ref", "permission_prompt"]
 
-# Taxonomy digest §2.5: the standard options of a held binary gate.
-PERMISSION_OPTIONS: list[dict[str, str]] = [
-    {"id": "allow", "label": "Allow"},
-    {"id": "deny", "label": "Deny"},
-]
 
 _CAMEL_1 = re.compile(r"(.)([A-Z][a-z]+)")
 _CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")

@@ -29,19 +29,18 @@ from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
 from aep_collector.processors.mapping import hook_vendors as hf
-from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_str, tool_ref
+from aep_collector.processors.mapping.drafting import get_str, tool_ref
 from aep_collector.receivers.held import (
     DENY_MESSAGE,
     Applied,
     AttentionHolder,
-    permission_choice,
     permission_validator,
 )
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
 )
-from aep_collector.receivers.tool_gate import GateConfig, ToolGate, recorded
+from aep_collector.receivers.tool_gate import GateConfig, ToolGate
 from aiohttp import web
 
 MAX_VENDOR_TIMEOUT = 600
@@ -189,24 +188,15 @@ class HookVendorSurface:
     async def _permission(self, signal: Signal) -> Any:
         assert self.spec.permission_reply is not None
         key = hf.card_key(signal)  # the mapping tags the card with the same key
-        hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
-        if hold is None:
-            return self.neutral(signal)  # no route: the vendor's own prompt decides (respond_via oob)
         call = (_session(signal.payload), hf.permission_key(signal.payload))  # what a PostToolUse names
-        self.calls[call] = hold
-        try:
-            outcome = await self.loop.wait(hold)
-        finally:
-            if self.calls.get(call) is hold:
-                del self.calls[call]
-        if outcome.how != "answered" or outcome.answer is None:
-            return self.neutral(signal)  # timeout/dismissal: no decision, the vendor asks its user
-        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        await self.loop.answered(hold, outcome, recorded(applied))
-        if applied.option == "allow":
+        end = await self.loop.hold_permission(signal, key, calls=self.calls, call=call)
+        if end.applied is None:
+            # No route (the vendor's own prompt decides, respond_via oob), timeout or dismissal.
+            return self.neutral(signal)
+        if end.applied.option == "allow":
             return self.spec.permission_reply("allow")
         # AEP-0008: free text on a permission is the refusing option with the text as guidance.
-        return self.spec.permission_reply("deny", applied.text or DENY_MESSAGE)
+        return self.spec.permission_reply("deny", end.applied.text or DENY_MESSAGE)
 
     # -- the opt-in PreToolUse gate (VS Code agent, Kimi Code) ---------------------------------
 

@@ -29,11 +29,10 @@ from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import plugin_bus
-from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_dict, get_str
+from aep_collector.processors.mapping.drafting import get_dict, get_str
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator
+from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
-from aep_collector.receivers.tool_gate import recorded
 from aiohttp import web
 
 from .moments import need_name, unwrap
@@ -167,16 +166,12 @@ class BusSurface:
 
     async def _held_ask(self, signal: Signal, perm: dict[str, Any]) -> Any:
         key = plugin_bus.attention_key("permission", get_str(perm, "id"))
-        hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
-        if hold is None:
-            return NEUTRAL_REPLY  # no operator reachable: the vendor's own prompt decides
-        outcome = await self.loop.wait(hold)  # a plugin that aborted its fetch dismisses it
-        if outcome.how != "answered" or outcome.answer is None:
-            return NEUTRAL_REPLY  # timeout/dismissal: output untouched, the vendor prompts the user
-        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        # The hook output carries only status: any guidance text is visible on the stream alone.
-        await self.loop.answered(hold, outcome, recorded(applied))
-        return self.mapping.permission_reply(applied.option)
+        # A plugin that aborted its fetch dismisses it; the hook output carries only status, so
+        # any guidance text is visible on the stream alone.
+        end = await self.loop.hold_permission(signal, key)
+        if end.applied is None:
+            return NEUTRAL_REPLY  # no operator, timeout, dismissal: the vendor prompts the user
+        return self.mapping.permission_reply(end.applied.option)
 
     # -- Kilo >=7.4.6: bus asks answered over the vendor's REST routes --------------------------------
 
