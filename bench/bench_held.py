@@ -32,6 +32,8 @@ import aiohttp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from result import emit  # noqa: E402
+
 from tests.helpers import base_config, running  # noqa: E402
 
 
@@ -128,6 +130,8 @@ async def main() -> None:
             retained = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
             print(f"round 2 (tracemalloc): statuses {sorted(set(statuses))}, still held {len(control.holds)}, "
                   f"retained after the holds are gone: {retained / 1e6:.1f} MB")
+            emit("held", holds=args.holds, hold_s=args.hold, cpu_s=cpu, late_p50_ms=pct(late, 50),
+                 late_p99_ms=pct(late, 99), late_max_ms=max(late), retained_mb=retained / 1e6)
             top = after.compare_to(before, "lineno")[:5]
             for stat in top:
                 print(f"  {stat.size_diff / 1e3:+.0f} kB  {stat.traceback[0].filename.split('/')[-2:]}:"

@@ -29,6 +29,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from result import emit  # noqa: E402
+
 
 def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None,
           ready: str = "aep-collector started") -> tuple[subprocess.Popen[str], int]:
@@ -128,11 +130,17 @@ def main() -> None:
                     print(f"{name:<10} {rate:>7} {len(lat):>6} {pct(lat, 50):>8.2f} {pct(lat, 99):>8.2f} "
                           f"{max(lat) * 1000:>8.2f}")
             print()
+            summary = []
             for rate in rates:
                 c, e = rows[("collector", rate)], rows[("echo", rate)]
                 r50 = statistics.median(c) / statistics.median(e)
                 r99 = pct(c, 99) / pct(e, 99)
                 print(f"at {rate}/s: p50 ratio {r50:.2f}x (target <= 1.3x), p99 ratio {r99:.2f}x (target <= 2x)")
+                summary.append({"rate": rate, "n": len(c), "p50_ms": statistics.median(c) * 1000, "p99_ms": pct(c, 99),
+                                "max_ms": max(c) * 1000, "echo_p50_ms": statistics.median(e) * 1000,
+                                "echo_p99_ms": pct(e, 99), "echo_max_ms": max(e) * 1000, "p50_ratio": r50,
+                                "p99_ratio": r99})
+            emit("hooks", relay=args.relay, duration_s=args.duration, rows=summary)
         finally:
             for proc in (collector, echo, *( [relay[0]] if relay else [])):
                 proc.terminate()

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from result import emit
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Measured once with this script (--root on a worktree of that commit, --events 2000, on the
@@ -146,6 +148,7 @@ def main() -> int:
         print("valgrind not found: instruction counts need valgrind --tool=callgrind", file=sys.stderr)
         return 2
     root = args.root.resolve()
+    stages: dict[str, float] = {}
     print(f"workload: {len(workload_inputs())} pinned hook inputs cycled, {args.sessions} sessions, "
           f"N={args.events} vs 2N, batch 1")
     if args.stages:
@@ -154,6 +157,7 @@ def main() -> int:
         for stage in STAGES:
             v = per_event(args.events, stage, args.sessions, root)
             print(f"{stage:>10} {v:>12,.0f} {v - prev:>10,.0f}")
+            stages[stage] = v - prev
             prev = v
         total = prev
     else:
@@ -163,6 +167,8 @@ def main() -> int:
         verdict = "PASS" if total <= TARGET else "MISS"
         print(f"baseline {BASELINE:,} at {BASELINE_COMMIT}; target {TARGET:,} (half); "
               f"now {total / BASELINE:.2f}x baseline: {verdict}")
+    emit("instructions", events=args.events, instructions_per_event=total, stages=stages, baseline=BASELINE,
+         baseline_commit=BASELINE_COMMIT, target=TARGET)
     return 0
 
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_hooks import start  # noqa: E402
+from result import emit  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -110,6 +111,7 @@ def main() -> None:
     print(f"{'RSS with ' + str(args.sessions) + ' live sessions (MB)':<34} {live:>10.1f}   target <= 150")
     print(f"{'RSS after they ended (MB)':<34} {after:>10.1f}   target <= {idle * 1.1:.1f} (idle + 10 %)")
     print(f"{'after / idle':<34} {after / idle:>10.2f}x")
+    emit("memory", sessions=args.sessions, events=args.events, idle_mb=idle, live_mb=live, after_mb=after)
 
 
 if __name__ == "__main__":

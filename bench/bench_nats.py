@@ -36,6 +36,7 @@ from aep_collector.pipeline.host import Host  # noqa: E402
 from aep_collector.pipeline.natsconn import NatsConnection, NatsStream  # noqa: E402
 from aep_collector.pipeline.registry import build_registry  # noqa: E402
 from aep_collector.pipeline.service import Service  # noqa: E402
+from result import emit  # noqa: E402
 
 TOKEN = "bench-token-0123"
 
@@ -172,6 +173,8 @@ async def main() -> None:
             lat = await end_to_end(url, root, args.rate, args.duration)
             print(f"hook -> gateway subscriber at {args.rate:g}/s for {args.duration:g} s ({len(lat)} sessions): "
                   f"p50 {pct(lat, 50):.1f} ms, p99 {pct(lat, 99):.1f} ms, max {lat[-1] if lat else float('nan'):.1f} ms")
+            emit("nats", batch=args.batch, batch_eps=rates["batch"], per_event_eps=rates["per-event"], rate=args.rate,
+                 sessions=len(lat), p50_ms=pct(lat, 50), p99_ms=pct(lat, 99))
         finally:
             proc.kill()
             proc.wait()

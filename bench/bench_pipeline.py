@@ -1,6 +1,6 @@
 """Events per second through the pipeline in-process: mapping + runs + capture + stamping + JSONL.
 
-Usage: python bench/bench_pipeline.py [--events N] [--batch B] [--sessions S]
+Usage: python bench/bench_pipeline.py [--events N] [--batch B] [--sessions S]   (batches 1, 100 and B)
 Prints figures, the ratio to the 100,000 events/s target, and the µs per event against a floor
 measured in the same run: the same stamped events serialized with orjson and appended to a file
 (one write per batch), nothing else. Issue 16's target is at most 5x the floor; the floor is also
@@ -31,6 +31,7 @@ from aep_collector.pipeline.pipeline import Pipeline  # noqa: E402
 from aep_collector.processors.capture import CaptureConfig, CaptureProcessor  # noqa: E402
 from aep_collector.processors.mapping import MappingProcessor  # noqa: E402
 from aep_collector.processors.runs import RunsProcessor  # noqa: E402
+from result import emit  # noqa: E402
 
 TARGET = 100_000
 FLOOR_RATIO_TARGET = 5.0
@@ -95,6 +96,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--sessions", type=int, default=100)
     args = ap.parse_args()
+    rows = []
     print(f"{'batch':>6} {'events':>8} {'wall s':>8} {'events/s':>10} {'vs target':>10} "
           f"{'µs/event':>9} {'floor µs':>9} {'x floor':>8}")
     for b in sorted({1, 100, args.batch}):
@@ -106,6 +108,9 @@ def main() -> None:
         print(f"{b:>6} {r['events']:>8} {r['wall_s']:>8.2f} {r['events_per_s']:>10.0f} "
               f"{r['events_per_s'] / TARGET:>9.2f}x {us:>9.2f} {floor_us:>9.2f} {ratio:>7.1f}x  "
               f"{verdict} (target <= {FLOOR_RATIO_TARGET:.0f}x floor)")
+        rows.append({"batch": b, "events": r["events"], "events_per_s": r["events_per_s"], "us_per_event": us,
+                     "floor_us": floor_us, "x_floor": ratio})
+    emit("pipeline", rows=rows, floor_target=FLOOR_RATIO_TARGET)
 
 
 if __name__ == "__main__":

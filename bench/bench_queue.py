@@ -23,6 +23,7 @@ from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter  # noqa: E4
 from aep_collector.pipeline.component import CreateSettings  # noqa: E402
 from aep_collector.pipeline.host import Health, Host  # noqa: E402
 from aep_collector.pipeline.sending_queue import SendingQueue, SendingQueueConfig  # noqa: E402
+from result import emit  # noqa: E402
 
 
 def events(n: int) -> list[dict]:
@@ -73,6 +74,8 @@ async def run(n: int, batch: int, fsync: str) -> None:
     print(f"{'queue put, peer down':28}{t_put / n * 1e6:>10.2f}{n / t_put:>12,.0f}")
     print(f"{'queue drain to a fast peer':28}{t_drain / n * 1e6:>10.2f}{n / t_drain:>12,.0f}")
     print(f"queue put / JSONL write: {t_put / t_jsonl:.2f}x")
+    emit("queue", events=n, batch=batch, fsync=fsync, bytes_per_event=size / n, jsonl_us=t_jsonl / n * 1e6,
+         put_us=t_put / n * 1e6, drain_us=t_drain / n * 1e6)
 
 
 def main() -> int:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import aiohttp
 import yaml
+from result import emit
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-relay-role-token"
@@ -149,11 +150,14 @@ async def main_async(args: argparse.Namespace) -> None:
             print(f"collector pid {proc.pid}, relay role {url}, idle RSS {idle:.1f} MiB; {args.events} events per run")
             print(f"{'binding':<6} {'subs':>5} {'events/s':>10} {'deliveries/s':>13} {'p50 ms':>8} {'p99 ms':>8} "
                   f"{'RSS MiB':>8}")
+            rows = []
             for kind in ("sse", "ws"):
                 for n in (1, 10, 100):
                     r = await one_run(url, proc.pid, kind, n, args.events)
+                    rows.append({"binding": kind, "subscribers": n, **r})
                     print(f"{kind:<6} {n:>5} {r['eps']:>10.0f} {r['deliveries']:>13.0f} {r['p50_ms']:>8.2f} "
                           f"{r['p99_ms']:>8.2f} {r['rss_mib']:>8.1f}", flush=True)
+            emit("relay_role", events=args.events, idle_rss_mib=idle, rows=rows)
         finally:
             proc.terminate()
             proc.wait(timeout=20)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from aep_collector.receivers.hook_vendors.blocks import shim_argv
 from aep_collector.receivers.registration import ensure_shim, shim_command, using_home
+from result import emit
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM = ROOT / "pipeline" / "shim.py"
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, ms in rows:
         print(f"{name:<{width}}  {ms:9.1f}  {ms / floor:7.2f}  {ms / bare:9.2f}")
     print(f"\n{args.runs} runs each, medians; floor = python -S -I -c pass; vendor {args.vendor}; {py}")
+    emit("shim", runs=args.runs, vendor=args.vendor, floor_ms=floor, bare_ms=bare,
+         rows=[{"invocation": name, "median_ms": ms} for name, ms in rows])
     return 0
 
 

@@ -17,6 +17,7 @@ from .model import Batch, Event
 
 if TYPE_CHECKING:
     from .host import Host
+    from .vendor import VendorDeclaration
 
 
 class Kind(enum.Enum):
@@ -95,6 +96,8 @@ class Factory:
     """Receivers: what they deliver is vendor ``Signal``s, which need a ``mapping`` processor in
     every pipeline they feed (``validate`` makes a pipeline without one an error). A receiver that
     delivers finished event drafts sets it False."""
+    vendor: VendorDeclaration | None = None
+    """The ``aep_collector.pipeline.vendor.VendorDeclaration`` a vendor receiver's factory carries."""
 
     def default_config(self) -> Any:
         return self.config_class()
@@ -124,3 +127,7 @@ class Registry:
 
     def types(self, kind: Kind) -> list[str]:
         return sorted(self.factories[kind])
+
+    def vendors(self) -> dict[str, VendorDeclaration]:
+        """The vendor declarations the receiver factories carry, by agent identity."""
+        return {f.vendor.agent: f.vendor for f in self.factories[Kind.RECEIVER].values() if f.vendor is not None}

@@ -42,6 +42,9 @@ CORE_ATTRIBUTES = frozenset({"aep", "id", "type", "subject", "time", "source", "
                              "step", "seq", "epoch", "cause", "traceparent", "severity", "capture", "data"})
 _EXTENSION = re.compile(r"[a-z0-9]{1,20}")
 UNKNOWN_SESSION = "unknown"
+_OPTIONAL = ("cause", "traceparent", "severity", "capture")
+# ".000Z" .. ".999Z" (and ".1000Z", which float rounding can in theory produce): the time suffix.
+_MS_SUFFIX = [f".{ms:03d}Z" for ms in range(1001)]
 
 
 
@@ -49,40 +52,85 @@ class StampError(ValueError):
     """A draft cannot become a valid envelope (a mapping bug, never the vendor's fault)."""
 
 
-# Two Crockford characters per 10 bits: a 130-bit ULID is 13 table lookups.
+# Two Crockford characters per 10 bits: a 10-bit group is one table lookup.
 _PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
-_SHIFTS = (120, 110, 100, 90, 80, 70, 60, 50, 40, 30, 20, 10, 0)
-# The first five pairs (shifts >= 80) hold only the 48 time bits, the last eight only the random
-# ones: the time half is encoded once per millisecond (hot path), the random half per id.
-_TIME_SHIFTS, _RAND_SHIFTS = _SHIFTS[:5], _SHIFTS[5:]
+_PAIR_VALUE = {pair: i for i, pair in enumerate(_PAIRS)}
+# os.urandom bytes -> Crockford characters: 256 is a multiple of 32, so each character is 5 uniform bits.
+_RANDOM_CHARS = bytes((_CROCKFORD * 8).encode("ascii"))
+_RAND_MASK = (1 << 80) - 1
+
+
+def _encode(value: int, pairs: int) -> str:
+    return "".join([_PAIRS[(value >> (10 * i)) & 1023] for i in range(pairs - 1, -1, -1)])
 
 
 class Ulid:
-    """Monotonic ULID generator: 48-bit milliseconds + 80 random bits, Crockford base32."""
+    """Monotonic ULID generator: 48-bit milliseconds + 80 random bits, Crockford base32.
+
+    A new millisecond takes 80 fresh random bits; within one millisecond the random part is
+    incremented, so ids sort by creation. The hot path is string work only: the random part is
+    16 characters sliced from a pool drawn 64 ids at a time (16 random Crockford characters are 80
+    random bits), the time part is re-encoded once per millisecond (its high 8 characters once per
+    1,024 ms), and an increment re-encodes only the last 4 characters (20 bits) unless it carries.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last_ms = -1
-        self._last_rand = 0
-        self._prefix_ms = -1
-        self._prefix = ""
+        self._last_ms = -(1 << 63)  # below any time: the first id always takes fresh bits
+        self._time_hi_key = -1
+        self._time_hi = ""
+        self._head = ""  # time (10) + random characters 0..11: fixed until the next ms or a carry
+        self._low = -1  # random characters 12..15 as a 20-bit int; -1 until an increment needs it
+        self._tail = ""  # those 4 characters
+        self._pool = ""
+        self._pos = 0
+
+    @property
+    def _last_rand(self) -> int:
+        """The 80 random bits of the last id (for tests and debugging)."""
+        value = 0
+        text = self._head[10:] + self._tail
+        for c in text:
+            value = value * 32 + _CROCKFORD.index(c)
+        return value
+
+    def _fresh(self) -> str:
+        pos = self._pos
+        if pos + 16 > len(self._pool):
+            self._pool = os.urandom(1024).translate(_RANDOM_CHARS).decode("ascii")
+            pos = 0
+        self._pos = pos + 16
+        return self._pool[pos:pos + 16]
 
     def new(self, now_ms: int | None = None) -> str:
         ms = int(time.time() * 1000) if now_ms is None else now_ms
         with self._lock:
-            if ms <= self._last_ms:
-                # Same millisecond (or a clock step back): increment, so ids still sort by creation.
-                ms = self._last_ms
-                rand = (self._last_rand + 1) & ((1 << 80) - 1)
-            else:
-                rand = int.from_bytes(os.urandom(10), "big")
-            self._last_ms, self._last_rand = ms, rand
-            if ms != self._prefix_ms:
-                high = ms << 80
-                self._prefix = "".join([_PAIRS[(high >> s) & 1023] for s in _TIME_SHIFTS])
-                self._prefix_ms = ms
-            prefix = self._prefix
-        return prefix + "".join([_PAIRS[(rand >> s) & 1023] for s in _RAND_SHIFTS])
+            return self.new_unlocked(ms)
+
+    def new_unlocked(self, ms: int) -> str:
+        """``new`` for a caller that already keeps to one thread (the stamper, like its seq counters)."""
+        if ms > self._last_ms:
+            self._last_ms = ms
+            hi = ms >> 10
+            if hi != self._time_hi_key:
+                self._time_hi_key, self._time_hi = hi, _encode(hi, 4)
+            fresh = self._fresh()
+            self._head = self._time_hi + _PAIRS[ms & 1023] + fresh[:12]
+            self._tail, self._low = fresh[12:], -1
+            return self._head + self._tail
+        # Same millisecond (or a clock step back): increment, so ids still sort by creation.
+        low = self._low
+        if low < 0:
+            tail = self._tail
+            low = (_PAIR_VALUE[tail[:2]] << 10) | _PAIR_VALUE[tail[2:]]
+        low += 1
+        if low >> 20:  # the carry reaches the high random characters: redo all 80 bits
+            rand = (self._last_rand + 1) & _RAND_MASK
+            self._head = self._head[:10] + _encode(rand >> 20, 6)
+            low = rand & 0xFFFFF
+        self._low = low
+        self._tail = _PAIRS[low >> 10] + _PAIRS[low & 1023]
+        return self._head + self._tail
 
 
 def rfc3339_ms(ts: float) -> str:
@@ -187,6 +235,7 @@ class Stamper:
         self._sources: dict[tuple[str, str | None], str] = {}
         self._time_sec = -1
         self._time_prefix = ""
+        self._epoch: dict[str, int] = {}  # EpochStore's value, fetched once per agent
 
     def next_seq(self, agent: str, session: str) -> int:
         """Per-session monotonic seq, with bounded state.
@@ -247,47 +296,71 @@ class Stamper:
         return uri
 
     def stamp(self, draft: Event, now: float | None = None) -> Event:
-        """Return the envelope for ``draft`` (internal ``_`` hints dropped)."""
+        """Return the envelope for ``draft`` (internal ``_`` hints dropped).
+
+        The hot path of every event: per-type, per-second and per-session parts (kind, time
+        prefix, ``source``, epoch) are cached, and a draft holding only core attributes skips the
+        extension scan, so a stamp is a few dict look-ups and the envelope's own inserts.
+        """
         if "aep" in draft and "id" in draft and "source" in draft:
             return _public(draft)  # already stamped (a redelivered ack): never re-stamp
-        etype = draft.get("type")
-        kind = self._type_kind(etype)
-        agent = draft.get("agent")
+        get = draft.get
+        etype = get("type")
+        kind = self._types.get(etype)
+        if kind is None:
+            kind = self._type_kind(etype)
+        agent = get("agent")
         if not isinstance(agent, str) or not agent:
             raise StampError(f"draft of type {etype} has no agent")
         ts = time.time() if now is None else now
         # An id minted earlier (attention correlation needs the request id before stamping) is kept.
-        pre = draft.get("id")
+        pre = get("id")
         ev: dict[str, Any] = {"aep": AEP_VERSION,
-                              "id": pre if isinstance(pre, str) and pre else self.ids.new(int(ts * 1000)),
+                              "id": pre if isinstance(pre, str) and pre else self.ids.new_unlocked(int(ts * 1000)),
                               "type": etype}
-        subject = draft.get("subject")
+        subject = get("subject")
         if subject is not None and subject != "":
-            ev["subject"] = str(subject)
-        session = None if kind == 1 else str(draft.get("session") or UNKNOWN_SESSION)
-        ev["time"] = self._time(ts)
-        ev["source"] = self._source(agent, session)
-        ev["agent"] = agent
-        if session is not None:
+            ev["subject"] = subject if type(subject) is str else str(subject)
+        secs = int(ts)
+        if secs != self._time_sec:
+            self._time_sec = secs
+            self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+        ms = int((ts - secs) * 1000)
+        ev["time"] = self._time_prefix + (_MS_SUFFIX[ms] if ms >= 0 else f".{ms:03d}Z")
+        if kind == 1:
+            ev["source"] = self._sources.get((agent, None)) or self._source(agent, None)
+            ev["agent"] = agent
+        else:
+            session = get("session") or UNKNOWN_SESSION
+            if type(session) is not str:
+                session = str(session)
+            ev["source"] = self._sources.get((agent, session)) or self._source(agent, session)
+            ev["agent"] = agent
             ev["session"] = session
-            for key in ("run", "step"):
-                value = draft.get(key)
-                if value is not None and value != "":
-                    ev[key] = str(value)
+            run = get("run")
+            if run is not None and run != "":
+                ev["run"] = run if type(run) is str else str(run)
+            step = get("step")
+            if step is not None and step != "":
+                ev["step"] = step if type(step) is str else str(step)
             if kind == 0:
                 ev["seq"] = self.next_seq(agent, session)
-                ev["epoch"] = self.epochs.epoch(agent)
+                epoch = self._epoch.get(agent)
+                if epoch is None:
+                    epoch = self._epoch[agent] = self.epochs.epoch(agent)
+                ev["epoch"] = epoch
                 if etype == "session.ended":
                     self.release(agent, session)
-        for key in ("cause", "traceparent", "severity", "capture"):
-            value = draft.get(key)
+        for key in _OPTIONAL:
+            value = get(key)
             if value is not None and value != "":
                 ev[key] = value
-        for key, value in draft.items():  # extension attributes the draft carries, scalars only
-            if key not in CORE_ATTRIBUTES and key[:1] != "_" and isinstance(value, (str, int, bool)) \
-                    and _EXTENSION.fullmatch(key):
-                ev[key] = value
-        data = draft.get("data")
+        if not CORE_ATTRIBUTES.issuperset(draft):  # rare: hints or extension attributes to sort out
+            for key, value in draft.items():  # extension attributes the draft carries, scalars only
+                if key not in CORE_ATTRIBUTES and key[:1] != "_" and isinstance(value, (str, int, bool)) \
+                        and _EXTENSION.fullmatch(key):
+                    ev[key] = value
+        data = get("data")
         if data is not None:
             ev["data"] = data
         return ev

@@ -5,16 +5,20 @@ A plug-in package declares, in its own ``pyproject.toml``::
     [project.entry-points."aep_collector.components"]
     my_exporter = "my_package.module:FACTORY"
 
-The entry point may name one ``Factory`` or a list of them.
+The entry point may name one ``Factory`` or a list of them. A vendor receiver's factory carries
+its ``VendorDeclaration`` (``DECLARATION.factory()``): the vendor then has ``aep-collector hooks``,
+the command shim and its mapping with no further registration (``declared_vendors``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from importlib.metadata import entry_points
 
 from .component import Factory, Registry
+from .vendor import VendorDeclaration
 
 log = logging.getLogger("aep.registry")
 
@@ -69,3 +73,13 @@ def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:
                 problems.append(f"{origin}: {type(exc).__name__}: {exc}")
                 log.error("cannot load %s: %s: %s", origin, type(exc).__name__, exc)
     return registry, problems
+
+
+@functools.cache
+def declared_vendors(load_plugins: bool = True) -> dict[str, VendorDeclaration]:
+    """Every vendor declaration the registry's receiver factories carry, by agent identity.
+
+    Read once per process: entry points do not change under a running one.
+    """
+    registry, _ = build_registry(load_plugins)
+    return registry.vendors()

@@ -72,29 +72,44 @@ class Vendor:
         shim answers neutrally at once and a detached child (its own session) delivers the payload."""
 
 
-# One line per vendor. The literals equal each mapping's NEUTRAL_REPLY / neutral_reply() as
-# ``json.dumps`` writes them (tests/test_shim.py holds them to it); waits are the receivers'
-# default attention_timeout + 5 s.
-VENDORS: "dict[str, Vendor]" = {
-    # Claude Code speaks http hooks; the shim carries only the moments it fires for command hooks
-    # alone (SessionStart), which are never held.
-    "claude-code": Vendor(8377),
-    "codex": Vendor(8378, held=("PermissionRequest",), wait=60.0),
-    "gemini-cli": Vendor(8379),
-    "qwen-code": Vendor(8380, held=("PermissionRequest",), wait=60.0),
-    "vscode": Vendor(8381, held=("PreToolUse",), wait=30.0),
-    # Reference stack §1.11: byte-exact, `{"decision": ""}` on PreToolUse and Stop, `{}` elsewhere.
-    "antigravity": Vendor(8395, by_event={"pretooluse": b'{"decision": ""}', "stop": b'{"decision": ""}'},
-                          needs_event=True),
-    # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context: print nothing.
-    # It fires PostToolUse(Failure) without waiting and kills that hook's process group when the
-    # tool call's signal ends, usually before a Python shim has posted: deliver from a detached child.
-    "kimi-code": Vendor(8398, by_event={"userpromptsubmit": b""}, held=("PreToolUse",), wait=55.0,
-                        detached=("posttooluse", "posttoolusefailure")),
-    # receivers/plugin_vendors: Cline observe-only, Hermes with its opt-in pre_tool_call gate.
-    "cline": Vendor(8392),
-    "hermes": Vendor(8393, held=("pre_tool_call",), wait=60.0),
-}
+TABLE = "aep_collector_hook_vendors"
+"""The vendor table's module: ``{agent: Vendor keyword arguments}`` as Python literals, generated from
+the vendor declarations and written beside the shim's copy by ``ensure_shim``
+(``aep_collector.receivers.registration``). The shim itself names no vendor."""
+VENDORS: "dict[str, Vendor] | None" = None
+"""The table once loaded (``vendors()``)."""
+
+
+def vendors() -> "dict[str, Vendor]":
+    """The vendor table: beside this file's copy; run from the package (console script, ``-m``),
+    the hook folder's copy of it, else the declarations themselves. ``{}`` when it is missing or
+    broken: every vendor is then unknown and answered with ``{}`` (fail-open)."""
+    global VENDORS
+    if VENDORS is None:
+        VENDORS = {}
+        try:
+            VENDORS = {name: Vendor(**entry) for name, entry in _table().items()}
+        except BaseException:  # whatever the table does (even SystemExit), the hook is answered
+            pass
+    return VENDORS
+
+
+def _table() -> "dict[str, dict]":
+    try:
+        return __import__(TABLE).VENDORS  # the copy's folder leads sys.path: the table beside it
+    except Exception:
+        if not __package__:
+            raise
+    folder = getenv("AEP_HOOK_DIR") or (getenv("HOME") or "~") + "/.aep"
+    sys.path.insert(0, folder + "/bin")
+    try:
+        return __import__(TABLE).VENDORS
+    except Exception:
+        from aep_collector.receivers.registration import shim_entries  # the slow way: import the collector
+
+        return shim_entries()
+    finally:
+        sys.path.remove(folder + "/bin")
 
 
 class Failed(Exception):
@@ -339,9 +354,9 @@ def run(argv: "list[str]") -> bytes:
     vendor = event = None
     try:
         name, event, url, wait = _args(argv)
-        vendor = VENDORS.get(name.lower().replace("_", "-"))
+        vendor = vendors().get(name.lower().replace("_", "-"))
         if vendor is None:
-            raise Failed(f"unknown vendor {name!r} (known: {', '.join(sorted(VENDORS))})")
+            raise Failed(f"unknown vendor {name!r} (known: {', '.join(sorted(vendors())) or 'none: no vendor table'})")
         body = _read_stdin()
         if body is None or not body.strip():
             raise Failed("empty or oversized payload")
@@ -384,7 +399,7 @@ def main(argv: "list[str] | None" = None) -> int:
     try:
         out = run(args)
     except BaseException:  # even an interrupt while reading stdin must not become a vendor-side failure
-        vendor = VENDORS.get(args[0].lower().replace("_", "-")) if args else None
+        vendor = vendors().get(args[0].lower().replace("_", "-")) if args else None
         out = neutral(vendor, args[1] if len(args) > 1 and not args[1].startswith("--") else None)
     try:
         if out:

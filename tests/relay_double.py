@@ -20,8 +20,9 @@ backpressure. ``stop()`` closes every socket with 1001 as a relay restart does; 
 records (``received``, ``stored``, the dedupe set) outlive it, so a test can check the union of
 what arrived across a restart. Fault knobs: ``fault_hello`` (close mid-hello, never answer,
 answer garbage, answer two versions, refuse the version or the hello, hold the answer until
-``release_hellos``), ``answer_pings`` and ``send`` (any frame, garbage included, to an agent's
-connections). ``wait_until`` is the bounded polling every relay test uses.
+``release_hellos``), ``answer_pings``, ``freeze_at`` (a relay that hangs mid-stream) and ``send``
+(any frame, garbage included, to an agent's connections). ``wait_until`` is the bounded polling
+every relay test uses.
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ class RelayDouble:
         self._faults: deque[str] = deque()
         self.answer_pings = True
         """False models a relay that ignores ``ping`` frames from its clients."""
+        self.freeze_at: int | None = None
+        """Once ``stored`` holds this many events the relay hangs: socket frames are recorded, then
+        neither ingested nor answered (no pong), until ``stop()``. A restart test uses it so its kill
+        lands mid-stream by construction rather than by timing."""
         self._runner: web.AppRunner | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -163,6 +168,7 @@ class RelayDouble:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self.freeze_at = None  # only once every socket is closed: the restarted relay is a fresh process
 
     async def _close(self, conn: Connection) -> None:
         with contextlib.suppress(Exception):
@@ -274,7 +280,7 @@ class RelayDouble:
         except ValueError:
             frame = None
         conn.frames.append(frame if isinstance(frame, dict) else text)
-        if conn.muted:
+        if conn.muted or (self.freeze_at is not None and len(self.stored) >= self.freeze_at):
             return
         if conn.held:
             conn.early.append(text)

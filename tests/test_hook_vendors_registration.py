@@ -15,7 +15,7 @@ import pytest
 import yaml
 from aep_collector.pipeline import shim
 from aep_collector.receivers.hook_vendors import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
-from aep_collector.receivers.registration import render
+from aep_collector.receivers.registration import declaration, render
 
 from tests.helpers import ROOT
 
@@ -84,7 +84,7 @@ def test_commands_run_the_shim_copy_for_the_vendor_and_event(vendor: str, hook_d
         parts = argv(handler["command"])
         assert parts[4] == str(hook_dir / "bin")  # the stable copy, not the checkout
         assert (hook_dir / "bin" / "aep_collector_hook.py").read_bytes() == Path(shim.__file__).read_bytes()
-        assert parts[5].encode() == shim.neutral(shim.VENDORS[vendor], event)  # printed if nothing can run
+        assert parts[5].encode() == declaration(vendor).neutral_bytes(event)  # printed if nothing can run
         assert shim_args(handler["command"])[:2] == [vendor, event]
         assert "--url" not in parts  # the default receiver address needs no flag
         assert str(ROOT) not in handler["command"] and sys.prefix not in handler["command"]
@@ -122,7 +122,7 @@ def test_held_hooks_get_a_vendor_timeout_above_the_hold_window(vendor: str) -> N
     (held,) = hooks[event]
     assert held["timeout"] > hold
     if "command" in held:
-        assert held["timeout"] > shim.VENDORS[vendor].wait > hold  # the shim answers before the vendor gives up
+        assert held["timeout"] > declaration(vendor).hold_wait > hold  # the shim answers before the vendor gives up
     for name, (h,) in hooks.items():
         if name != event:
             assert shim.SHORT_WAIT < h["timeout"] < hold

@@ -13,7 +13,6 @@ from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.validate import payload_errors
 from aep_collector.processors.capture import CapturePolicy, gate_draft
 from aep_collector.processors.mapping import (
-    BUILTIN_VENDORS,
     MappingProcessor,
     cline,
     hermes,
@@ -146,7 +145,9 @@ def test_step_is_a_string_and_zero_survives() -> None:
 
 @pytest.mark.parametrize("module", [cline, hermes, pi], ids=["cline", "hermes", "pi"])
 def test_module_is_the_builtin_vendor(module: Any) -> None:
-    assert BUILTIN_VENDORS[module.AGENT] == module.__name__.rsplit(".", 1)[1]
+    from aep_collector.pipeline.registry import declared_vendors
+
+    assert declared_vendors()[module.AGENT].mapping == module.__name__
     assert load_vendor(module.AGENT) is module
     assert callable(module.new_state) and callable(module.map_signal)
 

@@ -15,14 +15,14 @@ from aep_collector.receivers.plugin_vendors.hermes import HermesConfig
 from aep_collector.receivers.plugin_vendors.kilocode import KiloCodeConfig
 from aep_collector.receivers.plugin_vendors.opencode import OpenCodeConfig
 from aep_collector.receivers.plugin_vendors.pi import PiConfig
-from aep_collector.receivers.registration import RENDERERS, render
+from aep_collector.receivers.registration import declaration, render
 
 from tests.plugin_vendors_support import NODE
 
 
 @pytest.mark.parametrize("vendor", ["opencode", "kilocode", "pi", "cline", "hermes"])
 def test_every_vendor_has_a_renderer_for_its_receiver_type(vendor: str) -> None:
-    assert RENDERERS[vendor][0] == vendor
+    assert declaration(vendor).receiver_type == vendor
     assert render(vendor)  # no config: the reference ports
 
 

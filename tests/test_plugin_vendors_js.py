@@ -200,7 +200,9 @@ async def test_a_hung_daemon_is_given_up_on_and_then_skipped(vendor: str) -> Non
     steps = [step(OPENCODE["tool_before"]["input"]), step(OPENCODE["permission_ask"]["input"]),
              step(OPENCODE["tool_after"]["input"])]
     async with Scripted(hang=True) as daemon:
-        report = await node(PLUGINS[vendor], scenario(vendor, steps, daemon.url, timeoutMs=200, holdMs=300,
+        # timeoutMs leaves a loaded machine time to start Node's fetch and deliver the first POST (the
+        # daemon must see it); the ask's own wait is bounded by the same timeoutMs, so the order holds.
+        report = await node(PLUGINS[vendor], scenario(vendor, steps, daemon.url, timeoutMs=1500, holdMs=300,
                                                       retryMs=FAR))
     assert [s["threw"] for s in report["steps"]] == [False, False, False]
     assert report["steps"][1]["args"][1] == {"status": "ask"}

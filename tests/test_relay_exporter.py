@@ -450,8 +450,9 @@ async def test_restart_mid_stream_loses_nothing_and_keeps_seq_order(
     exporter, host = await exporters(relay.ws_url, router)
     sessions = [f"s{i}" for i in range(4)]
     stream = [make(stamper, sessions[i % 4]) for i in range(4000)]
+    relay.freeze_at = 100  # the relay hangs after 100 events: the kill lands mid-stream whatever the load
     await exporter.export(stream[:3000])
-    await wait_until(lambda: len(relay.stored) >= 50, "the stream to be flowing")
+    await wait_until(lambda: len(relay.stored) >= 100, "the stream to be flowing")
     await relay.stop()
     in_flight_at_kill = exporter.links[CC].pending
     assert 0 < len(relay.stored) < 3000 and in_flight_at_kill > 0, "the kill must land mid-stream"

@@ -30,6 +30,7 @@ from aep_collector.receivers.hook_vendors.gemini_cli import GeminiCliConfig
 from aep_collector.receivers.hook_vendors.kimi_code import KimiCodeConfig
 from aep_collector.receivers.hook_vendors.qwen_code import QwenCodeConfig
 from aep_collector.receivers.hook_vendors.vscode import VscodeConfig
+from aep_collector.receivers.registration import TABLE_FILE, declarations, ensure_shim, shim_entries
 from aiohttp import web
 
 from tests.helpers import ROOT, base_config, read_jsonl, running
@@ -48,6 +49,17 @@ def expected_neutral(vendor: str, event: str | None) -> bytes:
     if vendor == "kimi-code" and event in kimi_code.SILENT_HOOKS:
         return b""
     return json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
+
+
+def table() -> dict[str, shim.Vendor]:
+    """The shim's vendor table as ``ensure_shim`` writes it: generated from the declarations."""
+    return {name: shim.Vendor(**entry) for name, entry in shim_entries().items()}
+
+
+@pytest.fixture(autouse=True)
+def shim_copy(hook_dir: Path) -> Path:
+    """The shim's copy and its vendor table in this test's hook folder (the ``-m`` runs read that table)."""
+    return ensure_shim()
 
 
 def closed_port() -> int:
@@ -69,7 +81,7 @@ async def run_shim(args: list[str], stdin: bytes, env: dict[str, str] | None = N
 
 @pytest.mark.parametrize("vendor", sorted(MAPPINGS))
 def test_neutral_literals_equal_the_mapping_constants(vendor: str) -> None:
-    v = shim.VENDORS[vendor]
+    v = table()[vendor]
     assert v.neutral == json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
     for hook in (*antigravity.HOOKS, "SomeFutureHook", "pretooluse", "STOP", "UserPromptSubmit"):
         assert shim.neutral(v, hook) == expected_neutral(vendor, hook), hook
@@ -77,12 +89,12 @@ def test_neutral_literals_equal_the_mapping_constants(vendor: str) -> None:
 
 def test_antigravity_pinned_bytes() -> None:
     for hook, raw in PINNED.items():
-        assert shim.neutral(shim.VENDORS["antigravity"], hook) == raw
+        assert shim.neutral(table()["antigravity"], hook) == raw
 
 
 @pytest.mark.parametrize("vendor", sorted(MAPPINGS))
 def test_ports_and_waits_follow_the_receivers(vendor: str) -> None:
-    v, cfg = shim.VENDORS[vendor], CONFIGS[vendor]()
+    v, cfg = table()[vendor], CONFIGS[vendor]()
     assert cfg.endpoint == f"127.0.0.1:{v.port}"
     if v.held:
         assert v.wait == surface.hold_wait(cfg.attention_timeout)
@@ -121,15 +133,19 @@ def test_the_plugin_vendors_entries_follow_their_mappings_and_receivers(vendor: 
     registry, _ = build_registry(load_plugins=False)
     mapping = importlib.import_module(f"aep_collector.processors.mapping.{vendor}")
     cfg = registry.get(Kind.RECEIVER, vendor).default_config()
-    v = shim.VENDORS[vendor]
+    v = table()[vendor]
     assert v.neutral == json.dumps(mapping.NEUTRAL_REPLY).encode()
     assert cfg.endpoint == f"127.0.0.1:{v.port}"
     if v.held:
         assert v.wait == cfg.attention_timeout + 5
 
 
-def test_adding_a_vendor_is_one_line() -> None:
-    # Cline and Hermes (8392, 8393) will join as one entry each; the constructor needs only a port.
+def test_the_table_is_every_declaration_and_names_no_vendor_in_the_shim() -> None:
+    assert set(table()) == set(declarations())
+    assert not any(f'"{name}"' in Path(shim.__file__).read_text() for name in declarations())
+
+
+def test_a_table_entry_needs_only_a_port() -> None:
     v = shim.Vendor(8392)
     assert (v.neutral, v.by_event, v.held, v.needs_event) == (b"{}", {}, (), False)
     assert shim.neutral(shim.Vendor(8393, neutral=None), "x") == b""
@@ -148,17 +164,19 @@ def test_importing_the_shim_loads_nothing_heavy(flags: list[str]) -> None:
     assert loaded <= {"shim", "_socket"}, loaded
 
 
-def test_a_whole_invocation_loads_nothing_heavy_either() -> None:
-    # Reading stdin, the env lookup, resolving, a refused connect and the debug check included.
-    root = json.dumps(str(ROOT / "pipeline"))
-    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import shim as s; "
+def test_a_whole_invocation_loads_nothing_heavy_either(shim_copy: Path) -> None:
+    # The copy as registered, its table included: reading stdin, the env lookup, resolving, a
+    # refused connect and the debug check.
+    root = json.dumps(str(shim_copy.parent))
+    code = (f"import sys; sys.path[:0] = [{root}]; before = set(sys.modules); import aep_collector_hook as s; "
             f"s.main(['codex', 'PermissionRequest', '--url', 'http://localhost:{closed_port()}']); "
             "sys.stderr.write(repr(sorted(set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-S", "-I", "-c", code], input=PAYLOAD, capture_output=True, check=True,
                          env={**os.environ, "AEP_HOOK_DEBUG": "1"})
     assert out.stdout == b"{}"
     loaded = set(ast.literal_eval(out.stderr.decode().rsplit("\n", 1)[-1]))
-    assert loaded <= {"shim", "_socket"}, loaded
+    assert loaded <= {"aep_collector_hook", "aep_collector_hook_vendors", "_socket"}, loaded
+    assert "aep_collector_hook_vendors" in loaded  # the vendor was known: the table was read
 
 
 # --- failure paths: every one prints the neutral reply and exits 0 ---------------------------------------
@@ -373,3 +391,36 @@ def test_the_console_script_is_the_same_program() -> None:
     out = subprocess.run([str(script), "antigravity", "Stop", "--url", f"http://127.0.0.1:{closed_port()}"],
                          input=PAYLOAD, capture_output=True, timeout=60)
     assert (out.returncode, out.stdout) == (0, b'{"decision": ""}')
+
+
+# --- the vendor table missing or broken: every vendor is answered neutrally ---------------------------
+
+
+def run_copy(copy: Path, args: list[str], stdin: bytes) -> tuple[int, bytes]:
+    """The copy exactly as the registered command starts it (no site, no environment)."""
+    code = "import sys;sys.path[:0]=[sys.argv.pop(1)];import aep_collector_hook as s;sys.exit(s.main())"
+    out = subprocess.run([sys.executable, "-S", "-I", "-c", code, str(copy.parent), *args], input=stdin,
+                         capture_output=True, timeout=60)
+    return out.returncode, out.stdout
+
+
+@pytest.mark.parametrize("table_text", [None, "VENDORS = {", "VENDORS = {'codex': {'port': 'x', 'colour': 1}}",
+                                        "raise SystemExit(3)"], ids=["missing", "syntax", "bad-entry", "exits"])
+@pytest.mark.parametrize("vendor,event", [("codex", None), ("kimi-code", "UserPromptSubmit"),
+                                          ("antigravity", "PreToolUse")])
+def test_a_missing_or_broken_table_answers_neutral_and_exits_zero(shim_copy: Path, table_text: str | None,
+                                                                  vendor: str, event: str | None) -> None:
+    table_file = shim_copy.with_name(TABLE_FILE)
+    table_file.unlink()
+    if table_text is not None:
+        table_file.write_text(table_text + "\n")
+    args = [vendor, *([event] if event else []), "--url", f"http://127.0.0.1:{closed_port()}"]
+    assert run_copy(shim_copy, args, PAYLOAD) == (0, b"{}")
+
+
+def test_the_copy_reads_its_table_for_the_pinned_neutral_bytes(shim_copy: Path) -> None:
+    # With the table the vendors are known: their pinned bytes, not the unknown vendor's `{}`.
+    assert run_copy(shim_copy, ["antigravity", "Stop", "--url", f"http://127.0.0.1:{closed_port()}"],
+                    PAYLOAD) == (0, b'{"decision": ""}')
+    assert run_copy(shim_copy, ["kimi-code", "UserPromptSubmit", "--url", f"http://127.0.0.1:{closed_port()}"],
+                    PAYLOAD) == (0, b"")

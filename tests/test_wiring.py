@@ -15,12 +15,12 @@ import pytest
 import yaml
 from aep_collector.pipeline.cli import main
 from aep_collector.receivers import wiring
-from aep_collector.receivers.registration import RENDERERS, using_home
+from aep_collector.receivers.registration import declarations, using_home
 from aep_collector.receivers.registration import wiring as registration
 
 from tests.plugin_vendors_support import NODE
 
-VENDORS = sorted(RENDERERS)
+VENDORS = sorted(declarations())
 
 # What a user already has in each vendor's home: none of it may change.
 SEED: dict[str, dict[str, str]] = {

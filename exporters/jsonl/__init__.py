@@ -89,11 +89,12 @@ class JsonlExporter:
         self.config = config
         self.root = Path(config.directory).expanduser()
         self.health: Health = Health()
-        self._fds: OrderedDict[Path, int] = OrderedDict()
+        # Open files by path string (hashing a str is cached, a Path's is a Python call per lookup).
+        self._fds: OrderedDict[str, int] = OrderedDict()
         self._dirty: set[int] = set()
         self._task: asyncio.Task[None] | None = None
-        self._paths: dict[tuple[Any, Any], Path] = {}
-        self._born: dict[Path, float] = {}
+        self._paths: dict[tuple[Any, Any], str] = {}
+        self._born: dict[str, float] = {}
         self._closed: asyncio.Queue[Path | None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
 
@@ -110,12 +111,16 @@ class JsonlExporter:
             self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
 
     def path_for(self, event: Event) -> Path:
+        return Path(self._file(event))
+
+    def _file(self, event: Event) -> str:
+        """The file of ``event``'s session: ``encode_name`` keeps every session id inside its directory."""
         key = (event.get("agent", "unknown"), event.get("session"))
         path = self._paths.get(key)
         if path is None:
             agent = encode_name(str(key[0]))
             name = AGENT_FILE if key[1] is None else encode_name(str(key[1]))
-            path = self.root / agent / f"{name}.jsonl"
+            path = str(self.root / agent / f"{name}.jsonl")
             if len(self._paths) >= 4096:  # a cache, not state: bounded, rebuilt on demand
                 self._paths.clear()
             self._paths[key] = path
@@ -128,22 +133,33 @@ class JsonlExporter:
         """Append every event; raise nothing (a failure is reported in health, per cause).
 
         A batch's lines for one file go out in one ``write`` (order kept): still whole lines only,
-        and one system call per session per batch instead of one per event.
+        and one system call per session per batch instead of one per event. A batch of one (a
+        hook's) skips the grouping.
         """
-        by_path: dict[Path, list[bytes]] = {}
-        for event in events:
-            by_path.setdefault(self.path_for(event), []).append(dumps_bytes(event) + b"\n")
-        touched: set[int] = set()
+        if len(events) == 1:
+            event = events[0]
+            groups: list[tuple[str, list[bytes]]] = [(self._file(event), [dumps_bytes(event) + b"\n"])]
+        else:
+            by_path: dict[str, list[bytes]] = {}
+            for event in events:
+                by_path.setdefault(self._file(event), []).append(dumps_bytes(event) + b"\n")
+            groups = list(by_path.items())
+        cfg = self.config
+        touched: list[int] = []
         failed = 0
-        for path, lines in by_path.items():
+        for path, lines in groups:
             try:
-                data = b"".join(lines)
-                fd = self._open(path)
-                if self.config.rotate_bytes or self.config.rotate_age:
+                data = lines[0] if len(lines) == 1 else b"".join(lines)
+                fd = self._fds.get(path)
+                if fd is None:
+                    fd = self._open(path)
+                else:
+                    self._fds.move_to_end(path)
+                if cfg.rotate_bytes or cfg.rotate_age:
                     fd = self._maybe_rotate(path, fd, len(data))
                 self._append(fd, data)
-                touched.add(fd)
-                if self.config.rotate_age and path not in self._born:
+                touched.append(fd)
+                if cfg.rotate_age and path not in self._born:
                     self._born[path] = _event_time(lines[0])
             except OSError as exc:
                 failed += len(lines)
@@ -156,12 +172,12 @@ class JsonlExporter:
                 # A write that fitted says nothing about a disk still at its limit.
                 if cause not in _FULL or self.has_room():
                     self.health.recover(self.id, cause)
-        if self.config.fsync == "always":
+        if cfg.fsync == "always":
             for fd in touched:
                 with contextlib.suppress(OSError):
                     os.fsync(fd)
         else:
-            self._dirty |= touched
+            self._dirty.update(touched)
 
     def _fail(self, exc: OSError, detail: str) -> None:
         cause = _cause(exc)
@@ -177,35 +193,31 @@ class JsonlExporter:
         return st.f_bavail * st.f_frsize >= self.config.min_free_bytes
 
     def _append(self, fd: int, line: bytes) -> None:
-        size = os.fstat(fd).st_size
-        try:
-            written = os.write(fd, line)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)  # never leave half a line for the next event to follow
-            raise
+        # write(2) either fails having written nothing (OSError) or returns how much it wrote: only
+        # a short write leaves half a line, cut back from the size it produced (no fstat per event).
+        written = os.write(fd, line)
         if written != len(line):
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)
+                os.ftruncate(fd, os.fstat(fd).st_size - written)  # never leave half a line
             raise OSError(errno.ENOSPC, "short write (disk full?)")
 
-    def _open(self, path: Path) -> int:
+    def _open(self, path: str) -> int:
         fd = self._fds.get(path)
         if fd is not None:
             self._fds.move_to_end(path)
             return fd
-        path.parent.mkdir(parents=True, exist_ok=True)
-        repair_torn_tail(path)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        repair_torn_tail(Path(path))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         self._fds[path] = fd
         if self.config.rotate_age and os.fstat(fd).st_size:
-            self._born[path] = _first_event_time(path)
+            self._born[path] = _first_event_time(Path(path))
         while len(self._fds) > self.config.max_open_files:
             old_path, old_fd = self._fds.popitem(last=False)
             self._release(old_fd)
         return fd
 
-    def _maybe_rotate(self, path: Path, fd: int, incoming: int) -> int:
+    def _maybe_rotate(self, path: str, fd: int, incoming: int) -> int:
         """Close ``path`` as a rotated file (and reopen it empty) when it is due; the fd to write."""
         cfg = self.config
         size = os.fstat(fd).st_size
@@ -218,9 +230,10 @@ class JsonlExporter:
         self._retire(path, "size" if too_big else "age")
         return self._open(path)
 
-    def _retire(self, path: Path, why: str) -> None:
-        """Close ``path`` and rename it to its rotated name; queue it for compression and the cap."""
-        self._close(path)
+    def _retire(self, file: str | Path, why: str) -> None:
+        """Close ``file`` and rename it to its rotated name; queue it for compression and the cap."""
+        self._close(file)
+        path = Path(file)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         base = path.name[: -len(".jsonl")]
         target = path.parent / rotated_name(base, stamp)
@@ -316,7 +329,8 @@ class JsonlExporter:
             log.warning("%s: %s holds %d bytes in files still being written, over max_total_bytes %d",
                         self.id, self.root, total, self.config.max_total_bytes)
 
-    def _close(self, path: Path) -> None:
+    def _close(self, file: str | Path) -> None:
+        path = os.fspath(file)
         self._born.pop(path, None)
         fd = self._fds.pop(path, None)
         if fd is not None:

@@ -31,6 +31,7 @@ from aep_collector.pipeline.component import (
 )
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Batch, Event, Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 
 __all__ = [
     "Batch",
@@ -44,6 +45,7 @@ __all__ = [
     "Processor",
     "Receiver",
     "Signal",
+    "VendorDeclaration",
     "exporter_factory",
     "processor_factory",
     "receiver_factory",

@@ -26,30 +26,26 @@ from .attention import AttentionBook
 
 log = logging.getLogger("aep.processor.mapping")
 
-# agent identity -> module in this package. Plug-ins add vendors with `extra_vendors`.
-BUILTIN_VENDORS: dict[str, str] = {
-    "claude-code": "claude_code",
-    "codex": "codex",
-    "gemini-cli": "gemini_cli",
-    "qwen-code": "qwen_code",
-    "vscode": "vscode",
-    "kimi-code": "kimi_code",
-    "antigravity": "antigravity",
-    "opencode": "opencode",
-    "kilocode": "kilocode",
-    "cline": "cline",
-    "hermes": "hermes",
-    "pi": "pi",
+# Agent identities whose signals come from no vendor receiver: the OTLP profiles (module in this
+# package). Every vendor receiver names its mapping in its declaration (``declared_vendors``).
+OTLP_VENDORS: dict[str, str] = {
     "codex-otel": "codex_otel",
     "vscode-otel": "vscode_otel",
 }
 
 
 def load_vendor(agent: str, extra: dict[str, str] | None = None) -> ModuleType:
-    """Import the mapping module for ``agent`` (a built-in name or a dotted plug-in module path)."""
-    target = (extra or {}).get(agent) or BUILTIN_VENDORS.get(agent)
+    """Import the mapping module for ``agent``: ``extra`` (``extra_vendors``: a module in this
+    package or a dotted path) first, then the OTLP profiles, then the vendor declarations
+    (built-in and plug-in receivers)."""
+    target = (extra or {}).get(agent) or OTLP_VENDORS.get(agent)
     if target is None:
-        raise KeyError(f"no mapping for agent {agent!r}")
+        from aep_collector.pipeline.registry import declared_vendors
+
+        declared = declared_vendors().get(agent)
+        if declared is None:
+            raise KeyError(f"no mapping for agent {agent!r}")
+        target = declared.mapping
     name = target if "." in target else f"{__name__}.{target}"
     return importlib.import_module(name)
 

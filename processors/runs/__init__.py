@@ -32,6 +32,7 @@ from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Batch
 
 TERMINALS = frozenset({"run.finished", "run.failed", "run.cancelled"})
+_LIFECYCLE = TERMINALS | {"run.started", "session.ended"}
 
 
 def mint_run_id() -> str:
@@ -109,50 +110,59 @@ class RunsProcessor:
 
     def __call__(self, batch: Batch) -> Batch:
         out: Batch = []
+        append = out.append
+        state = self.state
+        opened, finished = state.open, state.finished
         for item in batch:
             if not isinstance(item, dict) or item.get("_runs") == "none":
-                out.append(item)
+                append(item)
                 continue
             etype = item.get("type", "")
             if etype.startswith("agent.") or "agent" not in item:
-                out.append(item)
+                append(item)
                 continue
-            key = (item["agent"], item.get("session") or "unknown", str(item.get("_lane") or ""))
-            current = self.state.get(key)
+            agent = item["agent"]
+            session = item.get("session") or "unknown"
+            lane = item.get("_lane")
+            key = (agent, session, str(lane) if lane else "")
+            current = opened.get(key)  # RunState.get, inlined: this runs for every event
+            if current is not None:
+                opened.move_to_end(key)
             named = item.get("run")
-            if etype == "run.started":
-                if isinstance(named, str) and (named == current or self.state.is_finished((*key[:2], named))):
+            if etype not in _LIFECYCLE:  # most events: carry the open run, or lose a finished one
+                if isinstance(named, str):
+                    if (agent, session, named) in finished:
+                        del item["run"]  # late: a session event after the run's terminal
+                elif current is not None:
+                    item["run"] = current
+            elif etype == "run.started":
+                if isinstance(named, str) and (named == current or state.is_finished((agent, session, named))):
                     # A run starts once: a repeat of an open run or of an ended one is never a new run.
-                    item["type"] = f"x.{_vendor_token(item['agent'])}.run.started_again"
-                    out.append(item)
+                    item["type"] = f"x.{_vendor_token(agent)}.run.started_again"
+                    append(item)
                     continue
                 if current is not None and item.get("_drain") == "cancelled" and current != named:
                     # A run left open when the next prompt arrives was interrupted.
-                    out.append({"type": "run.cancelled", "agent": item["agent"], "session": item.get("session"),
-                                "run": current, "data": {}})
-                    self.state.finish((*key[:2], current))
+                    append({"type": "run.cancelled", "agent": agent, "session": item.get("session"),
+                            "run": current, "data": {}})
+                    state.finish((agent, session, current))
                 run = named or mint_run_id()
                 item["run"] = run
-                self.state.set(key, run)
+                state.set(key, run)
             elif etype in TERMINALS:
                 run = named or current
                 if run is not None:
                     item["run"] = run
-                    if not self.state.finish((*key[:2], run)):
-                        item["type"] = f"x.{_vendor_token(item['agent'])}.{etype}_again"
+                    if not state.finish((agent, session, run)):
+                        item["type"] = f"x.{_vendor_token(agent)}.{etype}_again"
                 if run == current:
-                    self.state.close(key)
-            elif etype == "session.ended":
-                for k in [k for k in self.state.open if k[:2] == key[:2]]:
-                    self.state.close(k)  # the end of a session is not part of any run
-                if not self.state.end((key[0], key[1])):
-                    item["type"] = f"x.{_vendor_token(item['agent'])}.session.ended_again"
-            elif isinstance(named, str):
-                if self.state.is_finished((*key[:2], named)):
-                    del item["run"]  # late: a session event after the run's terminal
-            elif current is not None:
-                item["run"] = current
-            out.append(item)
+                    state.close(key)
+            else:  # session.ended
+                for k in [k for k in opened if k[:2] == key[:2]]:
+                    state.close(k)  # the end of a session is not part of any run
+                if not state.end((agent, session)):
+                    item["type"] = f"x.{_vendor_token(agent)}.session.ended_again"
+            append(item)
         return out
 
 

@@ -7,19 +7,21 @@ decision, Claude Code carries on).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.pipeline.canonical import digest
-from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.control import CANCEL, RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import claude_code as cc
 from aep_collector.processors.mapping import hook_vendors as hf
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.registration import hook_url, shim_command
+from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
 
 AGENT = "claude-code"
@@ -49,7 +51,7 @@ COMMAND_HOOKS = frozenset({"SessionStart"})
 class ClaudeCodeConfig(HookReceiverConfig):
     """Config of the ``claude_code`` receiver."""
 
-    endpoint: str = "127.0.0.1:8377"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 55.0
     """Seconds a held PermissionRequest/Elicitation waits for an operator before ``{}``."""
 
@@ -201,13 +203,27 @@ def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: f
     return {"hooks": hooks}
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="claude_code",
-    config_class=ClaudeCodeConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, ClaudeCodeSurface(cfg, f"receiver/{settings.id}")),
+
+def registration(url: str | None, cfg: Any) -> Wiring:
+    """``~/.claude/settings.json`` ``hooks``: native http hooks, SessionStart through the shim."""
+    endpoint = cfg.endpoint if cfg is not None else DECLARATION.endpoint
+    timeout = cfg.attention_timeout if cfg is not None else ClaudeCodeConfig.attention_timeout
+    target = hook_url(url, endpoint)
+    # Moments Claude Code fires for command hooks only go through the shim, to the same receiver.
+    commands = {name: shim_command(AGENT, url=target) for name in COMMAND_HOOKS}
+    block = settings_block(target, timeout, commands)
+    return Wiring(AGENT, [json_target(".claude/settings.json", block)], [
+        "merge into ~/.claude/settings.json (or .claude/settings.json in a project), "
+        "or run: aep-collector hooks claude-code --install"])
+
+
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type="claude_code", port=8377, config_class=ClaudeCodeConfig,
+    surface=lambda cfg, component: ClaudeCodeSurface(cfg, component),
+    mapping=cc.__name__, registration=registration, hooks=HOOKS, held_hooks=HELD_HOOKS,
+    neutral_reply=NEUTRAL_REPLY,
     description="Claude Code native http hooks (POST /hook) on 127.0.0.1:8377",
 )
+FACTORY = DECLARATION.factory()
 
 

@@ -12,12 +12,12 @@ Stop, ``{}`` elsewhere (the shim prints exactly those bytes).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import antigravity
-from aep_collector.receivers.hook_http import HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_http import HookReceiverConfig
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import HookVendorSurface, Spec
 from aep_collector.receivers.wiring import Wiring, json_target
@@ -31,7 +31,7 @@ TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse"})
 class AntigravityConfig(HookReceiverConfig):
     """Config of the ``antigravity`` receiver."""
 
-    endpoint: str = "127.0.0.1:8395"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 def exact_neutral(hook: str) -> bytes:
@@ -61,11 +61,13 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks antigravity --install"])
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="antigravity",
-    config_class=AntigravityConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
-    description="Antigravity hooks.json command hooks via aep-collector-hook (POST /hook?hook=) on 127.0.0.1:8395",
+DECLARATION = VendorDeclaration(
+    agent='antigravity', receiver_type='antigravity', port=8395, config_class=AntigravityConfig,
+    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
+    mapping=antigravity.__name__, registration=registration, hooks=HOOKS,
+    neutral_reply=antigravity.NEUTRAL_REPLY, needs_event=True,
+    # Reference stack §1.11 pins the bytes on the hooks whose reply is not `{}`.
+    neutral_by_event={h: exact_neutral(h) for h in HOOKS if exact_neutral(h) != b"{}"},
+    description='Antigravity hooks.json command hooks via aep-collector-hook (POST /hook?hook=) on 127.0.0.1:8395',
 )
+FACTORY = DECLARATION.factory()

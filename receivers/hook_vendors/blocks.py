@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from aep_collector.pipeline import shim
 from aep_collector.receivers.hook_vendors.surface import vendor_timeout
-from aep_collector.receivers.registration import hold_wait, shim_command
+from aep_collector.receivers.registration import declaration, hold_wait, shim_command
 from aep_collector.receivers.registration import (
     shim_argv as shim_argv,  # re-exported: bench/bench_shim.py imports it here
 )
@@ -40,4 +39,4 @@ def held_wait(vendor: str, cfg: Any) -> float | None:
     if cfg is None or not hasattr(cfg, "attention_timeout"):
         return None
     wait = hold_wait(cfg.attention_timeout)
-    return None if wait == shim.VENDORS[vendor].wait else wait
+    return None if wait == declaration(vendor).hold_wait else wait

@@ -8,12 +8,11 @@ becomes Codex's ``hookSpecificOutput.decision``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import codex
-from aep_collector.receivers.hook_http import HookServer
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
 from aep_collector.receivers.tool_gate import HeldConfig
@@ -28,7 +27,7 @@ HELD_HOOKS = frozenset({"PermissionRequest"})
 class CodexConfig(HeldConfig):
     """Config of the ``codex`` receiver."""
 
-    endpoint: str = "127.0.0.1:8378"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 55.0
     """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
@@ -62,11 +61,11 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "Codex runs the hooks of both files"])
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="codex",
-    config_class=CodexConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
-    description="Codex command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8378; held PermissionRequest",
+DECLARATION = VendorDeclaration(
+    agent='codex', receiver_type='codex', port=8378, config_class=CodexConfig,
+    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
+    mapping=codex.__name__, registration=registration, hooks=HOOKS,
+    held_hooks=HELD_HOOKS, neutral_reply=codex.NEUTRAL_REPLY,
+    description='Codex command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8378; held PermissionRequest',
 )
+FACTORY = DECLARATION.factory()

@@ -6,12 +6,12 @@ all, and every reply is ``{}`` (the shim always exits 0: exit code 2 would block
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import gemini_cli
-from aep_collector.receivers.hook_http import HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_http import HookReceiverConfig
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import HookVendorSurface, Spec
 from aep_collector.receivers.wiring import Wiring, json_target
@@ -25,7 +25,7 @@ HOOKS = tuple(h for h in gemini_cli.HOOKS if h != "AfterModel")
 class GeminiCliConfig(HookReceiverConfig):
     """Config of the ``gemini_cli`` receiver."""
 
-    endpoint: str = "127.0.0.1:8379"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 SPEC = Spec(mapping=gemini_cli)
@@ -52,11 +52,10 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or add it to ~/.gemini/trustedFolders.json as {\"/abs/project\": \"TRUST_FOLDER\"}"])
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="gemini_cli",
-    config_class=GeminiCliConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
-    description="Gemini CLI command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8379; observe-only",
+DECLARATION = VendorDeclaration(
+    agent='gemini-cli', receiver_type='gemini_cli', port=8379, config_class=GeminiCliConfig,
+    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
+    mapping=gemini_cli.__name__, registration=registration, hooks=HOOKS, neutral_reply=gemini_cli.NEUTRAL_REPLY,
+    description='Gemini CLI command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8379; observe-only',
 )
+FACTORY = DECLARATION.factory()

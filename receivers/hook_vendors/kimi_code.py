@@ -9,13 +9,11 @@ runs), deny / cancel = ``permissionDecision: "deny"`` with the reason, plus
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline import shim
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import kimi_code
-from aep_collector.receivers.hook_http import HookServer
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
 from aep_collector.receivers.tool_gate import GateConfig
@@ -33,6 +31,7 @@ HELD_HOOKS = frozenset({"PreToolUse"})
 # A Python shim is not reliably reading its stdin by then, so those hooks start in a new session
 # (`setsid`, where the system has it; else as before). The shim then answers at once and posts
 # from a detached child (pipeline/shim.py `detached`).
+DETACHED_HOOKS = frozenset({"PostToolUse", "PostToolUseFailure"})
 NEW_SESSION = ("/bin/sh -c 'command -v setsid >/dev/null 2>&1 && exec setsid \"$@\"; exec \"$@\"' "
                "aep-new-session")
 
@@ -41,7 +40,7 @@ NEW_SESSION = ("/bin/sh -c 'command -v setsid >/dev/null 2>&1 && exec setsid \"$
 class KimiCodeConfig(GateConfig):
     """Config of the ``kimi_code`` receiver."""
 
-    endpoint: str = "127.0.0.1:8398"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 50.0
     """Seconds a gated PreToolUse waits for an operator (registered hook timeout: 60)."""
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
@@ -67,7 +66,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     lines: list[str] = []
     for name in HOOKS:
         command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
-        if name.lower() in shim.VENDORS[VENDOR].detached:
+        if name in DETACHED_HOOKS:
             command = NEW_SESSION + " " + command
         lines += ["[[hooks]]", f"event = {blocks.toml_str(name)}", f"command = {blocks.toml_str(command)}",
                   f"timeout = {timeout}", ""]
@@ -76,11 +75,13 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "below a [[hooks]] table belongs to that table; or run: aep-collector hooks kimi-code --install"])
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="kimi_code",
-    config_class=KimiCodeConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
-    description="Kimi Code shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8398; opt-in PreToolUse gate",
+DECLARATION = VendorDeclaration(
+    agent='kimi-code', receiver_type='kimi_code', port=8398, config_class=KimiCodeConfig,
+    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
+    mapping=kimi_code.__name__, registration=registration, hooks=HOOKS,
+    held_hooks=HELD_HOOKS, neutral_reply=kimi_code.NEUTRAL_REPLY,
+    # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context: print nothing.
+    neutral_by_event={h: b"" for h in kimi_code.SILENT_HOOKS}, detached=DETACHED_HOOKS,
+    description='Kimi Code shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8398; opt-in PreToolUse gate',
 )
+FACTORY = DECLARATION.factory()

@@ -7,12 +7,11 @@ while a control route is live, exactly as Claude Code's; ``{}`` is neutral every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import qwen_code
-from aep_collector.receivers.hook_http import HookServer
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -35,7 +34,7 @@ TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "Perm
 class QwenCodeConfig(HeldConfig):
     """Config of the ``qwen_code`` receiver."""
 
-    endpoint: str = "127.0.0.1:8380"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 55.0
     """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
@@ -52,7 +51,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     Format (Qwen Code docs, users/features/hooks "HTTP Hooks"): ``{type: "http", url, timeout,
     name}``, timeout in SECONDS (default 600); loopback URLs pass its SSRF guard.
     """
-    target = hook_url(url, cfg.endpoint if cfg is not None else QwenCodeConfig.endpoint)
+    target = hook_url(url, cfg.endpoint if cfg is not None else DECLARATION.endpoint)
     hold = cfg.attention_timeout if cfg is not None else QwenCodeConfig.attention_timeout
     hooks: dict[str, Any] = {}
     for name in HOOKS:
@@ -67,11 +66,11 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks qwen-code --install"])
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="qwen_code",
-    config_class=QwenCodeConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
-    description="Qwen Code native http hooks (POST /hook) on 127.0.0.1:8380; held PermissionRequest",
+DECLARATION = VendorDeclaration(
+    agent='qwen-code', receiver_type='qwen_code', port=8380, config_class=QwenCodeConfig,
+    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
+    mapping=qwen_code.__name__, registration=registration, hooks=HOOKS,
+    held_hooks=HELD_HOOKS, neutral_reply=qwen_code.NEUTRAL_REPLY,
+    description='Qwen Code native http hooks (POST /hook) on 127.0.0.1:8380; held PermissionRequest',
 )
+FACTORY = DECLARATION.factory()

@@ -10,12 +10,11 @@ the hook with no decision (reference stack §1.5).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import vscode
-from aep_collector.receivers.hook_http import HookServer
 from aep_collector.receivers.hook_vendors import blocks
 from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
 from aep_collector.receivers.tool_gate import GateConfig
@@ -30,7 +29,7 @@ HELD_HOOKS = frozenset({"PreToolUse"})
 class VscodeConfig(GateConfig):
     """Config of the ``vscode`` receiver."""
 
-    endpoint: str = "127.0.0.1:8381"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 25.0
     """Seconds a gated PreToolUse waits for an operator: inside VS Code's default 30 s hook timeout."""
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
@@ -65,11 +64,11 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "VS Code also reads .claude/settings.json hooks: a workspace wired for Claude Code reports there too"])
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="vscode",
-    config_class=VscodeConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, HookVendorSurface(SPEC, cfg, f"receiver/{settings.id}")),
-    description="VS Code agent hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8381; opt-in PreToolUse gate",
+DECLARATION = VendorDeclaration(
+    agent='vscode', receiver_type='vscode', port=8381, config_class=VscodeConfig,
+    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
+    mapping=vscode.__name__, registration=registration, hooks=HOOKS,
+    held_hooks=HELD_HOOKS, neutral_reply=vscode.NEUTRAL_REPLY,
+    description='VS Code agent hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8381; opt-in PreToolUse gate',
 )
+FACTORY = DECLARATION.factory()

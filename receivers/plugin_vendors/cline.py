@@ -10,17 +10,19 @@ runs ``aep-collector-hook cline``, which POSTs the payload here. Every payload n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import cline as mapping
 from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer
 from aiohttp import web
 
+from . import install
 from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
@@ -31,7 +33,7 @@ NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
 class ClineConfig(HookReceiverConfig):
     """Config of the ``cline`` receiver."""
 
-    endpoint: str = "127.0.0.1:8392"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 class ClineSurface:
@@ -60,11 +62,11 @@ class ClineSurface:
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="cline",
-    config_class=ClineConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, ClineSurface(cfg, f"receiver/{settings.id}")),
-    description="Cline subprocess hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8392; observe-only",
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type='cline', port=8392, config_class=ClineConfig,
+    surface=lambda cfg, component: ClineSurface(cfg, component),
+    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT), hooks=install.CLINE_HOOK_FILES,
+    neutral_reply=mapping.NEUTRAL_REPLY,
+    description='Cline subprocess hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8392; observe-only',
 )
+FACTORY = DECLARATION.factory()

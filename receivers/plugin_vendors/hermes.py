@@ -13,17 +13,19 @@ goes on into Hermes' own approval gate), a timeout or a hung-up shim is ``{}``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import hermes as mapping
 from aep_collector.processors.mapping.drafting import get_dict, get_str
-from aep_collector.receivers.hook_http import FailOpenDelivery, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery
 from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
+from . import install
 from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
@@ -34,7 +36,7 @@ NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
 class HermesConfig(GateConfig):
     """Config of the ``hermes`` receiver (``control``, ``gate_tools``, ``attention_timeout``: the gate)."""
 
-    endpoint: str = "127.0.0.1:8393"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 class HermesSurface(StrictGateSurface):
@@ -65,12 +67,12 @@ class HermesSurface(StrictGateSurface):
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="hermes",
-    config_class=HermesConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, HermesSurface(cfg, f"receiver/{settings.id}")),
-    description="Hermes Agent shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8393; "
-                "observe-only, opt-in operator-deny gate",
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type='hermes', port=8393, config_class=HermesConfig,
+    surface=lambda cfg, component: HermesSurface(cfg, component),
+    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT), hooks=install.HERMES_HOOKS,
+    held_hooks=frozenset({"pre_tool_call"}),
+    neutral_reply=mapping.NEUTRAL_REPLY,
+    description='Hermes Agent shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8393; observe-only, opt-in operator-deny gate',
 )
+FACTORY = DECLARATION.factory()

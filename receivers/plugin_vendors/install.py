@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from aep_collector.receivers.registration import hold_wait, hook_url, shim_command
+from aep_collector.receivers.registration import declaration, hold_wait, hook_url, shim_command
 from aep_collector.receivers.wiring import Target, Wiring
 
 JS_DIR = Path(__file__).resolve().parent / "js"
 JS_FILES = {"opencode": "opencode-plugin.js", "kilocode": "kilocode-plugin.js", "pi": "pi-extension.js"}
-PORTS = {"opencode": 8390, "kilocode": 8391, "cline": 8392, "hermes": 8393, "pi": 8396}
-ENV_PREFIX = {"opencode": "AEP_OPENCODE_", "kilocode": "AEP_KILOCODE_", "pi": "AEP_PI_"}
 DEFAULT_ATTENTION = 55.0
 HOLD_MARGIN = 10.0
 """Seconds a plugin's held request outlives the collector's hold, so the collector always answers first."""
@@ -46,7 +44,7 @@ def js_path(vendor: str) -> Path:
 
 def receiver_url(vendor: str, url: str | None, cfg: Any) -> str:
     """The receiver's ``/hook`` URL: ``--url``, else the config's endpoint, else the reference port."""
-    return hook_url(url, getattr(cfg, "endpoint", None) or f"127.0.0.1:{PORTS[vendor]}")
+    return hook_url(url, getattr(cfg, "endpoint", None) or declaration(vendor).endpoint)
 
 
 def hold_ms(cfg: Any) -> int:
@@ -61,7 +59,12 @@ def plugin_text(vendor: str, url: str) -> str:
 
 
 def default_url(vendor: str) -> str:
-    return f"http://127.0.0.1:{PORTS[vendor]}/hook"
+    return f"http://{declaration(vendor).endpoint}/hook"
+
+
+def env_prefix(vendor: str) -> str:
+    """The prefix of the environment variables a plugin file reads (``AEP_OPENCODE_URL``, ...)."""
+    return "AEP_" + vendor.upper().replace("-", "_") + "_"
 
 
 def _plugin(vendor: str, path: str, base: str, where: str) -> Any:
@@ -71,9 +74,9 @@ def _plugin(vendor: str, path: str, base: str, where: str) -> Any:
         text = plugin_text(vendor, url)
         advice = [f"save as {where}, or run: aep-collector hooks {vendor} --install"]
         if url != default_url(vendor) and f"url: {json.dumps(url)}" not in text:
-            advice.append(f"set {ENV_PREFIX[vendor]}URL={url} in the agent's environment")
+            advice.append(f"set {env_prefix(vendor)}URL={url} in the agent's environment")
         if hold_ms(cfg) != DEFAULT_HOLD_MS:
-            advice.append(f"set {ENV_PREFIX[vendor]}HOLD_MS={hold_ms(cfg)} in the agent's environment "
+            advice.append(f"set {env_prefix(vendor)}HOLD_MS={hold_ms(cfg)} in the agent's environment "
                           "(above the receiver's attention_timeout)")
         if vendor == "pi":
             advice.append("AEP_PI_CONTROL=1 registers the tool_call gate (the receiver needs control: true as "

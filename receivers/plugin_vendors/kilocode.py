@@ -9,13 +9,14 @@ Kilo >=7.4.6 asks on the bus instead (``permission.asked``, ``question.asked``);
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import kilocode as mapping
-from aep_collector.receivers.hook_http import HookServer
 from aep_collector.receivers.tool_gate import HeldConfig
 
+from . import install
 from .bus import BusSurface
 
 AGENT = mapping.AGENT
@@ -25,7 +26,7 @@ AGENT = mapping.AGENT
 class KiloCodeConfig(HeldConfig):
     """Config of the ``kilocode`` receiver."""
 
-    endpoint: str = "127.0.0.1:8391"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 55.0
     """Seconds a held ask waits for an operator (the plugin's own hold bound is above it)."""
     reply_routes: bool = True
@@ -40,12 +41,11 @@ class KiloCodeConfig(HeldConfig):
             raise ValueError("reply_route_timeout must be positive")
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="kilocode",
-    config_class=KiloCodeConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, BusSurface(mapping, cfg, f"receiver/{settings.id}")),
-    description="Kilo Code plugin (js/kilocode-plugin.js) on 127.0.0.1:8391; held permission.ask and "
-                "reply-route answers for an operator",
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type='kilocode', port=8391, config_class=KiloCodeConfig,
+    surface=lambda cfg, component: BusSurface(mapping, cfg, component),
+    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT),
+    neutral_reply=mapping.NEUTRAL_REPLY,
+    description='Kilo Code plugin (js/kilocode-plugin.js) on 127.0.0.1:8391; held permission.ask and reply-route answers for an operator',
 )
+FACTORY = DECLARATION.factory()

@@ -10,13 +10,14 @@ an operator's answer is POSTed to OpenCode's own server at the ``serverUrl`` the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
-from aep_collector.pipeline.component import Factory, Kind
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import opencode as mapping
-from aep_collector.receivers.hook_http import HookServer
 from aep_collector.receivers.tool_gate import HeldConfig
 
+from . import install
 from .bus import BusSurface
 
 AGENT = mapping.AGENT
@@ -26,7 +27,7 @@ AGENT = mapping.AGENT
 class OpenCodeConfig(HeldConfig):
     """Config of the ``opencode`` receiver."""
 
-    endpoint: str = "127.0.0.1:8390"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 55.0
     """Seconds a held ``permission.ask`` waits for an operator before ``{}`` (the plugin waits longer)."""
     reply_routes: bool = True
@@ -41,12 +42,11 @@ class OpenCodeConfig(HeldConfig):
             raise ValueError("reply_route_timeout must be positive")
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="opencode",
-    config_class=OpenCodeConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, BusSurface(mapping, cfg, f"receiver/{settings.id}")),
-    description="OpenCode plugin (js/opencode-plugin.js) on 127.0.0.1:8390; held permission.ask and "
-                "reply-route answers for an operator",
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type='opencode', port=8390, config_class=OpenCodeConfig,
+    surface=lambda cfg, component: BusSurface(mapping, cfg, component),
+    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT),
+    neutral_reply=mapping.NEUTRAL_REPLY,
+    description='OpenCode plugin (js/opencode-plugin.js) on 127.0.0.1:8390; held permission.ask and reply-route answers for an operator',
 )
+FACTORY = DECLARATION.factory()

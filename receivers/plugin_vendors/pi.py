@@ -14,17 +14,19 @@ hung-up extension reply nothing (the call proceeds). ``deltas: true`` lets strea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import pi as mapping
 from aep_collector.processors.mapping.drafting import get_dict, get_str
-from aep_collector.receivers.hook_http import FailOpenDelivery, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery
 from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
 
+from . import install
 from .moments import need_name, observe, unwrap
 
 AGENT = mapping.AGENT
@@ -35,7 +37,7 @@ NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
 class PiConfig(GateConfig):
     """Config of the ``pi`` receiver (``control``, ``gate_tools``, ``attention_timeout``: the gate)."""
 
-    endpoint: str = "127.0.0.1:8396"
+    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     deltas: bool = False
     """Map stream updates (``x.pi.message.delta``, ``x.pi.tool.update``); off by default (fixture pi)."""
 
@@ -76,11 +78,11 @@ class PiSurface(StrictGateSurface):
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-FACTORY = Factory(
-    kind=Kind.RECEIVER,
-    type="pi",
-    config_class=PiConfig,
-    create=lambda settings, cfg, next_consumer: HookServer(
-        settings, cfg, next_consumer, PiSurface(cfg, f"receiver/{settings.id}")),
-    description="pi extension events (POST /hook) on 127.0.0.1:8396; observe-only, opt-in tool_call gate",
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type='pi', port=8396, config_class=PiConfig,
+    surface=lambda cfg, component: PiSurface(cfg, component),
+    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT),
+    neutral_reply=mapping.NEUTRAL_REPLY,
+    description='pi extension events (POST /hook) on 127.0.0.1:8396; observe-only, opt-in tool_call gate',
 )
+FACTORY = DECLARATION.factory()
