@@ -18,8 +18,10 @@ in the ``X-AEP-Server-Url`` header (percent-encoded, loopback only; ``X-AEP-Dire
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -28,13 +30,16 @@ import aiohttp
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import plugin_bus
 from aep_collector.processors.mapping.drafting import get_dict, get_str
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
+from aep_collector.receivers.tool_gate import HeldConfig
 from aiohttp import web
 
+from . import install
 from .moments import need_name, unwrap
 
 log = logging.getLogger("aep.receiver.bus")
@@ -257,3 +262,31 @@ class BusSurface:
                 return f"POST {path} answered HTTP {resp.status}"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return f"POST {path} failed: {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class BusConfig(HeldConfig):
+    """The keys every OpenCode-family receiver has (its module adds the ``endpoint`` default)."""
+
+    attention_timeout: float = 55.0
+    """Seconds a held ask waits for an operator before ``{}`` (the plugin's own hold bound is above it)."""
+    reply_routes: bool = True
+    """Answer bus asks (OpenCode 1.18, Kilo >=7.4.6) over the vendor's server routes
+    (``POST /session/{id}/permissions/{id}``, ``POST /question/{id}/reply``) at the loopback
+    ``serverUrl`` the plugin forwards."""
+    reply_route_timeout: float = 5.0
+    """Seconds one such POST may take."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.reply_route_timeout <= 0:
+            raise ValueError("reply_route_timeout must be positive")
+
+
+def declare(mapping: ModuleType, config_class: type[BusConfig], port: int, description: str) -> VendorDeclaration:
+    """One OpenCode-family vendor: this surface, the shipped plug-in file, its own identity and port."""
+    return VendorDeclaration(
+        agent=mapping.AGENT, receiver_type=mapping.AGENT, port=port, config_class=config_class,
+        surface=lambda cfg, component: BusSurface(mapping, cfg, component),
+        mapping=mapping.__name__, registration=functools.partial(install.render, mapping.AGENT),
+        neutral_reply=NEUTRAL_REPLY, description=description)
