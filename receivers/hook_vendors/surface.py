@@ -28,8 +28,8 @@ from typing import Any
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
+from aep_collector.pipeline.payload import get_str, tool_ref
 from aep_collector.processors.mapping import hook_vendors as hf
-from aep_collector.processors.mapping.drafting import get_str, tool_ref
 from aep_collector.receivers.held import (
     DENY_MESSAGE,
     Applied,
@@ -233,7 +233,7 @@ def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, reques
     tool = tool_ref(get_str(payload, "tool_name"), get_str(payload, gate.call_id_key))
     draft: Event = {"type": "tool.denied", "agent": agent, "session": request.get("session"),
                     "subject": tool["name"], "data": {"tool": tool, "by": "policy", "reason": reason},
-                    "_capture": {"reason": hf.REDACTED}}  # the deny reason is operator text
+                    "_capture": {"reason": "redacted"}}  # the deny reason is operator text (a capture level)
     if request.get("run"):
         draft["run"] = request["run"]
     draft["cause"] = answered["id"] if answered is not None else request["id"]

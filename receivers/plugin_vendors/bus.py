@@ -30,21 +30,21 @@ import aiohttp
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.payload import get_dict, get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import plugin_bus
-from aep_collector.processors.mapping.drafting import get_dict, get_str
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
 from aep_collector.receivers.tool_gate import HeldConfig
 from aiohttp import web
 
-from . import install
+from . import bus_replies, install
+from .bus_replies import NEUTRAL_REPLY
 from .moments import need_name, unwrap
 
 log = logging.getLogger("aep.receiver.bus")
 
-NEUTRAL_REPLY: dict[str, Any] = plugin_bus.NEUTRAL_REPLY
 SERVER_URL_HEADER = "X-AEP-Server-Url"
 DIRECTORY_HEADER = "X-AEP-Directory"
 _HOOK_NAMES = {kind: hook for hook, kind in plugin_bus.HOOK_KINDS.items()}  # tool.before -> tool.execute.before
@@ -176,7 +176,7 @@ class BusSurface:
         end = await self.loop.hold_permission(signal, key)
         if end.applied is None:
             return NEUTRAL_REPLY  # no operator, timeout, dismissal: the vendor prompts the user
-        return self.mapping.permission_reply(end.applied.option)
+        return bus_replies.permission_reply(end.applied.option)
 
     # -- Kilo >=7.4.6: bus asks answered over the vendor's REST routes --------------------------------
 
@@ -227,13 +227,13 @@ class BusSurface:
         try:
             if fields is None:
                 applied = permission_choice(outcome.answer, self.mapping.REPLY_ROUTE_OPTIONS, refusing="reject")
-                path = self.mapping.permission_route(session, vendor_id)
-                body: dict[str, Any] = self.mapping.permission_route_body(applied.option, applied.text)
+                path = bus_replies.permission_route(session, vendor_id)
+                body: dict[str, Any] = bus_replies.permission_route_body(applied.option, applied.text)
                 answer = recorded(applied)  # any text is delivered as the reject message (kilocode.json)
             else:
                 values = form_values(outcome.answer, fields)
-                path = self.mapping.question_route(vendor_id)
-                body = self.mapping.question_route_body(props.get("questions"), values)
+                path = bus_replies.question_route(vendor_id)
+                body = bus_replies.question_route_body(props.get("questions"), values)
                 answer = {"values": values}
             problem = await self._post(server, path, body)
             if problem is None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.payload import get_dict, get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import pi as mapping
-from aep_collector.processors.mapping.drafting import get_dict, get_str
 from aep_collector.receivers.hook_http import FailOpenDelivery
 from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
