@@ -32,6 +32,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.model import Event, Signal
 
 from .drafting import (
@@ -95,11 +96,6 @@ class BusState:
 def new_state() -> BusState:
     """Fresh runtime state."""
     return BusState()
-
-
-def attention_key(kind: str, vendor_id: str | None) -> str | None:
-    """The correlation key a card and its legs share: ``permission:{id}`` or ``question:{id}``."""
-    return f"{kind}:{vendor_id}" if vendor_id else None
 
 
 def _bounded_put(table: dict[str, Any], key: str, value: Any) -> None:

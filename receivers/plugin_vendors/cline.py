@@ -5,7 +5,7 @@ Cline runs one hook file per event (``.cline/hooks/TaskStart``, ``PreToolUse``, 
 runs ``aep-collector-hook cline``, which POSTs the payload here. Every payload names itself with
 ``hookName``. Observe-only: no hook moment is answerable, the hello declares an empty
 ``control.accepts``, and every reply is ``{}``, which carries none of the agent-mutating fields
-(``aep_collector.processors.mapping.cline.CONTROL_FIELDS``).
+(``CONTROL_FIELDS``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import cline as mapping
 from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer
 from aiohttp import web
@@ -25,8 +24,16 @@ from aiohttp import web
 from . import install
 from .moments import need_name, observe, unwrap
 
-AGENT = mapping.AGENT
-NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
+AGENT = "cline"
+MAPPING = "aep_collector.processors.mapping.cline"
+
+# The agent-mutating keys of a hook reply; observe-only means a reply never carries any of them.
+CONTROL_FIELDS = frozenset({"cancel", "review", "context", "contextModification", "overrideInput",
+                            "errorMessage", "systemPrompt", "appendMessages"})
+# The SDK's hook runner (cline/cline sdk/packages/core/src/hooks/subprocess.ts `toHookControl`, with
+# subprocess-runner.ts `parseHookStdout`): empty stdout parses to nothing and a JSON object without
+# one of CONTROL_FIELDS is "no control", so `{}` is the fail-open reply on every hook.
+NEUTRAL_REPLY: dict[str, Any] = {}
 
 
 @dataclass
@@ -65,8 +72,8 @@ class ClineSurface:
 DECLARATION = VendorDeclaration(
     agent=AGENT, receiver_type='cline', port=8392, config_class=ClineConfig,
     surface=lambda cfg, component: ClineSurface(cfg, component),
-    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT), hooks=install.CLINE_HOOK_FILES,
-    neutral_reply=mapping.NEUTRAL_REPLY,
+    mapping=MAPPING, registration=functools.partial(install.render, AGENT), hooks=install.CLINE_HOOK_FILES,
+    neutral_reply=NEUTRAL_REPLY,
     description='Cline subprocess hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8392; observe-only',
 )
 FACTORY = DECLARATION.factory()
