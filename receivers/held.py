@@ -136,9 +136,9 @@ class AttentionHolder:
         """
         live = self.live() and self.router is not None and self.router.can_hold()
         # AEP-0008 respond_via is authoritative: without a route only the agent's own UI can answer.
-        signal.attrs["respond_via"] = (["control", "oob"] if vendor_ui else ["control"]) if live else ["oob"]
+        signal.respond_via = (["control", "oob"] if vendor_ui else ["control"]) if live else ["oob"]
         if live:
-            signal.attrs["expires_at"] = rfc3339_ms(time.time() + self.timeout)
+            signal.expires_at = rfc3339_ms(time.time() + self.timeout)
         lanes = await self.deliver.lanes([signal])
         if not live or lanes is None or self.router is None:
             return None

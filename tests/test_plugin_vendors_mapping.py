@@ -63,7 +63,7 @@ def test_pi_tool_call_maps_to_nothing_unless_held() -> None:
 
 
 def test_pi_held_tool_call_is_the_gate_request() -> None:
-    sig = Signal("pi", "tool_call", tool_call(), hold="gate:call_9", attrs={"expires_at": "2030-01-01T00:00:00.000Z"})
+    sig = Signal("pi", "tool_call", tool_call(), hold="gate:call_9", expires_at="2030-01-01T00:00:00.000Z")
     (d,) = pi.map_signal(sig, pi.new_state())
     assert d["_attention_key"] == attention_key("gate", "call_9") == "gate:call_9"
     assert d["session"] == "s1" and d["subject"] == "bash" and d["severity"] == "notice"

@@ -418,7 +418,7 @@ def map_signal(signal: Signal, state: HermesState) -> list[Event]:
         drafts = _closed_answers(map_hook(payload, name))
         if name == "pre_tool_call" and signal.hold is not None:
             # The receiver's opt-in operator gate holds this call: its request follows the tool's.
-            drafts.append(gate_request(payload, signal.attrs.get("expires_at")))
+            drafts.append(gate_request(payload, signal.expires_at))
         return drafts
     session_key = get_str(extra, "session_key")
     lane = session_key if session_key in state.sessions else None  # a gateway key never mints a lane

@@ -301,7 +301,7 @@ def map_signal(signal: Signal, state: PiState) -> list[Event]:
         # Only the opt-in gate forwards it; tool_execution_start already said tool.requested.
         if signal.hold is None:
             return []
-        return [gate_request(payload, signal.attrs.get("expires_at"))]
+        return [gate_request(payload, signal.expires_at)]
     deltas = signal.attrs.get("deltas")
     if not isinstance(deltas, bool):
         deltas = state.deltas

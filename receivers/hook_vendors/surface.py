@@ -179,7 +179,7 @@ class HookVendorSurface:
                 del self.denied[(session, call)]
                 # Kimi Code still reports the call the gate blocked, as a PostToolUseFailure (live):
                 # the call is closed already, so the mapping keeps it off the tool lifecycle.
-                signal.attrs["tool_closed"] = True
+                signal.tool_closed = True
         await deliver([signal])
         return self.neutral(signal)
 

@@ -149,7 +149,7 @@ class BusSurface:
         if bus_type in ("permission.asked", "question.asked"):
             if self.routes:
                 return await self._route_card(signal, event, session, deliver)
-            signal.attrs["respond_via"] = ["oob"]  # AEP-0008: nothing here can deliver an answer
+            signal.respond_via = ["oob"]  # AEP-0008: nothing here can deliver an answer
         if bus_type in _SETTLES:
             props = get_dict(event, "properties")
             vendor_id = get_str(props, "permissionID") or get_str(props, "requestID")
@@ -195,7 +195,7 @@ class BusSurface:
         vendor_id = get_str(props, "id")
         if server is None or session is None or vendor_id is None:
             # Nowhere to deliver an answer: the card is informational (AEP-0008 respond_via).
-            signal.attrs["respond_via"] = ["oob"]
+            signal.respond_via = ["oob"]
             await deliver([signal])
             return NEUTRAL_REPLY
         if event.get("type") == "permission.asked":
