@@ -17,19 +17,25 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.model import Event, Signal
 
 from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,
-    gate_card,
     get_dict,
     get_str,
     tool_ref,
 )
-from .plugin_vendors import ABSENT, dotted_fallback, number, tool_completed, tool_failed, tool_requested
+from .plugin_vendors import (
+    ABSENT,
+    dotted_fallback,
+    gate_request_draft,
+    number,
+    tool_completed,
+    tool_failed,
+    tool_requested,
+)
 
 __all__ = ["AGENT", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
            "new_state", "map_hook", "map_signal", "clarify_choices",
@@ -94,10 +100,8 @@ def gate_request(payload: Any, expires_at: str | None = None) -> Event:
     extra = get_dict(p, "extra")
     name = get_str(p, "tool_name")
     detail = get_str(get_dict(p, "tool_input"), "command")
-    data = gate_card(name or "tool", detail, GATE_OPTIONS, expires_at=expires_at)
-    call_id = get_str(extra, "tool_call_id")
-    return draft("attention.requested", data, subject=name or "tool", severity="notice",
-                 session=get_str(p, "session_id"), run=get_str(extra, "turn_id"), _attention_key=attention_key("gate", call_id))
+    return gate_request_draft(name, detail, get_str(extra, "tool_call_id"), get_str(p, "session_id"),
+                              get_str(extra, "turn_id"), expires_at)
 
 
 def _trim(table: dict[Any, Any]) -> None:

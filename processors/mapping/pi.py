@@ -16,21 +16,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.model import Event, Signal
 
 from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,
-    gate_card,
     get_dict,
     get_str,
     snake_case,
     tool_ref,
 )
 from .hook_vendors import Payload
-from .plugin_vendors import ABSENT, step_of, tool_completed, tool_failed, tool_requested, usage
+from .plugin_vendors import (
+    ABSENT,
+    gate_request_draft,
+    step_of,
+    tool_completed,
+    tool_failed,
+    tool_requested,
+    usage,
+)
 
 __all__ = ["AGENT", "DELTAS_ENV", "GATE_OPTIONS", "PiState", "new_state", "map_event",
            "map_signal", "message_text", "gate_request"]
@@ -49,9 +55,8 @@ def gate_request(payload: Any, expires_at: str | None = None) -> Event:
     event = get_dict(p, "event")
     name = get_str(event, "toolName")
     detail = get_str(get_dict(event, "input"), "command")
-    data = gate_card(name or "tool", detail, GATE_OPTIONS, expires_at=expires_at)
-    return draft("attention.requested", data, subject=name or "tool", severity="notice",
-                 session=get_str(get_dict(p, "session"), "id"), _attention_key=attention_key("gate", get_str(event, "toolCallId")))
+    return gate_request_draft(name, detail, get_str(event, "toolCallId"), get_str(get_dict(p, "session"), "id"),
+                              None, expires_at)
 
 
 @dataclass
