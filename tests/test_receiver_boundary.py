@@ -27,8 +27,6 @@ NOT_YET: dict[str, set[tuple[str, str]]] = {
     "hook_vendors/surface.py": {("aep_collector.processors.mapping", "hook_vendors")},
     "hook_vendors/vscode.py": {("aep_collector.processors.mapping", "vscode")},
     "plugin_vendors/bus.py": {("aep_collector.processors.mapping", "plugin_bus")},
-    "plugin_vendors/kilocode.py": {("aep_collector.processors.mapping", "kilocode")},
-    "plugin_vendors/opencode.py": {("aep_collector.processors.mapping", "opencode")},
 }
 
 

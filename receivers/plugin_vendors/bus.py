@@ -32,7 +32,7 @@ from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.payload import get_dict, get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import plugin_bus
+from aep_collector.processors.mapping import load_vendor, plugin_bus
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
@@ -283,10 +283,14 @@ class BusConfig(HeldConfig):
             raise ValueError("reply_route_timeout must be positive")
 
 
-def declare(mapping: ModuleType, config_class: type[BusConfig], port: int, description: str) -> VendorDeclaration:
-    """One OpenCode-family vendor: this surface, the shipped plug-in file, its own identity and port."""
+def declare(agent: str, config_class: type[BusConfig], port: int, description: str) -> VendorDeclaration:
+    """One OpenCode-family vendor: this surface, the shipped plug-in file, its own identity and port.
+
+    Its mapping is ``aep_collector.processors.mapping.<agent>``; the surface finds it through the
+    vendor registry lookup when the receiver is created.
+    """
     return VendorDeclaration(
-        agent=mapping.AGENT, receiver_type=mapping.AGENT, port=port, config_class=config_class,
-        surface=lambda cfg, component: BusSurface(mapping, cfg, component),
-        mapping=mapping.__name__, registration=functools.partial(install.render, mapping.AGENT),
+        agent=agent, receiver_type=agent, port=port, config_class=config_class,
+        surface=lambda cfg, component: BusSurface(load_vendor(agent), cfg, component),
+        mapping=f"aep_collector.processors.mapping.{agent}", registration=functools.partial(install.render, agent),
         neutral_reply=NEUTRAL_REPLY, description=description)

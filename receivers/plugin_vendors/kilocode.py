@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aep_collector.processors.mapping import kilocode as mapping
-
 from .bus import BusConfig, declare
 
-AGENT = mapping.AGENT
+AGENT = "kilocode"
 
 
 @dataclass
@@ -25,6 +23,6 @@ class KiloCodeConfig(BusConfig):
     endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
-DECLARATION = declare(mapping, KiloCodeConfig, 8391,
+DECLARATION = declare(AGENT, KiloCodeConfig, 8391,
                       "Kilo Code plugin (js/kilocode-plugin.js) on 127.0.0.1:8391; held permission.ask and reply-route answers for an operator")
 FACTORY = DECLARATION.factory()

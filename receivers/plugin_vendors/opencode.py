@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aep_collector.processors.mapping import opencode as mapping
-
 from .bus import BusConfig, declare
 
-AGENT = mapping.AGENT
+AGENT = "opencode"
 
 
 @dataclass
@@ -26,6 +24,6 @@ class OpenCodeConfig(BusConfig):
     endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
-DECLARATION = declare(mapping, OpenCodeConfig, 8390,
+DECLARATION = declare(AGENT, OpenCodeConfig, 8390,
                       "OpenCode plugin (js/opencode-plugin.js) on 127.0.0.1:8390; held permission.ask and reply-route answers for an operator")
 FACTORY = DECLARATION.factory()
