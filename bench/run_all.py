@@ -171,7 +171,8 @@ def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: s
         relay = ", JSONL + relay on" if hooks and hooks.get("relay") else ", JSONL on"
         row(f"hook round trip at {r['rate']}/s{relay} ({hooks['duration_s']:g} s, open loop; `bench_hooks.py`)",
             f"p50 {r['p50_ms']:.2f} ms ({r['p50_ratio']:.2f}x echo {r['echo_p50_ms']:.2f} ms), p99 {r['p99_ms']:.2f} ms "
-            f"({r['p99_ratio']:.2f}x echo {r['echo_p99_ms']:.2f} ms), max {r['max_ms']:.0f} ms",
+            f"({r['p99_ratio']:.2f}x echo {r['echo_p99_ms']:.2f} ms), max {r['max_ms']:.0f} ms; collector CPU "
+            f"{r.get('cpu_us', float('nan')):.0f} µs/hook (echo {r.get('echo_cpu_us', float('nan')):.0f})",
             f"p50 <= {P50_X:g}x, p99 <= {P99_X:g}x", ok)
     shim = res.get("shim")
     if shim:

@@ -111,8 +111,9 @@ class MappingProcessor:
 
     def map_one(self, signal: Signal) -> list[Event]:
         try:
-            mod = self.module(signal.agent)
-            drafts = mod.map_signal(signal, self.states[signal.agent])
+            agent = signal.agent
+            mod = self._modules.get(agent) or self.module(agent)
+            drafts = mod.map_signal(signal, self.states[agent])
         except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
             return [self._failure(signal, exc)]
         respond_via = signal.respond_via

@@ -19,25 +19,42 @@ _CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")
 _NON_TOKEN = re.compile(r"[^a-z0-9_]+")
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def json_copy(value: Any) -> Any:
     """A deep copy of parsed JSON (dicts, lists, scalars) — several times faster than deepcopy,
     which it replaces on the per-event path (tool arguments and results); anything else deepcopies."""
     if isinstance(value, dict):
-        return {k: json_copy(v) for k, v in value.items()}
+        # Scalars are taken as they are without a call per value (most values of a payload are).
+        return {k: v if isinstance(v, _SCALARS) else json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [json_copy(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
+        return [v if isinstance(v, _SCALARS) else json_copy(v) for v in value]
+    if isinstance(value, _SCALARS):
         return value
     import copy
 
     return copy.deepcopy(value)
 
 
+_RUNS = re.compile(r"_+")
+# snake_case results by name: a vendor repeats the same few unmapped names (Gemini's model-plane
+# hooks fire on every model call) and four regex passes cost more than the rest of their mapping.
+_SNAKE: dict[str, str] = {}
+_SNAKE_LIMIT = 4096
+_SNAKE_NAME_LIMIT = 256
+
+
 def snake_case(name: str) -> str:
     """CamelCase or anything else -> a type segment ``[a-z0-9_]+`` (never empty)."""
-    s = _CAMEL_2.sub(r"\1_\2", _CAMEL_1.sub(r"\1_\2", name)).lower()
-    s = _NON_TOKEN.sub("_", s).strip("_")
-    return re.sub(r"_+", "_", s) or "unnamed"
+    out = _SNAKE.get(name)
+    if out is None:
+        s = _CAMEL_2.sub(r"\1_\2", _CAMEL_1.sub(r"\1_\2", name)).lower()
+        s = _NON_TOKEN.sub("_", s).strip("_")
+        out = _RUNS.sub("_", s) or "unnamed"
+        if len(_SNAKE) < _SNAKE_LIMIT and len(name) <= _SNAKE_NAME_LIMIT:
+            _SNAKE[name] = out
+    return out
 
 
 def hook_fallback(agent: str, hook: str) -> str:
@@ -49,10 +66,11 @@ def draft(type_: str, data: dict[str, Any] | None = None, subject: Any = None, *
     """A draft with only the keys that have values (absent optionals are omitted, never null)."""
     out: Event = {"type": type_, "data": {} if data is None else data}
     if subject is not None and subject != "":
-        out["subject"] = str(subject)
-    for key, value in attrs.items():
-        if value is not None:
-            out[key] = value
+        out["subject"] = subject if subject.__class__ is str else str(subject)
+    if attrs:
+        for key, value in attrs.items():
+            if value is not None:
+                out[key] = value
     return out
 
 

@@ -98,7 +98,7 @@ def map_hook(name: str, payload: Any) -> list[Event]:
 
 def map_signal(signal: Signal, state: QwenState | None) -> list[Event]:
     """Map a received Qwen Code hook call; its permission card is keyed for the attention book."""
-    name, payload = hf.hook_name(signal), hf.payload_of(signal)
+    name, payload = hf.hook_call(signal)
     if state is not None:
         session = hf.session_of(payload) or ""
         if name == "UserPromptSubmit" and state.continues(session, get_str(payload, "prompt_id")):

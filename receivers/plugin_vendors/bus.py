@@ -18,7 +18,6 @@ in the ``X-AEP-Server-Url`` header (percent-encoded, loopback only; ``X-AEP-Dire
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
 import logging
 from dataclasses import dataclass
@@ -292,5 +291,5 @@ def declare(agent: str, config_class: type[BusConfig], port: int, description: s
     return VendorDeclaration(
         agent=agent, receiver_type=agent, port=port, config_class=config_class,
         surface=lambda cfg, component: BusSurface(load_vendor(agent), cfg, component),
-        mapping=f"aep_collector.processors.mapping.{agent}", registration=functools.partial(install.render, agent),
+        mapping=f"aep_collector.processors.mapping.{agent}", registration=install.renderer(agent),
         neutral_reply=NEUTRAL_REPLY, description=description)

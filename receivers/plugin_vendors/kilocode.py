@@ -1,4 +1,4 @@
-"""The ``kilocode`` receiver: the Kilo Code plugin's moments on ``127.0.0.1:8391``.
+"""The ``kilocode`` receiver: the Kilo Code plugin's moments.
 
 ``js/kilocode-plugin.js`` (a ``{ server }`` module in the config's ``plugin`` array) forwards bus
 events, ``tool.execute.before/after`` and, on Kilo <=7.4.5, the hold-open ``permission.ask``.
@@ -24,5 +24,5 @@ class KiloCodeConfig(BusConfig):
 
 
 DECLARATION = declare(AGENT, KiloCodeConfig, 8391,
-                      "Kilo Code plugin (js/kilocode-plugin.js) on 127.0.0.1:8391; held permission.ask and reply-route answers for an operator")
+                      "Kilo Code plugin (js/kilocode-plugin.js); held permission.ask and reply-route answers for an operator")
 FACTORY = DECLARATION.factory()

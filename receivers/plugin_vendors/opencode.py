@@ -1,4 +1,4 @@
-"""The ``opencode`` receiver: the OpenCode plugin's moments on ``127.0.0.1:8390``.
+"""The ``opencode`` receiver: the OpenCode plugin's moments.
 
 ``js/opencode-plugin.js`` (dropped into ``.opencode/plugins/``) forwards bus events, the
 ``tool.execute.before/after`` hooks and the hold-open ``permission.ask``. Control-capable: the
@@ -25,5 +25,5 @@ class OpenCodeConfig(BusConfig):
 
 
 DECLARATION = declare(AGENT, OpenCodeConfig, 8390,
-                      "OpenCode plugin (js/opencode-plugin.js) on 127.0.0.1:8390; held permission.ask and reply-route answers for an operator")
+                      "OpenCode plugin (js/opencode-plugin.js); held permission.ask and reply-route answers for an operator")
 FACTORY = DECLARATION.factory()
