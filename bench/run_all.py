@@ -51,7 +51,7 @@ def plan(quick: bool, stages: bool) -> list[tuple[str, str, list[str]]]:
         ("otlp", "OTLP LogRecords through the whole pipeline",
          ["bench_otlp.py", "--records", "5000" if q else "40000"]),
         ("relay_role", "relay role fan-out to SSE/WebSocket subscribers",
-         ["bench_relay_role.py", "--events", "2000" if q else "20000"]),
+         ["bench_relay_role.py", "--events", "2000" if q else "10000"]),
         ("queue", "persistent sending queue, peer down, batches of 100",
          ["bench_queue.py", "--events", "20000" if q else "100000", "--batch", "100"]),
         ("queue1", "persistent sending queue, peer down, one event at a time",
