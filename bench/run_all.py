@@ -147,13 +147,14 @@ def load_average() -> str:
         return "unknown"
 
 
-def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: str, minutes: float) -> str:
+def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: str, minutes: float,
+             how: str = "python bench/run_all.py") -> str:
     """The README table block, every figure from ``res`` (one run)."""
     pipe = by_batch(res["pipeline"]["rows"]) if res.get("pipeline") else {}
     speed = raw_speed(res) or "not measured (bench_pipeline did not run)"
     lines = [
         BEGIN,
-        f"Run of `python bench/run_all.py` on {when} at commit `{rev}` ({platform.python_implementation()} "
+        f"Run of `{how}` on {when} at commit `{rev}` ({platform.python_implementation()} "
         f"{platform.python_version()}, {os.cpu_count()} cores, load average {load_before} before the run, "
         f"{minutes:.0f} min). Machine raw speed: {speed}. Every figure below is from this one run.",
         "",
@@ -301,7 +302,9 @@ def main() -> int:
     if failed:
         print(f"no figures from: {', '.join(failed)}")
     if args.markdown:
-        write_markdown(args.markdown, markdown(results, when, rev, load_before, minutes))
+        how = " ".join(["python bench/run_all.py", *(["--quick"] if args.quick else []),
+                        *(["--only", args.only] if args.only else [])])
+        write_markdown(args.markdown, markdown(results, when, rev, load_before, minutes, how))
         print(f"performance table written to {args.markdown}")
     return 1 if failed else 0
 
