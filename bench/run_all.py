@@ -1,6 +1,6 @@
 """Run every benchmark once, print their tables, then issue 16's verdicts from that one run.
 
-    python bench/run_all.py                      # the full set (about 12 minutes on 2 cores)
+    python bench/run_all.py                      # the full set (sized for ~15 min on an idle 2-core machine)
     python bench/run_all.py --quick              # shorter runs, same shape (a smoke check)
     python bench/run_all.py --markdown README.md # also write the README performance table
     python bench/run_all.py --only pipeline,otlp # a subset (the verdicts of what ran)
