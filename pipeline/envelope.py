@@ -43,6 +43,7 @@ CORE_ATTRIBUTES = frozenset({"aep", "id", "type", "subject", "time", "source", "
 _EXTENSION = re.compile(r"[a-z0-9]{1,20}")
 UNKNOWN_SESSION = "unknown"
 _OPTIONAL = ("cause", "traceparent", "severity", "capture")
+_USUAL_KEYS = frozenset({"type", "agent", "id", "subject", "session", "run", "capture", "data"})
 # ".000Z" .. ".999Z" (and ".1000Z", which float rounding can in theory produce): the time suffix.
 _MS_SUFFIX = [f".{ms:03d}Z" for ms in range(1001)]
 
@@ -79,28 +80,18 @@ class Ulid:
         self._last_ms = -(1 << 63)  # below any time: the first id always takes fresh bits
         self._time_hi_key = -1
         self._time_hi = ""
-        self._head = ""  # time (10) + random characters 0..11: fixed until the next ms or a carry
-        self._low = -1  # random characters 12..15 as a 20-bit int; -1 until an increment needs it
-        self._tail = ""  # those 4 characters
+        self._last_id = ""
+        self._low = -1  # the last id's final 4 characters as a 20-bit int; -1 until an increment needs it
         self._pool = ""
-        self._pos = 0
+        self._pos = 1024  # pool exhausted: the first id draws it
 
     @property
     def _last_rand(self) -> int:
         """The 80 random bits of the last id (for tests and debugging)."""
         value = 0
-        text = self._head[10:] + self._tail
-        for c in text:
+        for c in self._last_id[10:]:
             value = value * 32 + _CROCKFORD.index(c)
         return value
-
-    def _fresh(self) -> str:
-        pos = self._pos
-        if pos + 16 > len(self._pool):
-            self._pool = os.urandom(1024).translate(_RANDOM_CHARS).decode("ascii")
-            pos = 0
-        self._pos = pos + 16
-        return self._pool[pos:pos + 16]
 
     def new(self, now_ms: int | None = None) -> str:
         ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -111,26 +102,32 @@ class Ulid:
         """``new`` for a caller that already keeps to one thread (the stamper, like its seq counters)."""
         if ms > self._last_ms:
             self._last_ms = ms
-            hi = ms >> 10
-            if hi != self._time_hi_key:
-                self._time_hi_key, self._time_hi = hi, _encode(hi, 4)
-            fresh = self._fresh()
-            self._head = self._time_hi + _PAIRS[ms & 1023] + fresh[:12]
-            self._tail, self._low = fresh[12:], -1
-            return self._head + self._tail
+            if ms >> 10 != self._time_hi_key:
+                self._time_hi_key = ms >> 10
+                self._time_hi = _encode(ms >> 10, 4)
+            pos = self._pos
+            if pos == 1024:
+                self._pool = os.urandom(1024).translate(_RANDOM_CHARS).decode("ascii")
+                pos = 0
+            self._pos = pos + 16
+            self._low = -1
+            uid = self._last_id = self._time_hi + _PAIRS[ms & 1023] + self._pool[pos:pos + 16]
+            return uid
         # Same millisecond (or a clock step back): increment, so ids still sort by creation.
+        last = self._last_id
         low = self._low
         if low < 0:
-            tail = self._tail
-            low = (_PAIR_VALUE[tail[:2]] << 10) | _PAIR_VALUE[tail[2:]]
+            low = (_PAIR_VALUE[last[22:24]] << 10) | _PAIR_VALUE[last[24:]]
         low += 1
         if low >> 20:  # the carry reaches the high random characters: redo all 80 bits
             rand = (self._last_rand + 1) & _RAND_MASK
-            self._head = self._head[:10] + _encode(rand >> 20, 6)
+            head = last[:10] + _encode(rand >> 20, 6)
             low = rand & 0xFFFFF
+        else:
+            head = last[:22]
         self._low = low
-        self._tail = _PAIRS[low >> 10] + _PAIRS[low & 1023]
-        return self._head + self._tail
+        uid = self._last_id = head + _PAIRS[low >> 10] + _PAIRS[low & 1023]
+        return uid
 
 
 def rfc3339_ms(ts: float) -> str:
@@ -305,6 +302,9 @@ class Stamper:
         if "aep" in draft and "id" in draft and "source" in draft:
             return _public(draft)  # already stamped (a redelivered ack): never re-stamp
         get = draft.get
+        # The usual draft holds no step, cause, traceparent, severity, hint or extension: one
+        # C-level check instead of a look-up each.
+        usual = _USUAL_KEYS.issuperset(draft)
         etype = get("type")
         kind = self._types.get(etype)
         if kind is None:
@@ -340,9 +340,10 @@ class Stamper:
             run = get("run")
             if run is not None and run != "":
                 ev["run"] = run if type(run) is str else str(run)
-            step = get("step")
-            if step is not None and step != "":
-                ev["step"] = step if type(step) is str else str(step)
+            if not usual:
+                step = get("step")
+                if step is not None and step != "":
+                    ev["step"] = step if type(step) is str else str(step)
             if kind == 0:
                 ev["seq"] = self.next_seq(agent, session)
                 epoch = self._epoch.get(agent)
@@ -351,11 +352,15 @@ class Stamper:
                 ev["epoch"] = epoch
                 if etype == "session.ended":
                     self.release(agent, session)
-        for key in _OPTIONAL:
-            value = get(key)
-            if value is not None and value != "":
-                ev[key] = value
-        if not CORE_ATTRIBUTES.issuperset(draft):  # rare: hints or extension attributes to sort out
+        if usual:
+            capture = get("capture")
+            if capture is not None and capture != "":
+                ev["capture"] = capture
+        else:
+            for key in _OPTIONAL:
+                value = get(key)
+                if value is not None and value != "":
+                    ev[key] = value
             for key, value in draft.items():  # extension attributes the draft carries, scalars only
                 if key not in CORE_ATTRIBUTES and key[:1] != "_" and isinstance(value, (str, int, bool)) \
                         and _EXTENSION.fullmatch(key):

@@ -119,9 +119,9 @@ def dumps_bytes(event: dict[str, Any]) -> bytes:
         raw = orjson.dumps(event)
     except (TypeError, orjson.JSONEncodeError):
         raw = json.dumps(event, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
-    # The line breaks are multi-byte: an ASCII line (a C-speed check) has none, and the regex
-    # walk is paid only by lines holding non-ASCII text.
-    if not raw.isascii() and _LINE_BREAKS.search(raw):
+    # The line breaks are multi-byte: an ASCII line (a C-speed check) has none, and a line with
+    # non-ASCII text pays C substring searches; the regex runs only where one was found.
+    if not raw.isascii() and (b"\xe2\x80" in raw or b"\xc2\x85" in raw) and _LINE_BREAKS.search(raw):
         raw = _LINE_BREAKS.sub(lambda m: _ESCAPES[m.group()], raw)
     return raw
 

@@ -138,7 +138,8 @@ class JsonlExporter:
         """
         if len(events) == 1:
             event = events[0]
-            groups: list[tuple[str, list[bytes]]] = [(self._file(event), [dumps_bytes(event) + b"\n"])]
+            path = self._paths.get((event.get("agent", "unknown"), event.get("session"))) or self._file(event)
+            groups: list[tuple[str, list[bytes]]] = [(path, [dumps_bytes(event) + b"\n"])]
         else:
             by_path: dict[str, list[bytes]] = {}
             for event in events:
@@ -157,7 +158,9 @@ class JsonlExporter:
                     self._fds.move_to_end(path)
                 if cfg.rotate_bytes or cfg.rotate_age:
                     fd = self._maybe_rotate(path, fd, len(data))
-                self._append(fd, data)
+                written = os.write(fd, data)
+                if written != len(data):
+                    self._cut_short_write(fd, written)
                 touched.append(fd)
                 if cfg.rotate_age and path not in self._born:
                     self._born[path] = _event_time(lines[0])
@@ -192,14 +195,13 @@ class JsonlExporter:
             return False
         return st.f_bavail * st.f_frsize >= self.config.min_free_bytes
 
-    def _append(self, fd: int, line: bytes) -> None:
-        # write(2) either fails having written nothing (OSError) or returns how much it wrote: only
-        # a short write leaves half a line, cut back from the size it produced (no fstat per event).
-        written = os.write(fd, line)
-        if written != len(line):
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, os.fstat(fd).st_size - written)  # never leave half a line
-            raise OSError(errno.ENOSPC, "short write (disk full?)")
+    def _cut_short_write(self, fd: int, written: int) -> None:
+        """Cut back a short write and raise. write(2) either fails having written nothing (OSError)
+        or returns how much it wrote: only a short write leaves half a line, cut back from the size
+        it produced (so no fstat per event)."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, os.fstat(fd).st_size - written)  # never leave half a line
+        raise OSError(errno.ENOSPC, "short write (disk full?)")
 
     def _open(self, path: str) -> int:
         fd = self._fds.get(path)

@@ -1,4 +1,4 @@
-"""The ``claude_code`` receiver: Claude Code's native ``http`` hooks on ``127.0.0.1:8377``.
+"""The ``claude_code`` receiver: Claude Code's native ``http`` hooks.
 
 Claude Code POSTs each hook's JSON input to ``POST /hook``; the hook's ``hook_event_name`` names
 the moment. The reply is Claude Code's hook output JSON; ``{}`` is the neutral reply (no
@@ -198,7 +198,7 @@ def _call_key(payload: dict[str, Any]) -> str:
     return f"{payload.get('tool_name')}:{digest(payload.get('tool_input'))}"
 
 
-def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: float = 55.0,
+def settings_block(url: str | None = None, attention_timeout: float = 55.0,
                    commands: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``~/.claude/settings.json`` ``hooks`` block pointing every mapped hook at the receiver.
 
@@ -206,6 +206,7 @@ def settings_block(url: str = "http://127.0.0.1:8377/hook", attention_timeout: f
     hook we are still holding for an operator. ``commands`` registers a hook as a ``command``
     hook instead (``COMMAND_HOOKS``: the ones Claude Code never fires over http).
     """
+    url = url or hook_url(None, DECLARATION.endpoint)
     held = int(attention_timeout) + 30
     hooks: dict[str, Any] = {}
     for name in HOOKS:
@@ -239,7 +240,7 @@ DECLARATION = VendorDeclaration(
     surface=lambda cfg, component: ClaudeCodeSurface(cfg, component),
     mapping=cc.__name__, registration=registration, hooks=HOOKS, held_hooks=HELD_HOOKS,
     neutral_reply=NEUTRAL_REPLY,
-    description="Claude Code native http hooks (POST /hook) on 127.0.0.1:8377",
+    description="Claude Code native http hooks (POST /hook)",
 )
 FACTORY = DECLARATION.factory()
 

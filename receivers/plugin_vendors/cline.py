@@ -1,4 +1,4 @@
-"""The ``cline`` receiver: Cline's subprocess hooks, through the shared shim, on ``127.0.0.1:8392``.
+"""The ``cline`` receiver: Cline's subprocess hooks, through the shared shim.
 
 Cline runs one hook file per event (``.cline/hooks/TaskStart``, ``PreToolUse``, ...; cline/cline
 ``sdk/packages/core/src/hooks/hook-file-config.ts``) with the typed payload on stdin; each file
@@ -10,7 +10,6 @@ runs ``aep-collector-hook cline``, which POSTs the payload here. Every payload n
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,11 +61,7 @@ class ClineSurface:
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-DECLARATION = VendorDeclaration(
-    agent=AGENT, receiver_type='cline', port=8392, config_class=ClineConfig,
-    surface=lambda cfg, component: ClineSurface(cfg, component),
-    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT), hooks=install.CLINE_HOOK_FILES,
-    neutral_reply=mapping.NEUTRAL_REPLY,
-    description='Cline subprocess hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8392; observe-only',
-)
+DECLARATION = VendorDeclaration.of_mapping(
+    mapping, port=8392, config_class=ClineConfig, surface=ClineSurface, registration=install.renderer(AGENT), hooks=install.CLINE_HOOK_FILES,
+    description="Cline subprocess hooks via aep-collector-hook (POST /hook); observe-only")
 FACTORY = DECLARATION.factory()

@@ -1,4 +1,4 @@
-"""The ``hermes`` receiver: Hermes Agent shell hooks, through the shared shim, on ``127.0.0.1:8393``.
+"""The ``hermes`` receiver: Hermes Agent shell hooks, through the shared shim.
 
 Hermes runs each ``hooks:`` entry of ``~/.hermes/config.yaml`` with the stdin envelope
 ``{hook_event_name, tool_name, tool_input, session_id, cwd, extra}`` (NousResearch/hermes-agent
@@ -13,7 +13,6 @@ goes on into Hermes' own approval gate), a timeout or a hung-up shim is ``{}``.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,12 +66,8 @@ class HermesSurface(StrictGateSurface):
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-DECLARATION = VendorDeclaration(
-    agent=AGENT, receiver_type='hermes', port=8393, config_class=HermesConfig,
-    surface=lambda cfg, component: HermesSurface(cfg, component),
-    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT), hooks=install.HERMES_HOOKS,
+DECLARATION = VendorDeclaration.of_mapping(
+    mapping, port=8393, config_class=HermesConfig, surface=HermesSurface, registration=install.renderer(AGENT), hooks=install.HERMES_HOOKS,
     held_hooks=frozenset({"pre_tool_call"}),
-    neutral_reply=mapping.NEUTRAL_REPLY,
-    description='Hermes Agent shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8393; observe-only, opt-in operator-deny gate',
-)
+    description="Hermes Agent shell hooks via aep-collector-hook (POST /hook); observe-only, opt-in operator-deny gate")
 FACTORY = DECLARATION.factory()

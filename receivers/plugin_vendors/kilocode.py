@@ -1,4 +1,4 @@
-"""The ``kilocode`` receiver: the Kilo Code plugin's moments on ``127.0.0.1:8391``.
+"""The ``kilocode`` receiver: the Kilo Code plugin's moments.
 
 ``js/kilocode-plugin.js`` (a ``{ server }`` module in the config's ``plugin`` array) forwards bus
 events, ``tool.execute.before/after`` and, on Kilo <=7.4.5, the hold-open ``permission.ask``.
@@ -41,11 +41,8 @@ class KiloCodeConfig(HeldConfig):
             raise ValueError("reply_route_timeout must be positive")
 
 
-DECLARATION = VendorDeclaration(
-    agent=AGENT, receiver_type='kilocode', port=8391, config_class=KiloCodeConfig,
-    surface=lambda cfg, component: BusSurface(mapping, cfg, component),
-    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT),
-    neutral_reply=mapping.NEUTRAL_REPLY,
-    description='Kilo Code plugin (js/kilocode-plugin.js) on 127.0.0.1:8391; held permission.ask and reply-route answers for an operator',
-)
+DECLARATION = VendorDeclaration.of_mapping(
+    mapping, port=8391, config_class=KiloCodeConfig, surface=functools.partial(BusSurface, mapping),
+    registration=install.renderer(AGENT),
+    description="Kilo Code plugin (js/kilocode-plugin.js); held permission.ask and reply-route answers for an operator")
 FACTORY = DECLARATION.factory()

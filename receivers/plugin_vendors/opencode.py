@@ -1,4 +1,4 @@
-"""The ``opencode`` receiver: the OpenCode plugin's moments on ``127.0.0.1:8390``.
+"""The ``opencode`` receiver: the OpenCode plugin's moments.
 
 ``js/opencode-plugin.js`` (dropped into ``.opencode/plugins/``) forwards bus events, the
 ``tool.execute.before/after`` hooks and the hold-open ``permission.ask``. Control-capable: the
@@ -42,11 +42,8 @@ class OpenCodeConfig(HeldConfig):
             raise ValueError("reply_route_timeout must be positive")
 
 
-DECLARATION = VendorDeclaration(
-    agent=AGENT, receiver_type='opencode', port=8390, config_class=OpenCodeConfig,
-    surface=lambda cfg, component: BusSurface(mapping, cfg, component),
-    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT),
-    neutral_reply=mapping.NEUTRAL_REPLY,
-    description='OpenCode plugin (js/opencode-plugin.js) on 127.0.0.1:8390; held permission.ask and reply-route answers for an operator',
-)
+DECLARATION = VendorDeclaration.of_mapping(
+    mapping, port=8390, config_class=OpenCodeConfig, surface=functools.partial(BusSurface, mapping),
+    registration=install.renderer(AGENT),
+    description="OpenCode plugin (js/opencode-plugin.js); held permission.ask and reply-route answers for an operator")
 FACTORY = DECLARATION.factory()

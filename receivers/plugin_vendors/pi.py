@@ -1,4 +1,4 @@
-"""The ``pi`` receiver: the pi extension's forwarded bus events on ``127.0.0.1:8396``.
+"""The ``pi`` receiver: the pi extension's forwarded bus events.
 
 ``js/pi-extension.js`` (a factory ``(pi) => { pi.on(...) }``, loaded by explicit path) POSTs each
 moment as ``{session: {id, file, cwd}, event: {type, ...}}``; ``event.type`` names it.
@@ -14,7 +14,6 @@ hung-up extension reply nothing (the call proceeds). ``deltas: true`` lets strea
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,11 +77,7 @@ class PiSurface(StrictGateSurface):
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-DECLARATION = VendorDeclaration(
-    agent=AGENT, receiver_type='pi', port=8396, config_class=PiConfig,
-    surface=lambda cfg, component: PiSurface(cfg, component),
-    mapping=mapping.__name__, registration=functools.partial(install.render, AGENT),
-    neutral_reply=mapping.NEUTRAL_REPLY,
-    description='pi extension events (POST /hook) on 127.0.0.1:8396; observe-only, opt-in tool_call gate',
-)
+DECLARATION = VendorDeclaration.of_mapping(
+    mapping, port=8396, config_class=PiConfig, surface=PiSurface, registration=install.renderer(AGENT),
+    description="pi extension events (POST /hook); observe-only, opt-in tool_call gate")
 FACTORY = DECLARATION.factory()
