@@ -87,6 +87,15 @@ async def load(port: int, rate: int, duration: float) -> list[float]:
     return latencies
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(p / 100 * len(s)))] * 1000
@@ -121,14 +130,18 @@ def main() -> None:
         echo, eport = start([sys.executable, "bench/echo_server.py"], r"echo listening on \S+:(\d+)",
                             ready="echo listening")
         try:
-            print(f"{'target':<10} {'rate/s':>7} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-            rows = {}
+            print(f"{'target':<10} {'rate/s':>7} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+                  f"{'CPU µs/req':>10}")
+            rows, cpu = {}, {}
             for rate in rates:
-                for name, port in (("echo", eport), ("collector", cport)):
+                for name, proc, port in (("echo", echo, eport), ("collector", collector, cport)):
+                    cpu0 = cpu_seconds(proc.pid)
                     lat = asyncio.run(load(port, rate, args.duration))
+                    # The server's own CPU per request: latency on a shared machine is noisy, this less so.
+                    cpu[(name, rate)] = (cpu_seconds(proc.pid) - cpu0) / len(lat) * 1e6
                     rows[(name, rate)] = lat
                     print(f"{name:<10} {rate:>7} {len(lat):>6} {pct(lat, 50):>8.2f} {pct(lat, 99):>8.2f} "
-                          f"{max(lat) * 1000:>8.2f}")
+                          f"{max(lat) * 1000:>8.2f} {cpu[(name, rate)]:>10.0f}")
             print()
             summary = []
             for rate in rates:
@@ -139,7 +152,8 @@ def main() -> None:
                 summary.append({"rate": rate, "n": len(c), "p50_ms": statistics.median(c) * 1000, "p99_ms": pct(c, 99),
                                 "max_ms": max(c) * 1000, "echo_p50_ms": statistics.median(e) * 1000,
                                 "echo_p99_ms": pct(e, 99), "echo_max_ms": max(e) * 1000, "p50_ratio": r50,
-                                "p99_ratio": r99})
+                                "p99_ratio": r99, "cpu_us": cpu[("collector", rate)],
+                                "echo_cpu_us": cpu[("echo", rate)]})
             emit("hooks", relay=args.relay, duration_s=args.duration, rows=summary)
         finally:
             for proc in (collector, echo, *( [relay[0]] if relay else [])):

@@ -26,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from aep_collector.receivers.hook_vendors.blocks import shim_argv
-from aep_collector.receivers.registration import ensure_shim, shim_command, using_home
+from aep_collector.receivers.registration import ensure_shim, shim_argv, shim_command, using_home
 from result import emit
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -467,21 +467,25 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
 
 # -- status ---------------------------------------------------------------------------------------
 
-# Where each vendor's hooks are registered in a user's home, and what marks our registration there.
-WIRING = (
-    ("claude-code", ".claude/settings.json", (":8377", "aep-collector-hook")),
-    ("codex", ".codex/hooks.json", (":8378", "aep-collector-hook")),
-    ("gemini-cli", ".gemini/settings.json", (":8379", "aep-collector-hook")),
-    ("qwen-code", ".qwen/settings.json", (":8380", "aep-collector-hook")),
-    ("kimi-code", ".kimi-code/config.toml", (":8398", "aep-collector-hook")),
-    ("hermes", ".hermes/config.yaml", (":8393", "aep-collector-hook")),
-    ("cline", ".cline/hooks", (":8392", "aep-collector-hook")),
-    ("pi", ".pi/agent/extensions", (":8396", "aep")),
-)
+def wiring_places() -> list[tuple[str, Path, tuple[str, ...]]]:
+    """Where each declared vendor's registration lands in the user's home (its first ``--install``
+    target), and what marks it as ours there (the receiver's port, the shim's command name).
+    Vendors wired per workspace (``project`` targets) are left out: no home file says."""
+    from aep_collector.receivers.registration import declarations
+    from aep_collector.receivers.wiring import resolve
+
+    places: list[tuple[str, Path, tuple[str, ...]]] = []
+    for agent, decl in sorted(declarations().items()):
+        try:
+            target = decl.registration(None, None).targets[0]
+        except Exception:  # a plug-in's renderer that cannot render without a config
+            continue
+        if target.base != "project":
+            places.append((agent, resolve(target, None, None), (f":{decl.port}", "aep-collector-hook")))
+    return places
 
 
 def wiring() -> list[tuple[str, str]]:
-    home = Path.home()
     out = []
     try:
         from aep_collector.receivers.wiring import records_dir
@@ -489,8 +493,7 @@ def wiring() -> list[tuple[str, str]]:
         installed = {p.stem for p in records_dir().glob("*.json")}
     except Exception:  # the install records are a hint; the config files are the truth
         installed = set()
-    for vendor, rel, marks in WIRING:
-        path = home / rel
+    for vendor, path, marks in wiring_places():
         texts: list[str] = []
         try:
             if path.is_dir():

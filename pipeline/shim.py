@@ -1,34 +1,31 @@
 """``aep-collector-hook VENDOR [EVENT] [--url URL] [--wait SECONDS]``: the fail-open command-hook shim.
 
-A vendor that runs a command per hook firing (Codex, Gemini CLI, VS Code agent, Kimi Code,
-Antigravity, Cline, Hermes; Claude Code for SessionStart, which it fires for command hooks only)
-runs this: it reads the hook payload from stdin,
+A vendor that runs a command per hook firing runs this: it reads the hook payload from stdin,
 POSTs it to the vendor's collector receiver (``/hook``, with ``?hook=EVENT`` when an event is
-given: Antigravity's payloads do not name their own), and prints the receiver's reply. On ANY
+given: some vendors' payloads do not name their own), and prints the receiver's reply. On ANY
 failure (receiver down, slow, non-2xx, a reply that is not a JSON object, empty or oversized
 stdin) it prints the vendor's neutral reply instead, and it always exits 0: a hook must never
 break the agent it observes (reference stack §0.1 "fail-open").
 
 It is started once per hook firing, so it imports nothing but the C socket module: no
 ``socket.py`` (enum, selectors), no ``http.client`` (email, ssl), no ``json`` (re), no ``os``,
-nothing from this project. ``python -X importtime -m aep_collector.pipeline.shim`` shows what it costs;
+nothing from this project but its vendor table (``TABLE``, literals). ``python -X importtime -m aep_collector.pipeline.shim`` shows what it costs;
 ``bench/bench_shim.py`` measures it against a bare interpreter (registered commands run a copy of
 this file, ``~/.aep/bin/aep_collector_hook.py``, as ``python -S -I -c "import aep_collector_hook
 ..."``: no site, cached bytecode; ``receivers/registration.py``). Because of that it
 checks a reply's framing (status, ``Content-Type``, ``Content-Length``, the braces of a JSON
 object) rather than parsing it: the receiver, which wrote it, already did.
 
-Receiver address: the vendor's reference port on 127.0.0.1, overridden by ``--url`` or by the
-environment variable ``AEP_<VENDOR>_URL`` (``AEP_CODEX_URL``, ``AEP_GEMINI_CLI_URL``,
-``AEP_QWEN_CODE_URL``, ``AEP_VSCODE_URL``, ``AEP_ANTIGRAVITY_URL``, ``AEP_KIMI_CODE_URL``,
-``AEP_CLINE_URL``, ``AEP_HERMES_URL``), e.g.
-``http://127.0.0.1:9378`` (path ``/hook`` unless the URL names one). Only plain ``http`` to the
+The shim knows no vendor itself: what it knows of each (port, neutral replies, held hooks, waits)
+is the table generated from the vendor declarations (``vendors()``). Receiver address: the
+vendor's declared port on 127.0.0.1, overridden by ``--url`` or by the environment variable
+``AEP_<VENDOR>_URL`` (``kimi-code`` -> ``AEP_KIMI_CODE_URL``), e.g. ``http://127.0.0.1:9378`` (path ``/hook`` unless the URL names one). Only plain ``http`` to the
 local receiver is spoken.
 
 Waiting: a hook the receiver may hold for an operator (``held`` below) waits up to the vendor's
 default hold window plus a margin; every other hook waits ``SHORT_WAIT`` (the receiver replies
 neutrally itself after its ``reply_timeout``, 5 s by default). ``--wait`` overrides both; the
-registration blocks ``aep-collector hooks VENDOR`` prints pass it, computed from the config.
+registrations ``aep-collector hooks VENDOR`` prints pass it, computed from the config.
 
 ``AEP_HOOK_DEBUG=1`` writes the reason for a neutral reply to stderr (stdout stays the vendor's).
 """

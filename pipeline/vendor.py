@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from .component import Factory, Kind
@@ -64,6 +65,16 @@ class VendorDeclaration:
     at once and delivers from a detached child."""
     stability: str = "development"
 
+    @classmethod
+    def of_mapping(cls, mapping: ModuleType, **fields: Any) -> VendorDeclaration:
+        """A declaration named after its mapping module: ``agent`` its ``AGENT``, ``receiver_type``
+        its module name, ``neutral_reply`` its ``NEUTRAL_REPLY`` where it has one (unless given)."""
+        fields.setdefault("agent", mapping.AGENT)
+        fields.setdefault("receiver_type", mapping.__name__.rsplit(".", 1)[-1])
+        if hasattr(mapping, "NEUTRAL_REPLY"):
+            fields.setdefault("neutral_reply", mapping.NEUTRAL_REPLY)
+        return cls(mapping=mapping.__name__, **fields)
+
     @property
     def endpoint(self) -> str:
         """The config's default ``endpoint``: loopback on the declared port."""
@@ -101,5 +112,6 @@ class VendorDeclaration:
 
             return HookServer(settings, config, next_consumer, self.surface(config, f"receiver/{settings.id}"))
 
-        return Factory(Kind.RECEIVER, self.receiver_type, self.config_class, create, self.description,
+        description = f"{self.description} (default endpoint {self.endpoint})"
+        return Factory(Kind.RECEIVER, self.receiver_type, self.config_class, create, description,
                        self.stability, vendor=self)

@@ -13,6 +13,14 @@ The typed factory helpers below state the create signature of each kind, which t
     def create(settings: CreateSettings, config: MyConfig) -> MyExporter: ...
 
     FACTORY = exporter_factory("my_exporter", MyConfig, create)
+
+A vendor (a coding agent whose hooks become AEP events) is one mapping module and one receiver
+module holding its ``VendorDeclaration``; ``FACTORY = DECLARATION.factory()`` is the entry point,
+and ``aep-collector hooks``, the command shim and the mapping processor find the vendor through
+it. The receiver side builds on the shared hook server: ``HookReceiverConfig`` (the keys every
+hook receiver has), ``HookError`` (a refused request), and for the registration ``Wiring``,
+``Target``, ``json_target``, ``hook_url`` and ``shim_command`` (the fail-open command a vendor
+runs per hook). ``tests/plugin_vendor/`` is a complete, tested example.
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ from aep_collector.pipeline.component import (
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Batch, Event, Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
+from aep_collector.receivers.hook_http import HookError, HookReceiverConfig
+from aep_collector.receivers.registration import hook_url, shim_command
+from aep_collector.receivers.wiring import Target, Wiring, json_target
 
 __all__ = [
     "Batch",
@@ -40,15 +51,22 @@ __all__ = [
     "Event",
     "Exporter",
     "Factory",
+    "HookError",
+    "HookReceiverConfig",
     "Host",
     "Kind",
     "Processor",
     "Receiver",
     "Signal",
+    "Target",
     "VendorDeclaration",
+    "Wiring",
     "exporter_factory",
+    "hook_url",
+    "json_target",
     "processor_factory",
     "receiver_factory",
+    "shim_command",
 ]
 
 C = TypeVar("C")

@@ -54,14 +54,14 @@ class AttentionBook:
         out: list[Event] = []
         for d in drafts:
             etype = d.get("type")
+            key = d.get("_attention_key")
+            if key is None and etype != "session.ended":
+                out.append(d)  # the common case: nothing to correlate (hot path, no key built)
+                continue
             agent = str(d.get("agent", ""))
             session = str(d.get("session") or "unknown")
             if etype == "session.ended":
                 out.extend(self.sweep(agent, session))
-                out.append(d)
-                continue
-            key = d.get("_attention_key")
-            if key is None:
                 out.append(d)
                 continue
             k = (agent, session, str(key))

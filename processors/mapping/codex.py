@@ -63,7 +63,7 @@ def map_hook(name: str, payload: Any) -> list[Event]:
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
     """Map a received Codex hook call; its permission card is keyed for the attention book."""
-    return hf.key_permissions(map_hook(hf.hook_name(signal), hf.payload_of(signal)), signal)
+    return hf.key_permissions(map_hook(*hf.hook_call(signal)), signal)
 
 
 def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:

@@ -6,41 +6,55 @@ import re
 from typing import Any
 
 from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.control import PERMISSION_OPTIONS
 from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.payload import get_dict, get_str, tool_ref
 
 __all__ = ["gate_card", "json_copy", "digest", "draft", "snake_case", "hook_fallback", "PERMISSION_OPTIONS", "get_str",
            "get_dict", "tool_ref", "permission_prompt"]
 
-# Taxonomy digest §2.5: the standard options of a held binary gate.
-PERMISSION_OPTIONS: list[dict[str, str]] = [
-    {"id": "allow", "label": "Allow"},
-    {"id": "deny", "label": "Deny"},
-]
 
 _CAMEL_1 = re.compile(r"(.)([A-Z][a-z]+)")
 _CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")
 _NON_TOKEN = re.compile(r"[^a-z0-9_]+")
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def json_copy(value: Any) -> Any:
     """A deep copy of parsed JSON (dicts, lists, scalars) — several times faster than deepcopy,
     which it replaces on the per-event path (tool arguments and results); anything else deepcopies."""
     if isinstance(value, dict):
-        return {k: json_copy(v) for k, v in value.items()}
+        # Scalars are taken as they are without a call per value (most values of a payload are).
+        return {k: v if isinstance(v, _SCALARS) else json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [json_copy(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
+        return [v if isinstance(v, _SCALARS) else json_copy(v) for v in value]
+    if isinstance(value, _SCALARS):
         return value
     import copy
 
     return copy.deepcopy(value)
 
 
+_RUNS = re.compile(r"_+")
+# snake_case results by name: a vendor repeats the same few unmapped names (Gemini's model-plane
+# hooks fire on every model call) and four regex passes cost more than the rest of their mapping.
+_SNAKE: dict[str, str] = {}
+_SNAKE_LIMIT = 4096
+_SNAKE_NAME_LIMIT = 256
+
+
 def snake_case(name: str) -> str:
     """CamelCase or anything else -> a type segment ``[a-z0-9_]+`` (never empty)."""
-    s = _CAMEL_2.sub(r"\1_\2", _CAMEL_1.sub(r"\1_\2", name)).lower()
-    s = _NON_TOKEN.sub("_", s).strip("_")
-    return re.sub(r"_+", "_", s) or "unnamed"
+    out = _SNAKE.get(name)
+    if out is None:
+        s = _CAMEL_2.sub(r"\1_\2", _CAMEL_1.sub(r"\1_\2", name)).lower()
+        s = _NON_TOKEN.sub("_", s).strip("_")
+        out = _RUNS.sub("_", s) or "unnamed"
+        if len(_SNAKE) < _SNAKE_LIMIT and len(name) <= _SNAKE_NAME_LIMIT:
+            _SNAKE[name] = out
+    return out
 
 
 def hook_fallback(agent: str, hook: str) -> str:
@@ -52,37 +66,12 @@ def draft(type_: str, data: dict[str, Any] | None = None, subject: Any = None, *
     """A draft with only the keys that have values (absent optionals are omitted, never null)."""
     out: Event = {"type": type_, "data": {} if data is None else data}
     if subject is not None and subject != "":
-        out["subject"] = str(subject)
-    for key, value in attrs.items():
-        if value is not None:
-            out[key] = value
+        out["subject"] = subject if subject.__class__ is str else str(subject)
+    if attrs:
+        for key, value in attrs.items():
+            if value is not None:
+                out[key] = value
     return out
-
-
-def get_str(obj: Any, key: str) -> str | None:
-    """``obj[key]`` when obj is a dict and the value is a non-empty string, else None."""
-    if isinstance(obj, dict):
-        value = obj.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def get_dict(obj: Any, key: str) -> dict[str, Any]:
-    """``obj[key]`` when it is a dict, else an empty dict (vendors send odd shapes; never crash)."""
-    if isinstance(obj, dict):
-        value = obj.get(key)
-        if isinstance(value, dict):
-            return value
-    return {}
-
-
-def tool_ref(name: str | None, call_id: str | None = None) -> dict[str, str]:
-    """``tool_ref`` = ``{name, call_id?}``; a missing name becomes ``unknown`` (the field is required)."""
-    ref = {"name": name or "unknown"}
-    if call_id:
-        ref["call_id"] = call_id
-    return ref
 
 
 def permission_prompt(tool: str, detail: str | None, description: str | None = None) -> str:

@@ -72,4 +72,4 @@ def map_hook(name: str, payload: Any) -> list[Event]:
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
     """Map a received Gemini CLI hook call."""
-    return map_hook(hf.hook_name(signal), hf.payload_of(signal))
+    return map_hook(*hf.hook_call(signal))

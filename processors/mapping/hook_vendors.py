@@ -23,7 +23,6 @@ from aep_collector.processors.mapping.drafting import (
     hook_fallback,
     json_copy,
     permission_prompt,
-    tool_ref,
 )
 
 Payload = dict[str, Any]
@@ -51,6 +50,15 @@ def hook_name(signal: Signal) -> str:
     return get_str(payload_of(signal), "hook_event_name") or signal.name or "unnamed"
 
 
+def hook_call(signal: Signal) -> tuple[str, Payload]:
+    """(``hook_name``, ``payload_of``) of a signal in one step (the per-event dispatch)."""
+    payload = signal.payload if isinstance(signal.payload, dict) else {}
+    name = payload.get("hook_event_name")
+    if isinstance(name, str) and name:
+        return name, payload
+    return signal.name or "unnamed", payload
+
+
 def session_of(payload: Payload) -> str | None:
     """``session_id`` when it is a non-empty string; None sends the draft to the ``unknown`` lane."""
     return get_str(payload, "session_id")
@@ -68,8 +76,12 @@ def map_table(
     body: Payload = payload if isinstance(payload, dict) else {}
     handler = table.get(name)
     out = handler(body, state) if handler is not None else fallback(agent, name)
-    drafts = [] if out is None else [out] if isinstance(out, dict) else list(out)
-    session = session_of(body)
+    if out is None:
+        return []
+    drafts = [out] if isinstance(out, dict) else list(out)
+    session = body.get("session_id")
+    if not (isinstance(session, str) and session):
+        session = None  # as session_of: only a non-empty string names a session
     for d in drafts:
         if d["type"].startswith("agent."):
             continue  # AEP-0001: agent-scoped events carry no session, run or step
@@ -106,7 +118,14 @@ def _has_path(data: Payload, path: str) -> bool:
 
 def tool_of(payload: Payload, call_ids: bool = True) -> dict[str, str]:
     """``tool_ref`` from ``tool_name`` / ``tool_use_id`` (Gemini passes call_ids=False: it has none)."""
-    return tool_ref(get_str(payload, "tool_name"), get_str(payload, "tool_use_id") if call_ids else None)
+    # ``tool_ref(get_str(...), get_str(...))`` inlined: this runs on every tool hook.
+    name = payload.get("tool_name")
+    ref = {"name": name if isinstance(name, str) and name else "unknown"}
+    if call_ids:
+        call_id = payload.get("tool_use_id")
+        if isinstance(call_id, str) and call_id:
+            ref["call_id"] = call_id
+    return ref
 
 
 def tool_requested(payload: Payload, _state: Any = None, *, call_ids: bool = True) -> Event:
@@ -240,14 +259,16 @@ def permission_reply(behavior: str, message: str | None = None) -> Payload:
 # --- session and run -----------------------------------------------------------------------
 
 
+_SESSION_KEYS = (("source", "trigger"), ("model", "gen_ai.request.model"), ("agent_type", "agent_type"),
+                 ("permission_mode", "permission_mode"), ("cwd", "cwd"))
+
+
 def session_started(agent: str, payload: Payload) -> Event:
     """SessionStart -> ``session.started`` (client object, trigger, model; cwd is redacted-gated)."""
     data: Payload = {"client": {"name": agent}}
-    for key, out in (("source", "trigger"), ("model", "gen_ai.request.model"),
-                     ("agent_type", "agent_type"), ("permission_mode", "permission_mode"),
-                     ("cwd", "cwd")):
-        value = get_str(payload, key)
-        if value:
+    for key, out in _SESSION_KEYS:
+        value = payload.get(key)
+        if isinstance(value, str) and value:
             data[out] = value
     return draft("session.started", data)
 
@@ -338,3 +359,14 @@ def notification(payload: Payload, _state: Any = None, *,
             data[key] = value  # progress.status.message is redacted by schema; title is vendor text
     return merge_capture(draft("progress.status", data, kind), title=REDACTED)
 
+
+LIFECYCLE_HOOKS: dict[str, Handler] = {
+    "SessionEnd": session_ended,
+    "UserPromptSubmit": run_started,
+    "Stop": run_finished,
+    "StopFailure": run_failed,
+    "PreToolUse": tool_requested,
+    "PostToolUse": tool_completed,
+    "PostToolUseFailure": tool_use_failure,
+}
+"""The session, run and tool hooks Claude Code and Qwen Code map alike (after their own SessionStart)."""

@@ -52,7 +52,7 @@ def map_hook(name: str, payload: Any) -> list[Event]:
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
     """Map a received VS Code agent hook call; a PreToolUse the receiver holds also raises the gate card."""
-    name, payload = hf.hook_name(signal), hf.payload_of(signal)
+    name, payload = hf.hook_call(signal)
     drafts = map_hook(name, payload)
     if name == "PreToolUse" and signal.hold is not None:
         card = gate_request(payload, gate_key(signal))

@@ -1,4 +1,4 @@
-"""The ``antigravity`` receiver: Antigravity ``hooks.json`` command hooks, via the shim, on ``127.0.0.1:8395``.
+"""The ``antigravity`` receiver: Antigravity ``hooks.json`` command hooks, via the shim.
 
 No Antigravity payload names its own hook (reference stack §1.11), so the event name comes as
 ``POST /hook?hook=<EventName>``; the registration passes it to the shim as its EVENT argument.
@@ -15,11 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import antigravity
 from aep_collector.receivers.hook_http import HookReceiverConfig
-from aep_collector.receivers.hook_vendors import blocks
-from aep_collector.receivers.hook_vendors.surface import HookVendorSurface, Spec
+from aep_collector.receivers.hook_vendors import shim_hooks
+from aep_collector.receivers.hook_vendors.surface import HookHandling, declare
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "antigravity"
@@ -40,7 +39,7 @@ def exact_neutral(hook: str) -> bytes:
     return json.dumps(antigravity.neutral_reply(hook)).encode()
 
 
-SPEC = Spec(mapping=antigravity, name_keys=(), neutral=exact_neutral, canonical=antigravity.canonical_hook)
+HANDLING = HookHandling(name_keys=(), neutral=exact_neutral, canonical=antigravity.canonical_hook)
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
@@ -53,7 +52,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     """
     events: dict[str, Any] = {}
     for name in HOOKS:
-        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg)
+        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg)
         handler = {"type": "command", "command": command, "timeout": timeout}
         events[name] = [{"matcher": "*", "hooks": [handler]}] if name in TOOL_HOOKS else [handler]
     return Wiring(VENDOR, [json_target(".gemini/config/hooks.json", {"aep-collector": events})], [
@@ -61,13 +60,9 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks antigravity --install"])
 
 
-DECLARATION = VendorDeclaration(
-    agent='antigravity', receiver_type='antigravity', port=8395, config_class=AntigravityConfig,
-    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
-    mapping=antigravity.__name__, registration=registration, hooks=HOOKS,
-    neutral_reply=antigravity.NEUTRAL_REPLY, needs_event=True,
-    # Reference stack §1.11 pins the bytes on the hooks whose reply is not `{}`.
-    neutral_by_event={h: exact_neutral(h) for h in HOOKS if exact_neutral(h) != b"{}"},
-    description='Antigravity hooks.json command hooks via aep-collector-hook (POST /hook?hook=) on 127.0.0.1:8395',
-)
+DECLARATION = declare(antigravity, HANDLING, AntigravityConfig, 8395, registration, HOOKS,
+                      "Antigravity hooks.json command hooks via aep-collector-hook (POST /hook?hook=)",
+                      needs_event=True,  # its payloads never name their hook
+                      # Reference stack §1.11 pins the bytes on the hooks whose reply is not `{}`.
+                      neutral_by_event={h: exact_neutral(h) for h in HOOKS if exact_neutral(h) != b"{}"})
 FACTORY = DECLARATION.factory()

@@ -1,4 +1,4 @@
-"""The ``codex`` receiver: Codex command hooks, through ``aep-collector-hook codex``, on ``127.0.0.1:8378``.
+"""The ``codex`` receiver: Codex command hooks, through ``aep-collector-hook codex``.
 
 Codex has no HTTP hook type (reference stack §1.2): each firing runs the shim, which POSTs the
 payload here and prints the reply. ``hook_event_name`` names the moment; ``{}`` is neutral.
@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import codex
-from aep_collector.receivers.hook_vendors import blocks
-from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, HookVendorSurface, Spec
+from aep_collector.receivers.hook_vendors import shim_hooks
+from aep_collector.receivers.hook_vendors.surface import (
+    ATTENTION_LIMIT,
+    HookHandling,
+    declare,
+)
 from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
@@ -33,9 +36,9 @@ class CodexConfig(HeldConfig):
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
-SPEC = Spec(mapping=codex, permission_reply=codex.permission_reply,
-            # Codex has no failure twin: PostToolUse is the only moment the tool is known to have run.
-            dismissed_by=frozenset({"PostToolUse"}))
+HANDLING = HookHandling(permission_reply=codex.permission_reply,
+                        # Codex has no failure twin: PostToolUse is the only moment the tool is known to have run.
+                        dismissed_by=frozenset({"PostToolUse"}))
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
@@ -50,7 +53,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     hold = cfg.attention_timeout if cfg is not None else CodexConfig.attention_timeout
     hooks = {}
     for name in HOOKS:
-        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
+        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         hooks[name] = [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
     return Wiring(VENDOR, [json_target("hooks.json", {"hooks": hooks}, "CODEX_HOME:.codex")], [
         "save as ~/.codex/hooks.json (or merge; $CODEX_HOME moves it), or run: aep-collector hooks codex --install",
@@ -61,11 +64,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "Codex runs the hooks of both files"])
 
 
-DECLARATION = VendorDeclaration(
-    agent='codex', receiver_type='codex', port=8378, config_class=CodexConfig,
-    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
-    mapping=codex.__name__, registration=registration, hooks=HOOKS,
-    held_hooks=HELD_HOOKS, neutral_reply=codex.NEUTRAL_REPLY,
-    description='Codex command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8378; held PermissionRequest',
-)
+DECLARATION = declare(codex, HANDLING, CodexConfig, 8378, registration, HOOKS,
+                      "Codex command hooks via aep-collector-hook (POST /hook); held PermissionRequest",
+                      held_hooks=HELD_HOOKS)
 FACTORY = DECLARATION.factory()

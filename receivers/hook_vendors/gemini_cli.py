@@ -1,4 +1,4 @@
-"""The ``gemini_cli`` receiver: Gemini CLI command hooks, through ``aep-collector-hook gemini-cli``, on 8379.
+"""The ``gemini_cli`` receiver: Gemini CLI command hooks, through ``aep-collector-hook gemini-cli``.
 
 Observe-only (reference stack §1.3): no hook here is answerable, so there is no control leg at
 all, and every reply is ``{}`` (the shim always exits 0: exit code 2 would block).
@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import gemini_cli
 from aep_collector.receivers.hook_http import HookReceiverConfig
-from aep_collector.receivers.hook_vendors import blocks
-from aep_collector.receivers.hook_vendors.surface import HookVendorSurface, Spec
+from aep_collector.receivers.hook_vendors import shim_hooks
+from aep_collector.receivers.hook_vendors.surface import HookHandling, declare
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "gemini-cli"
@@ -28,7 +27,7 @@ class GeminiCliConfig(HookReceiverConfig):
     endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
-SPEC = Spec(mapping=gemini_cli)
+HANDLING = HookHandling()
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
@@ -41,9 +40,9 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     """
     hooks = {}
     for name in HOOKS:
-        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg)
+        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg)
         hooks[name] = [{"hooks": [{"type": "command", "name": "aep-collector", "command": command,
-                                   "timeout": timeout * 1000}]}]
+                               "timeout": timeout * 1000}]}]
     block = {"hooksConfig": {"enabled": True}, "hooks": hooks}
     return Wiring(VENDOR, [json_target(".gemini/settings.json", block)], [
         "merge into ~/.gemini/settings.json (or .gemini/settings.json in a project), "
@@ -52,10 +51,6 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or add it to ~/.gemini/trustedFolders.json as {\"/abs/project\": \"TRUST_FOLDER\"}"])
 
 
-DECLARATION = VendorDeclaration(
-    agent='gemini-cli', receiver_type='gemini_cli', port=8379, config_class=GeminiCliConfig,
-    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
-    mapping=gemini_cli.__name__, registration=registration, hooks=HOOKS, neutral_reply=gemini_cli.NEUTRAL_REPLY,
-    description='Gemini CLI command hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8379; observe-only',
-)
+DECLARATION = declare(gemini_cli, HANDLING, GeminiCliConfig, 8379, registration, HOOKS,
+                      "Gemini CLI command hooks via aep-collector-hook (POST /hook); observe-only")
 FACTORY = DECLARATION.factory()

@@ -1,4 +1,4 @@
-"""The ``kimi_code`` receiver: Kimi Code CLI shell hooks, through ``aep-collector-hook kimi-code``, on 8398.
+"""The ``kimi_code`` receiver: Kimi Code CLI shell hooks, through ``aep-collector-hook kimi-code``.
 
 Observe-only by default (``control.accepts`` declared empty). With ``control: true`` a PreToolUse
 whose tool matches ``gate_tools`` is held as a four-way permission card mapped down onto Kimi's
@@ -12,10 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import kimi_code
-from aep_collector.receivers.hook_vendors import blocks
-from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
+from aep_collector.receivers.hook_vendors import shim_hooks
+from aep_collector.receivers.hook_vendors.surface import (
+    ATTENTION_LIMIT,
+    Gate,
+    HookHandling,
+    declare,
+)
 from aep_collector.receivers.tool_gate import GateConfig
 from aep_collector.receivers.wiring import Target, Wiring
 
@@ -46,8 +50,7 @@ class KimiCodeConfig(GateConfig):
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
-SPEC = Spec(
-    mapping=kimi_code,
+HANDLING = HookHandling(
     neutral=kimi_code.neutral_reply,  # an empty body on UserPromptSubmit (Kimi would show `{}` to the model)
     session_end=frozenset({"SessionEnd"}),
     gate=Gate(options=kimi_code.GATE_OPTIONS, key=kimi_code.gate_key, decide=kimi_code.gate_decision,
@@ -65,23 +68,19 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     hold = cfg.attention_timeout if cfg is not None else KimiCodeConfig.attention_timeout
     lines: list[str] = []
     for name in HOOKS:
-        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
+        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         if name in DETACHED_HOOKS:
             command = NEW_SESSION + " " + command
-        lines += ["[[hooks]]", f"event = {blocks.toml_str(name)}", f"command = {blocks.toml_str(command)}",
+        lines += ["[[hooks]]", f"event = {shim_hooks.toml_str(name)}", f"command = {shim_hooks.toml_str(command)}",
                   f"timeout = {timeout}", ""]
     return Wiring(VENDOR, [Target("config.toml", "toml", "\n".join(lines), base="KIMI_CODE_HOME:.kimi-code")], [
         "append at the very END of ~/.kimi-code/config.toml ($KIMI_CODE_HOME moves it): a key written "
         "below a [[hooks]] table belongs to that table; or run: aep-collector hooks kimi-code --install"])
 
 
-DECLARATION = VendorDeclaration(
-    agent='kimi-code', receiver_type='kimi_code', port=8398, config_class=KimiCodeConfig,
-    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
-    mapping=kimi_code.__name__, registration=registration, hooks=HOOKS,
-    held_hooks=HELD_HOOKS, neutral_reply=kimi_code.NEUTRAL_REPLY,
-    # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context: print nothing.
-    neutral_by_event={h: b"" for h in kimi_code.SILENT_HOOKS}, detached=DETACHED_HOOKS,
-    description='Kimi Code shell hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8398; opt-in PreToolUse gate',
-)
+DECLARATION = declare(kimi_code, HANDLING, KimiCodeConfig, 8398, registration, HOOKS,
+                      "Kimi Code shell hooks via aep-collector-hook (POST /hook); opt-in PreToolUse gate",
+                      held_hooks=HELD_HOOKS, detached=DETACHED_HOOKS,
+                      # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context.
+                      neutral_by_event={h: b"" for h in kimi_code.SILENT_HOOKS})
 FACTORY = DECLARATION.factory()

@@ -1,4 +1,4 @@
-"""The ``qwen_code`` receiver: Qwen Code's native ``http`` hooks on ``127.0.0.1:8380``.
+"""The ``qwen_code`` receiver: Qwen Code's native ``http`` hooks.
 
 Qwen Code POSTs each hook's JSON straight here (reference stack §1.4; ``aep-collector-hook
 qwen-code`` serves command-hook deployments). A ``PermissionRequest`` is held for an operator
@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import qwen_code
-from aep_collector.receivers.hook_vendors import blocks
+from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
-    HookVendorSurface,
-    Spec,
+    HookHandling,
+    declare,
     vendor_timeout,
 )
 from aep_collector.receivers.registration import hook_url
@@ -40,9 +39,9 @@ class QwenCodeConfig(HeldConfig):
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
-SPEC = Spec(mapping=qwen_code, permission_reply=qwen_code.permission_reply,
-            dismissed_by=frozenset({"PostToolUse", "PostToolUseFailure", "PermissionDenied"}),
-            session_end=frozenset({"SessionEnd"}))
+HANDLING = HookHandling(permission_reply=qwen_code.permission_reply,
+                        dismissed_by=frozenset({"PostToolUse", "PostToolUseFailure", "PermissionDenied"}),
+                        session_end=frozenset({"SessionEnd"}))
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
@@ -56,7 +55,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     hooks: dict[str, Any] = {}
     for name in HOOKS:
         handler = {"type": "http", "url": target, "name": "aep-collector",
-                   "timeout": vendor_timeout(hold) if name in HELD_HOOKS else blocks.SHORT_TIMEOUT}
+                   "timeout": vendor_timeout(hold) if name in HELD_HOOKS else shim_hooks.SHORT_TIMEOUT}
         entry: dict[str, Any] = {"hooks": [handler]}
         if name in TOOL_HOOKS:
             entry = {"matcher": "*", **entry}
@@ -66,11 +65,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks qwen-code --install"])
 
 
-DECLARATION = VendorDeclaration(
-    agent='qwen-code', receiver_type='qwen_code', port=8380, config_class=QwenCodeConfig,
-    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
-    mapping=qwen_code.__name__, registration=registration, hooks=HOOKS,
-    held_hooks=HELD_HOOKS, neutral_reply=qwen_code.NEUTRAL_REPLY,
-    description='Qwen Code native http hooks (POST /hook) on 127.0.0.1:8380; held PermissionRequest',
-)
+DECLARATION = declare(qwen_code, HANDLING, QwenCodeConfig, 8380, registration, HOOKS,
+                      "Qwen Code native http hooks (POST /hook); held PermissionRequest",
+                      held_hooks=HELD_HOOKS)
 FACTORY = DECLARATION.factory()

@@ -1,4 +1,5 @@
-"""The hook-family receiver surface: one implementation, six vendors configured by a ``Spec``.
+"""The hook-family receiver surface: one implementation, six vendors, each a ``VendorDeclaration``
+(``declare``) with a ``HookHandling``.
 
 Codex, Gemini CLI, Qwen Code, VS Code agent, Kimi Code and Antigravity all hand the shared
 ``HookServer`` one JSON object per hook firing. What differs is data: where the hook name is
@@ -28,20 +29,20 @@ from typing import Any
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
+from aep_collector.pipeline.payload import get_str, tool_ref
+from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import hook_vendors as hf
-from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_str, tool_ref
 from aep_collector.receivers.held import (
     DENY_MESSAGE,
     Applied,
     AttentionHolder,
-    permission_choice,
     permission_validator,
 )
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
 )
-from aep_collector.receivers.tool_gate import GateConfig, ToolGate, recorded
+from aep_collector.receivers.tool_gate import GateConfig, ToolGate
 from aiohttp import web
 
 MAX_VENDOR_TIMEOUT = 600
@@ -73,15 +74,14 @@ class Gate:
 
 
 @dataclass(frozen=True)
-class Spec:
-    """Everything vendor-specific about one hook-family receiver."""
+class HookHandling:
+    """How the shared surface handles one vendor's hooks: where the hook is named, which are held
+    or dismiss a hold, the gate. Who the vendor is and its neutral reply: its ``VendorDeclaration``."""
 
-    mapping: ModuleType
-    """The vendor's mapping module (``AGENT``, ``NEUTRAL_REPLY``, reply builders)."""
     name_keys: tuple[str, ...] = ("hook_event_name",)
     """Payload keys naming the hook, first present wins; ``()`` means only ``?hook=`` names it."""
     neutral: Callable[[str], Any] | None = None
-    """Per-hook neutral reply; default ``mapping.NEUTRAL_REPLY``."""
+    """Per-hook neutral reply; default the declaration's ``neutral_reply``."""
     canonical: Callable[[str], str] | None = None
     """Normalizes a hook name given in the query (Antigravity spells them case-insensitively)."""
     permission_reply: Reply | None = None
@@ -93,23 +93,37 @@ class Spec:
     gate: Gate | None = None
 
 
+def declare(mapping: ModuleType, handling: HookHandling, config_class: type, port: int,
+            registration: Callable[[str | None, Any], Any], hooks: tuple[str, ...], description: str,
+            **facts: Any) -> VendorDeclaration:
+    """A hook-family vendor's declaration: identity and receiver type from its mapping module
+    (``AGENT``; the module's name is the receiver type), the shared surface with ``handling``;
+    ``facts``: the rest of the ``VendorDeclaration`` (held hooks, neutral replies, shim facts)."""
+    declaration = VendorDeclaration.of_mapping(
+        mapping, port=port, config_class=config_class, registration=registration, hooks=hooks,
+        surface=lambda config, component: HookVendorSurface(declaration, handling, config, component),
+        description=description, **facts)
+    return declaration
+
+
 def vendor_timeout(attention_timeout: float) -> int:
     """Seconds the vendor should allow a held hook: above the hold window and the shim's wait."""
     return math.ceil(attention_timeout) + HOLD_MARGIN
 
 
 class HookVendorSurface:
-    """A ``HookSurface`` driven by a ``Spec`` (see the module docstring)."""
+    """A ``HookSurface`` driven by a ``HookHandling`` (see the module docstring)."""
 
-    def __init__(self, spec: Spec, config: HookReceiverConfig, component: str) -> None:
-        self.spec, self.config = spec, config
-        self.agent: str = spec.mapping.AGENT
+    def __init__(self, declaration: VendorDeclaration, handling: HookHandling, config: HookReceiverConfig,
+                 component: str) -> None:
+        self.declaration, self.handling, self.config = declaration, handling, config
+        self.agent: str = declaration.agent
         self.gate: ToolGate | None = None
-        if spec.gate is not None:
+        if handling.gate is not None:
             assert isinstance(config, GateConfig), f"{self.agent}: a gate vendor's config is a GateConfig"
-            self.gate = ToolGate(self.agent, component, config, spec.gate.options)
+            self.gate = ToolGate(self.agent, component, config, handling.gate.options)
             # VS Code / Kimi: an empty answer is a plain deny (reference stack §0.6), unlike Hermes / pi.
-            self.gate_validator = permission_validator(spec.gate.options)
+            self.gate_validator = permission_validator(handling.gate.options)
             self.loop = self.gate.loop  # one attention holder per receiver: the gate's
         else:
             self.loop = AttentionHolder(self.agent, component, getattr(config, "attention_timeout", 55.0))
@@ -121,7 +135,7 @@ class HookVendorSurface:
 
     def accepts(self) -> list[str] | None:
         """``control.accepts`` exactly as the config makes it: the gates that are on, nothing more."""
-        if self.spec.permission_reply is not None:
+        if self.handling.permission_reply is not None:
             return [RESPOND]
         if self.gate is not None:
             return self.gate.accepts()  # declared-but-empty while the gate is off
@@ -136,101 +150,93 @@ class HookVendorSurface:
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         query = request.query.get("hook")
-        name = next((v for k in self.spec.name_keys if (v := get_str(payload, k))), None)
+        name = next((v for k in self.handling.name_keys if (v := get_str(payload, k))), None)
         attrs: dict[str, Any] = {}
         if name is None and query is not None:
             name = query.strip()
             if not _HOOK_NAME.fullmatch(name):
                 raise HookError(400, "invalid-hook", "?hook= must be a hook event name "
-                                "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
-            if self.spec.canonical is not None:
-                name = self.spec.canonical(name)
+                            "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
+            if self.handling.canonical is not None:
+                name = self.handling.canonical(name)
             attrs["hook"] = name
         if name is None:
-            if not self.spec.name_keys:
+            if not self.handling.name_keys:
                 # Antigravity payloads never name their hook; the shim passes its EVENT argument.
                 raise HookError(400, "missing-hook", f"{self.agent} payloads do not name their hook: "
-                                "POST /hook?hook=<EventName> (aep-collector-hook passes its EVENT argument)")
+                            "POST /hook?hook=<EventName> (aep-collector-hook passes its EVENT argument)")
             raise HookError(400, "invalid-payload",
-                            f"{self.spec.name_keys[0]} is missing or not a string (or pass ?hook=<EventName>)")
+                        f"{self.handling.name_keys[0]} is missing or not a string (or pass ?hook=<EventName>)")
         return Signal(agent=self.agent, name=name, payload=payload, attrs=attrs)
 
     def neutral(self, signal: Signal | None) -> Any:
-        if self.spec.neutral is not None:
-            return self.spec.neutral(signal.name if signal is not None else "")
-        return dict(self.spec.mapping.NEUTRAL_REPLY)
+        if self.handling.neutral is not None:
+            return self.handling.neutral(signal.name if signal is not None else "")
+        default = self.declaration.neutral_reply
+        return None if default is None else dict(default)
 
     async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         name, payload = signal.name, signal.payload
         session = _session(payload)
-        if name == "PermissionRequest" and self.spec.permission_reply is not None:
+        if name == "PermissionRequest" and self.handling.permission_reply is not None:
             return await self._permission(signal)
         if name == "PreToolUse" and self.gate is not None and self.gate.gates(get_str(payload, "tool_name")):
             return await self._gate(signal)
-        if name in self.spec.dismissed_by:
+        if name in self.handling.dismissed_by:
             # The tool ran (or was refused) in the vendor itself: the held card is moot.
             hold = self.calls.pop((session, hf.permission_key(payload)), None)
             if hold is not None:
                 await self.loop.dismiss(hold)
-        elif name in self.spec.session_end:
+        elif name in self.handling.session_end:
             await self.loop.sweep(session)  # AEP-0002 §7.1: nothing left open at session.ended
-        if self.spec.gate is not None and name in _AFTER_TOOL:
-            call = get_str(payload, self.spec.gate.call_id_key)
+        if self.handling.gate is not None and name in _AFTER_TOOL:
+            call = get_str(payload, self.handling.gate.call_id_key)
             if call is not None and (session, call) in self.denied:
                 del self.denied[(session, call)]
                 # Kimi Code still reports the call the gate blocked, as a PostToolUseFailure (live):
                 # the call is closed already, so the mapping keeps it off the tool lifecycle.
-                signal.attrs["tool_closed"] = True
+                signal.tool_closed = True
         await deliver([signal])
         return self.neutral(signal)
 
     # -- the permission card (Codex, Qwen Code) ------------------------------------------------
 
     async def _permission(self, signal: Signal) -> Any:
-        assert self.spec.permission_reply is not None
+        assert self.handling.permission_reply is not None
         key = hf.card_key(signal)  # the mapping tags the card with the same key
-        hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
-        if hold is None:
-            return self.neutral(signal)  # no route: the vendor's own prompt decides (respond_via oob)
         call = (_session(signal.payload), hf.permission_key(signal.payload))  # what a PostToolUse names
-        self.calls[call] = hold
-        try:
-            outcome = await self.loop.wait(hold)
-        finally:
-            if self.calls.get(call) is hold:
-                del self.calls[call]
-        if outcome.how != "answered" or outcome.answer is None:
-            return self.neutral(signal)  # timeout/dismissal: no decision, the vendor asks its user
-        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        await self.loop.answered(hold, outcome, recorded(applied))
-        if applied.option == "allow":
-            return self.spec.permission_reply("allow")
+        end = await self.loop.hold_permission(signal, key, calls=self.calls, call=call)
+        if end.applied is None:
+            # No route (the vendor's own prompt decides, respond_via oob), timeout or dismissal.
+            return self.neutral(signal)
+        if end.applied.option == "allow":
+            return self.handling.permission_reply("allow")
         # AEP-0008: free text on a permission is the refusing option with the text as guidance.
-        return self.spec.permission_reply("deny", applied.text or DENY_MESSAGE)
+        return self.handling.permission_reply("deny", end.applied.text or DENY_MESSAGE)
 
     # -- the opt-in PreToolUse gate (VS Code agent, Kimi Code) ---------------------------------
 
     async def _gate(self, signal: Signal) -> Any:
-        spec, gate = self.spec.gate, self.gate
-        assert spec is not None and gate is not None
+        side, gate = self.handling.gate, self.gate
+        assert side is not None and gate is not None
 
         def denial(applied: Applied, request: Event, answered: Event | None) -> Event | None:
-            if spec.decide(applied.option) != "deny":
+            if side.decide(applied.option) != "deny":
                 return None
-            call = get_str(signal.payload, spec.call_id_key)
+            call = get_str(signal.payload, side.call_id_key)
             if call is not None:
                 self.denied[(_session(signal.payload), call)] = None
                 while len(self.denied) > _DENIED_KEPT:
                     self.denied.popitem(last=False)
-            return _policy_denial(self.agent, spec, signal.payload, applied.text or DENY_MESSAGE, request, answered)
+            return _policy_denial(self.agent, side, signal.payload, applied.text or DENY_MESSAGE, request, answered)
 
-        applied = await gate.decide(signal, spec.key(signal), self.gate_validator, follow=denial)
+        applied = await gate.decide(signal, side.key(signal), self.gate_validator, follow=denial)
         if applied is None:
             return self.neutral(signal)  # unanswered frees the hook with no decision (fail-open)
-        decision = spec.decide(applied.option)
+        decision = side.decide(applied.option)
         if decision != "deny":
-            return spec.reply(decision)
-        return spec.reply("deny", applied.text or DENY_MESSAGE)
+            return side.reply(decision)
+        return side.reply("deny", applied.text or DENY_MESSAGE)
 
 
 _AFTER_TOOL = frozenset({"PostToolUse", "PostToolUseFailure"})
@@ -243,7 +249,7 @@ def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, reques
     tool = tool_ref(get_str(payload, "tool_name"), get_str(payload, gate.call_id_key))
     draft: Event = {"type": "tool.denied", "agent": agent, "session": request.get("session"),
                     "subject": tool["name"], "data": {"tool": tool, "by": "policy", "reason": reason},
-                    "_capture": {"reason": hf.REDACTED}}  # the deny reason is operator text
+                    "_capture": {"reason": "redacted"}}  # the deny reason is operator text (a capture level)
     if request.get("run"):
         draft["run"] = request["run"]
     draft["cause"] = answered["id"] if answered is not None else request["id"]

@@ -1,4 +1,4 @@
-"""The ``vscode`` receiver: VS Code agent hooks, through ``aep-collector-hook vscode``, on ``127.0.0.1:8381``.
+"""The ``vscode`` receiver: VS Code agent hooks, through ``aep-collector-hook vscode``.
 
 Observe-only by default (``control.accepts`` declared empty). With ``control: true`` a PreToolUse
 whose tool matches ``gate_tools`` is held as a permission card with options allow / deny / ask
@@ -13,10 +13,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import vscode
-from aep_collector.receivers.hook_vendors import blocks
-from aep_collector.receivers.hook_vendors.surface import ATTENTION_LIMIT, Gate, HookVendorSurface, Spec
+from aep_collector.receivers.hook_vendors import shim_hooks
+from aep_collector.receivers.hook_vendors.surface import (
+    ATTENTION_LIMIT,
+    Gate,
+    HookHandling,
+    declare,
+)
 from aep_collector.receivers.tool_gate import GateConfig
 from aep_collector.receivers.wiring import Target, Wiring
 
@@ -35,8 +39,7 @@ class VscodeConfig(GateConfig):
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
-SPEC = Spec(
-    mapping=vscode,
+HANDLING = HookHandling(
     # The reference-hooks docs name `hook_event_name`; some VS Code builds spell it camelCase.
     name_keys=("hook_event_name", "hookEventName"),
     gate=Gate(options=vscode.GATE_OPTIONS, key=vscode.gate_key, decide=lambda option: option,
@@ -55,7 +58,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     hold = cfg.attention_timeout if cfg is not None else VscodeConfig.attention_timeout
     hooks = {}
     for name in HOOKS:
-        command, timeout = blocks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
+        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         hooks[name] = [{"type": "command", "command": command, "timeout": timeout}]
     text = json.dumps({"hooks": hooks}, indent=2) + "\n"
     return Wiring(VENDOR, [Target(".github/hooks/aep-collector.json", "file", text, base="project")], [
@@ -64,11 +67,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "VS Code also reads .claude/settings.json hooks: a workspace wired for Claude Code reports there too"])
 
 
-DECLARATION = VendorDeclaration(
-    agent='vscode', receiver_type='vscode', port=8381, config_class=VscodeConfig,
-    surface=lambda cfg, component: HookVendorSurface(SPEC, cfg, component),
-    mapping=vscode.__name__, registration=registration, hooks=HOOKS,
-    held_hooks=HELD_HOOKS, neutral_reply=vscode.NEUTRAL_REPLY,
-    description='VS Code agent hooks via aep-collector-hook (POST /hook) on 127.0.0.1:8381; opt-in PreToolUse gate',
-)
+DECLARATION = declare(vscode, HANDLING, VscodeConfig, 8381, registration, HOOKS,
+                      "VS Code agent hooks via aep-collector-hook (POST /hook); opt-in PreToolUse gate",
+                      held_hooks=HELD_HOOKS)
 FACTORY = DECLARATION.factory()

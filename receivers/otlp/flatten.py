@@ -51,36 +51,54 @@ def any_value(value: AnyValue) -> Any:
     return None
 
 
+# The kinds whose value protobuf already hands over as the plain Python value (no conversion).
+_PLAIN = frozenset({"string_value", "bool_value", "int_value"})
+
+
 def key_values(kvs: Iterable[KeyValue]) -> dict[str, Any]:
     """Repeated ``KeyValue`` -> dict (a repeated key: the last one wins)."""
-    return {kv.key: any_value(kv.value) for kv in kvs}
+    out: dict[str, Any] = {}
+    for kv in kvs:  # the per-record hot loop: plain kinds are read directly, the rest via any_value
+        value = kv.value
+        kind = value.WhichOneof("value")
+        out[kv.key] = getattr(value, kind) if kind in _PLAIN else any_value(value)
+    return out
 
 
 def flatten_record(resource: dict[str, Any], scope: dict[str, str], record: LogRecord) -> dict[str, Any]:
     """One ``LogRecord`` with its resource and scope as a flat dict (see the module docstring)."""
+    # Each field is read once: a protobuf attribute read is a C call that builds a Python value.
     attributes = key_values(record.attributes)
-    name = attributes.get("event.name")
-    if (not isinstance(name, str) or not name) and record.event_name:
-        # The Python and JS SDKs put the name in LogRecord.event_name (field 12), not an attribute.
-        attributes["event.name"] = record.event_name
+    event_name = record.event_name
+    if event_name:
+        name = attributes.get("event.name")
+        if not isinstance(name, str) or not name:
+            # The Python and JS SDKs put the name in LogRecord.event_name (field 12), not an attribute.
+            attributes["event.name"] = event_name
     flat: dict[str, Any] = {"resource": dict(resource), "attributes": attributes}
     if scope:
         flat["scope"] = dict(scope)
-    when = record.time_unix_nano or record.observed_time_unix_nano
+    observed = record.observed_time_unix_nano
+    when = record.time_unix_nano or observed
     if when:
         flat["time_unix_nano"] = when
-    if record.observed_time_unix_nano:
-        flat["observed_time_unix_nano"] = record.observed_time_unix_nano
-    if record.severity_number:
-        flat["severity_number"] = int(record.severity_number)
-    if record.severity_text:
-        flat["severity_text"] = record.severity_text
-    if record.trace_id:
-        flat["trace_id"] = record.trace_id.hex()
-    if record.span_id:
-        flat["span_id"] = record.span_id.hex()
-    if record.flags:
-        flat["flags"] = record.flags
+    if observed:
+        flat["observed_time_unix_nano"] = observed
+    severity = record.severity_number
+    if severity:
+        flat["severity_number"] = int(severity)
+    severity_text = record.severity_text
+    if severity_text:
+        flat["severity_text"] = severity_text
+    trace_id = record.trace_id
+    if trace_id:
+        flat["trace_id"] = trace_id.hex()
+    span_id = record.span_id
+    if span_id:
+        flat["span_id"] = span_id.hex()
+    flags = record.flags
+    if flags:
+        flat["flags"] = flags
     if record.HasField("body"):
         body = any_value(record.body)
         if body is not None:

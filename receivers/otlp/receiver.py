@@ -75,6 +75,7 @@ class OtlpReceiver:
         self.http_port: int | None = None
         where, key = self.profile.PROFILE.session_from  # the mapping owns the identity rule
         self._session_key = f"{'resource' if where == 'resource' else 'record'} attribute {key}"
+        self._session_at = (where, key)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -152,16 +153,19 @@ class OtlpReceiver:
         records = flatten_request(request)
         batch: list[Signal | dict[str, Any]] = []
         rejected = 0
-        mode = self.config.mode
+        mode, agent, session_of = self.config.mode, self.agent, self.profile.session_of
+        where, key = self._session_at
         for flat in records:
-            if self.profile.session_of(flat) is None:
+            # A non-empty string where the identity rule looks first is what session_of would
+            # return (checked once here per record, not through two calls); anything else asks it.
+            sid = flat[where].get(key) if where in ("resource", "attributes") else None
+            if (type(sid) is not str or not sid) and session_of(flat) is None:
                 # Bridges digest §1.6: a record with no session key cannot form a valid
                 # session-scoped envelope; refuse it visibly rather than invent an id.
                 rejected += 1
                 continue
             name = flat["attributes"].get("event.name")
-            batch.append(Signal(agent=self.agent, name=name if isinstance(name, str) else "",
-                                payload=flat, attrs={"mode": mode}))
+            batch.append(Signal(agent, name if isinstance(name, str) else "", flat, {"mode": mode}))
         if batch:
             try:
                 await self.consumer.consume(batch)

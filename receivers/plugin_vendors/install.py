@@ -131,6 +131,11 @@ RENDER = {
 }
 
 
+def renderer(vendor: str) -> Any:
+    """The ``registration`` of ``vendor``'s declaration: ``(url, cfg) -> Wiring``."""
+    return lambda url, cfg: render(vendor, url, cfg)
+
+
 def render(vendor: str, url: str | None, cfg: Any) -> Wiring:
     """The registration of ``vendor`` (``opencode``, ``kilocode``, ``pi``, ``cline``, ``hermes``)."""
     return RENDER[vendor](receiver_url(vendor, url, cfg), cfg)

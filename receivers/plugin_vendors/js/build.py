@@ -18,17 +18,23 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 
-_BUS = {"FLUSH_EXTRA": ""}
 TARGETS: dict[str, tuple[str, str, dict[str, str]]] = {
     "opencode-plugin.js": ("bus-plugin.js", "opencode", {
-        **_BUS, "TITLE": "OpenCode", "TITLE_SHORT": "OpenCode", "AGENT": "opencode", "PREFIX": "AEP_OPENCODE_",
-        "PORT": "8390"}),
+        "TITLE": "OpenCode", "TITLE_SHORT": "OpenCode", "AGENT": "opencode", "FLUSH_EXTRA": ""}),
     "kilocode-plugin.js": ("bus-plugin.js", "kilocode", {
-        **_BUS, "TITLE": "Kilo Code", "TITLE_SHORT": "Kilo", "AGENT": "kilocode", "PREFIX": "AEP_KILOCODE_",
-        "PORT": "8391", "FLUSH_EXTRA": ', "session.drained"'}),
+        "TITLE": "Kilo Code", "TITLE_SHORT": "Kilo", "AGENT": "kilocode", "FLUSH_EXTRA": ', "session.drained"'}),
     "pi-extension.js": ("pi-extension.js", "pi", {}),
 }
-"""Shipped file -> (template in ``src/``, variant, substitutions)."""
+"""Shipped file -> (template in ``src/``, variant = the vendor's agent, substitutions). ``PORT`` and
+``PREFIX`` come from the vendor's declaration (``declared``)."""
+
+
+def declared(agent: str) -> dict[str, str]:
+    """The substitutions a vendor's declaration gives: its default port and environment prefix."""
+    from aep_collector.receivers.plugin_vendors.install import env_prefix
+    from aep_collector.receivers.registration import declaration
+
+    return {"PORT": str(declaration(agent).port), "PREFIX": env_prefix(agent)}
 
 _ONLY = re.compile(r"^\s*// @only (\S+)\s*$")
 _END = re.compile(r"^\s*// @end\s*$")
@@ -38,7 +44,8 @@ _KEY = re.compile(r"@@([A-Z_]+)@@")
 
 def render(name: str) -> str:
     """The text of shipped file ``name`` as the template gives it."""
-    template, variant, values = TARGETS[name]
+    template, variant, own = TARGETS[name]
+    values = {**declared(variant), **own}
     out: list[str] = []
     keep: list[bool] = []
     for line in (SRC / template).read_text(encoding="utf-8").splitlines():

@@ -26,7 +26,7 @@
 // @only kilocode
 // Install: list this file in the `plugin` array of Kilo's config (`.kilo/kilo.jsonc` in a project,
 // `~/.config/kilo/kilo.jsonc` globally), optionally with options:
-//   "plugin": [["file:///ABS/PATH/kilocode-plugin.js", { "url": "http://127.0.0.1:8391/hook" }]]
+//   "plugin": [["file:///ABS/PATH/kilocode-plugin.js", { "url": "http://127.0.0.1:@@PORT@@/hook" }]]
 // (kilo.ai/docs/automate/extending/plugins); `aep-collector hooks kilocode` prints the entry. Plain
 // ESM for Bun: global `fetch`, `AbortController`, `TextEncoder`, `setTimeout`; no Node built-ins.
 //

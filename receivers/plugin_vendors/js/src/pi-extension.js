@@ -30,7 +30,7 @@
 // nothing for AEP_PI_RETRY_MS.
 //
 // Settings (environment of the pi process, else the default):
-//   AEP_PI_URL         http://127.0.0.1:8396/hook
+//   AEP_PI_URL         http://127.0.0.1:@@PORT@@/hook
 //   AEP_PI_CONTROL     0        1: register `tool_call` (the collector's gate must be on too)
 //   AEP_PI_DELTAS      0        1: forward stream updates
 //   AEP_PI_TIMEOUT_MS  2000     bound of one observation POST
@@ -39,7 +39,7 @@
 //   AEP_PI_MAX_BODY    1000000  larger moments are sent slimmed (see `slim`)
 
 const PREFIX = "AEP_PI_";
-const DEFAULTS = { url: "http://127.0.0.1:8396/hook", timeoutMs: 2000, holdMs: 65000, retryMs: 2000,
+const DEFAULTS = { url: "http://127.0.0.1:@@PORT@@/hook", timeoutMs: 2000, holdMs: 65000, retryMs: 2000,
   maxBodyBytes: 1000000 };
 const DEFAULT_DENY = "Denied by the operator (AEP).";
 // The notification events the mapping knows (processors/mapping/pi.py, fixture mappings/pi.json).

@@ -1,4 +1,5 @@
-"""Pieces of the ``aep-collector hooks VENDOR`` registration blocks the hook-family vendors share."""
+"""The shim-hook entries every hook-family registration writes: one hook's command line and its
+vendor-side timeout, and the TOML string form of a command (``aep-collector hooks VENDOR``)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,6 @@ from typing import Any
 
 from aep_collector.receivers.hook_vendors.surface import vendor_timeout
 from aep_collector.receivers.registration import declaration, hold_wait, shim_command
-from aep_collector.receivers.registration import (
-    shim_argv as shim_argv,  # re-exported: bench/bench_shim.py imports it here
-)
 
 SHORT_TIMEOUT = 10
 """Seconds a vendor allows a hook that is never held (above the shim's ``SHORT_WAIT``)."""

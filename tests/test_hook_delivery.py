@@ -1,0 +1,69 @@
+"""The fail-open delivery a hook waits on: events when the pipeline answers in time, the neutral
+path (None) when it is slow or fails, and a slow batch still finishes behind the reply."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aep_collector.pipeline.host import Health
+from aep_collector.receivers.hook_http import FailOpenDelivery
+
+COMPONENT = "receiver/test"
+
+
+class Consumer:
+    """A real consumer: waits ``turns`` loop turns (or until ``gate`` opens), then returns one event per item."""
+
+    def __init__(self, turns: int = 0, gate: asyncio.Event | None = None, fail: bool = False) -> None:
+        self.turns, self.gate, self.fail = turns, gate, fail
+        self.consumed: list[Any] = []
+
+    async def consume(self, batch: list[Any]) -> list[dict[str, Any]]:
+        for _ in range(self.turns):
+            await asyncio.sleep(0)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail:
+            raise RuntimeError("exporter down")
+        self.consumed += batch
+        return [{"type": "x", "n": item} for item in batch]
+
+
+def problems(health: Health) -> dict[str, str]:
+    return health.snapshot().get("problems", {}).get(COMPONENT, {})
+
+
+async def test_a_pipeline_that_never_suspends_answers_with_its_events() -> None:
+    health, consumer = Health(), Consumer()
+    deliver = FailOpenDelivery(COMPONENT, consumer, health, timeout=5.0)
+    assert await deliver([1, 2]) == [{"type": "x", "n": 1}, {"type": "x", "n": 2}]
+    assert consumer.consumed == [1, 2] and problems(health) == {}
+    assert health.counters[(COMPONENT, "accepted")] == 2
+
+
+async def test_a_pipeline_that_suspends_but_finishes_in_time_answers_with_its_events() -> None:
+    health = Health()
+    deliver = FailOpenDelivery(COMPONENT, Consumer(turns=5), health, timeout=5.0)
+    assert await deliver([7]) == [{"type": "x", "n": 7}]
+    assert problems(health) == {}
+
+
+async def test_a_slow_pipeline_gets_the_neutral_path_and_its_batch_still_finishes() -> None:
+    health, gate = Health(), asyncio.Event()
+    consumer = Consumer(gate=gate)
+    deliver = FailOpenDelivery(COMPONENT, consumer, health, timeout=0.05)
+    assert await deliver([3]) is None  # the gate never opens before the deadline
+    assert "pipeline-slow" in problems(health) and consumer.consumed == []
+    gate.set()
+    await deliver.drain(5.0)
+    assert consumer.consumed == [3] and not deliver.pending  # slow is not lost
+
+
+async def test_a_failing_pipeline_gets_the_neutral_path_and_is_reported() -> None:
+    for turns in (0, 3):  # failing at once, or after suspending
+        health = Health()
+        deliver = FailOpenDelivery(COMPONENT, Consumer(turns=turns, fail=True), health, timeout=5.0)
+        assert await deliver([1]) is None
+        assert "RuntimeError: exporter down" in problems(health)["pipeline-error"]
+        await deliver.drain(1.0)
