@@ -1,6 +1,6 @@
 """Run every benchmark once, print their tables, then issue 16's verdicts from that one run.
 
-    python bench/run_all.py                      # the full set (about 12 minutes on 2 cores)
+    python bench/run_all.py                      # the full set (sized for ~15 min on an idle 2-core machine)
     python bench/run_all.py --quick              # shorter runs, same shape (a smoke check)
     python bench/run_all.py --markdown README.md # also write the README performance table
     python bench/run_all.py --only pipeline,otlp # a subset (the verdicts of what ran)
@@ -51,7 +51,7 @@ def plan(quick: bool, stages: bool) -> list[tuple[str, str, list[str]]]:
         ("otlp", "OTLP LogRecords through the whole pipeline",
          ["bench_otlp.py", "--records", "5000" if q else "40000"]),
         ("relay_role", "relay role fan-out to SSE/WebSocket subscribers",
-         ["bench_relay_role.py", "--events", "2000" if q else "20000"]),
+         ["bench_relay_role.py", "--events", "2000" if q else "10000"]),
         ("queue", "persistent sending queue, peer down, batches of 100",
          ["bench_queue.py", "--events", "20000" if q else "100000", "--batch", "100"]),
         ("queue1", "persistent sending queue, peer down, one event at a time",
@@ -147,13 +147,14 @@ def load_average() -> str:
         return "unknown"
 
 
-def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: str, minutes: float) -> str:
+def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: str, minutes: float,
+             how: str = "python bench/run_all.py") -> str:
     """The README table block, every figure from ``res`` (one run)."""
     pipe = by_batch(res["pipeline"]["rows"]) if res.get("pipeline") else {}
     speed = raw_speed(res) or "not measured (bench_pipeline did not run)"
     lines = [
         BEGIN,
-        f"Run of `python bench/run_all.py` on {when} at commit `{rev}` ({platform.python_implementation()} "
+        f"Run of `{how}` on {when} at commit `{rev}` ({platform.python_implementation()} "
         f"{platform.python_version()}, {os.cpu_count()} cores, load average {load_before} before the run, "
         f"{minutes:.0f} min). Machine raw speed: {speed}. Every figure below is from this one run.",
         "",
@@ -301,7 +302,9 @@ def main() -> int:
     if failed:
         print(f"no figures from: {', '.join(failed)}")
     if args.markdown:
-        write_markdown(args.markdown, markdown(results, when, rev, load_before, minutes))
+        how = " ".join(["python bench/run_all.py", *(["--quick"] if args.quick else []),
+                        *(["--only", args.only] if args.only else [])])
+        write_markdown(args.markdown, markdown(results, when, rev, load_before, minutes, how))
         print(f"performance table written to {args.markdown}")
     return 1 if failed else 0
 

@@ -25,7 +25,22 @@ log = logging.getLogger("aep.control")
 
 RESPOND = "control.attention.respond"
 CANCEL = "control.cancel"
+PERMISSION_OPTIONS: list[dict[str, str]] = [
+    {"id": "allow", "label": "Allow"},
+    {"id": "deny", "label": "Deny"},
+]
+"""Taxonomy digest §2.5: the standard options of a held binary permission card (the mappings draw
+the card with them, the receivers apply an answer against them)."""
 Validator = Callable[[dict[str, Any]], "str | None"]
+
+
+def attention_key(kind: str, vendor_id: str | None) -> str | None:
+    """The correlation key a card and its legs share, ``{kind}:{vendor id}`` (None without an id).
+
+    The mapping tags the card with it and the receiver holds the card under it, so both build it here.
+    """
+    return f"{kind}:{vendor_id}" if vendor_id else None
+
 Forward = Callable[[Event, str], Awaitable["list[Event] | None"]]
 """Sends a command to the collector that holds its session; returns that collector's acks, or
 ``None`` when it could not be reached."""

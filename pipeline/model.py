@@ -43,9 +43,19 @@ class Signal:
     payload: dict[str, Any]
     """The vendor's payload exactly as received."""
     attrs: dict[str, Any] = field(default_factory=dict)
-    """Receiver context the payload does not carry (query parameters, OTLP profile and mode)."""
+    """Receiver context the payload does not carry (query parameters, OTLP profile and mode, a
+    per-receiver switch); what a hold tells the mapping has typed fields below."""
     hold: str | None = None
     """Set by a receiver that will hold the vendor's reply open on the resulting attention request."""
+    respond_via: list[str] | None = None
+    """Set by a receiver for a request it could hold: who can answer it (AEP-0008 ``respond_via``,
+    ``["control"]`` while a control route is live, else ``["oob"]``); the mapping copies it onto
+    the request's card. None: the mapping's own default stands."""
+    expires_at: str | None = None
+    """Set with a live hold: when it gives up (RFC 3339), shown on the card as ``expires_at``."""
+    tool_closed: bool = False
+    """Set by a receiver whose gate already closed this tool call (its ``tool.denied`` was emitted),
+    so the mapping keeps the vendor's late report of it off the tool lifecycle."""
     received_ns: int = field(default_factory=time.time_ns)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aep_collector.pipeline.control import RESPOND, ControlRouter, Hold, Outcome
+from aep_collector.pipeline.control import PERMISSION_OPTIONS, RESPOND, ControlRouter, Hold, Outcome
 from aep_collector.pipeline.envelope import rfc3339_ms
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
@@ -31,6 +31,8 @@ DENY_MESSAGE = "Denied via AEP attention loop"
 log = logging.getLogger("aep.receiver.held")
 
 Validator = Callable[[dict[str, Any]], "str | None"]
+Follow = Callable[["Applied", Event, Event | None], "Event | None"]
+"""(applied, request, answered) -> one more draft for that lane (e.g. ``tool.denied``), or None."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,23 @@ class Applied:
 
     option: str
     text: str | None = None
+
+
+@dataclass(frozen=True)
+class PermissionEnd:
+    """How one held permission card ended (``AttentionHolder.hold_permission``)."""
+
+    hold: Hold | None
+    """None: nothing was held (no live route), the vendor decides alone."""
+    how: str = "unheld"
+    """The hold's outcome: ``answered``, ``timeout``, ``dismissed``, ``cancelled``, ``oob``, ..."""
+    applied: Applied | None = None
+    """Set only when an operator answered: the option applied (its legs are already emitted)."""
+
+
+def recorded(applied: Applied) -> dict[str, Any]:
+    """``attention.answered.answer``: what was APPLIED (AEP-0008); guidance text rides along."""
+    return {"option": applied.option, "text": applied.text} if applied.text else {"option": applied.option}
 
 
 def permission_choice(answer: dict[str, Any], options: list[dict[str, str]],
@@ -117,9 +136,9 @@ class AttentionHolder:
         """
         live = self.live() and self.router is not None and self.router.can_hold()
         # AEP-0008 respond_via is authoritative: without a route only the agent's own UI can answer.
-        signal.attrs["respond_via"] = (["control", "oob"] if vendor_ui else ["control"]) if live else ["oob"]
+        signal.respond_via = (["control", "oob"] if vendor_ui else ["control"]) if live else ["oob"]
         if live:
-            signal.attrs["expires_at"] = rfc3339_ms(time.time() + self.timeout)
+            signal.expires_at = rfc3339_ms(time.time() + self.timeout)
         lanes = await self.deliver.lanes([signal])
         if not live or lanes is None or self.router is None:
             return None
@@ -128,6 +147,42 @@ class AttentionHolder:
             return None
         session = requests[0][1].get("session", "unknown")
         return self.router.open(self.agent, session, requests, validate, key)
+
+    async def held(self, signal: Signal, validate: Validator, key: str | None,
+                   calls: dict[Any, Hold] | None = None, call: Any = None) -> tuple[Hold, Outcome] | None:
+        """``request`` then ``wait``; while waiting the hold is ``calls[call]``, so the hook naming
+        the same call (the tool ran in the vendor) can dismiss it. None: nothing was held."""
+        hold = await self.request(signal, validate, key)
+        if hold is None:
+            return None
+        if calls is not None:
+            calls[call] = hold
+        try:
+            return hold, await self.wait(hold)
+        finally:
+            if calls is not None and calls.get(call) is hold:
+                del calls[call]
+
+    async def hold_permission(self, signal: Signal, key: str | None,
+                              options: list[dict[str, str]] = PERMISSION_OPTIONS,
+                              validate: Validator | None = None, calls: dict[Any, Hold] | None = None,
+                              call: Any = None, follow: Follow | None = None) -> PermissionEnd:
+        """Hold one permission card (Claude Code, the hook vendors, the bus vendors, every tool gate).
+
+        An operator's answer is applied by AEP-0008 (``permission_choice``) and recorded in the
+        ``attention.answered`` legs; ``follow`` may add one event per lane, cause-linked by it to
+        that lane's answer. What the vendor gets back is the caller's: this says how it ended.
+        """
+        held = await self.held(signal, validate or permission_validator(options), key, calls, call)
+        if held is None:
+            return PermissionEnd(None)
+        hold, outcome = held
+        if outcome.how != "answered" or outcome.answer is None:
+            return PermissionEnd(hold, outcome.how)
+        applied = permission_choice(outcome.answer, options)
+        then = None if follow is None else (lambda request, answered: follow(applied, request, answered))
+        await self.answered(hold, outcome, recorded(applied), follow=then)
+        return PermissionEnd(hold, "answered", applied)
 
     async def wait(self, hold: Hold, gone: Callable[[], bool] | None = None) -> Outcome:
         """Wait for the answer, a dismissal or the timeout (which emits ``attention.timeout``).

@@ -13,25 +13,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from aep_collector.pipeline.control import RESPOND
 from aep_collector.pipeline.host import Host
-from aep_collector.pipeline.model import Event, Signal
-from aep_collector.receivers.held import (
-    Applied,
-    AttentionHolder,
-    Validator,
-    permission_choice,
-    permission_validator,
-)
+from aep_collector.pipeline.model import Signal
+from aep_collector.receivers.held import Applied, AttentionHolder, Follow, Validator, permission_validator
 from aep_collector.receivers.hook_http import HookReceiverConfig, HookServer
-
-Follow = Callable[[Applied, Event, Event | None], "Event | None"]
-"""(applied, request, answered) -> one more draft for that lane (e.g. ``tool.denied``), or None."""
 
 
 @dataclass
@@ -75,11 +65,6 @@ def expires_at(timeout: float) -> str:
     """RFC 3339 UTC time ``timeout`` seconds from now (``attention.requested.expires_at``)."""
     at = datetime.fromtimestamp(time.time() + timeout, UTC)
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def recorded(applied: Applied) -> dict[str, Any]:
-    """``attention.answered.answer``: what was APPLIED (AEP-0008); guidance text rides along."""
-    return {"option": applied.option, "text": applied.text} if applied.text else {"option": applied.option}
 
 
 def gate_validator(options: list[dict[str, str]]) -> Validator:
@@ -140,17 +125,9 @@ class ToolGate:
         one event per lane, cause-linked by it to that lane's ``attention.answered``.
         """
         signal.hold = key or "gate"  # a call without an id is still held, under no attention key
-        signal.attrs["expires_at"] = expires_at(self.loop.timeout)
-        hold = await self.loop.request(signal, validator, key)
-        if hold is None:
-            return None  # the route went away meanwhile: a keyed card is swept later
-        outcome = await self.loop.wait(hold)
-        if outcome.how != "answered" or outcome.answer is None:
-            return None
-        applied = permission_choice(outcome.answer, self.options)
-        then = None if follow is None else (lambda request, answered: follow(applied, request, answered))
-        await self.loop.answered(hold, outcome, recorded(applied), follow=then)
-        return applied
+        signal.expires_at = expires_at(self.loop.timeout)
+        end = await self.loop.hold_permission(signal, key, self.options, validator, follow=follow)
+        return end.applied  # None: the route went away, timeout, dismissal (a keyed card is swept later)
 
 
 class StrictGateSurface:

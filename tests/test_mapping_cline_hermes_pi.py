@@ -594,28 +594,6 @@ def test_pi_deltas_opt_in_from_state_and_environment(monkeypatch: pytest.MonkeyP
     assert pi.new_state().deltas is False
 
 
-# --- replies ---------------------------------------------------------------------------------------------
-
-
-def test_neutral_replies() -> None:
-    assert cline.NEUTRAL_REPLY == {} and not cline.CONTROL_FIELDS & set(cline.NEUTRAL_REPLY)
-    assert hermes.NEUTRAL_REPLY == {}
-    assert pi.NEUTRAL_REPLY is None  # the extension handler returns nothing
-
-
-def test_deny_replies_are_the_vendor_block_directives() -> None:
-    assert hermes.deny_reply("not on prod") == {"action": "block", "message": "not on prod"}
-    assert pi.deny_reply("not on prod") == {"block": True, "reason": "not on prod"}
-    # Both vendors need a non-empty reason; a blank one gets a stated default, never "".
-    assert hermes.deny_reply("  ")["message"] and hermes.deny_reply(None)["action"] == "block"
-    assert pi.deny_reply("")["reason"] and pi.deny_reply(None)["block"] is True
-
-
-def test_hermes_context_reply_is_steering_or_neutral() -> None:
-    assert hermes.context_reply("use pnpm") == {"context": "use pnpm"}
-    assert hermes.context_reply("   ") == {} and hermes.context_reply(None) == {}
-
-
 # --- odd shapes never crash ------------------------------------------------------------------------------
 
 JSON = st.recursive(

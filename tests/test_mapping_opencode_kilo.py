@@ -14,6 +14,7 @@ from aep_collector.pipeline.envelope import COMMAND_TYPE, SEVERITIES, TYPE_GRAMM
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.capture import CapturePolicy, gate_draft
 from aep_collector.processors.mapping import MappingProcessor, kilocode, load_vendor, opencode, plugin_bus
+from aep_collector.receivers.plugin_vendors import bus_replies
 from aep_sdk.gen import PAYLOAD_MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -332,7 +333,8 @@ def test_permission_ask_is_held_through_the_mapping_processor() -> None:
 def test_module_contract(agent: str) -> None:
     mod = load_vendor(agent)
     assert mod is VENDORS[agent][0] and mod.AGENT == agent
-    assert mod.NEUTRAL_REPLY == {} and isinstance(mod.new_state(), plugin_bus.BusState)
+    assert isinstance(mod.new_state(), plugin_bus.BusState)
+    assert not hasattr(mod, "NEUTRAL_REPLY")  # what the plugin gets back is the receiver's (bus_replies)
 
 
 # --- identity ----------------------------------------------------------------------------------
@@ -439,32 +441,32 @@ def test_machinery_plane_is_debug_and_unknown_is_not() -> None:
 
 
 def test_permission_ask_replies() -> None:
-    assert opencode.allow_reply() == {"status": "allow"} and opencode.deny_reply() == {"status": "deny"}
-    assert kilocode.permission_reply("allow") == {"status": "allow"}
+    assert bus_replies.allow_reply() == {"status": "allow"} and bus_replies.deny_reply() == {"status": "deny"}
+    assert bus_replies.permission_reply("allow") == {"status": "allow"}
     for refused in ("deny", "ALLOW", "always", "", None):
-        assert kilocode.permission_reply(refused) == {"status": "deny"}  # never grant on the unknown
-    reply = opencode.allow_reply()
+        assert bus_replies.permission_reply(refused) == {"status": "deny"}  # never grant on the unknown
+    reply = bus_replies.allow_reply()
     reply["status"] = "deny"
-    assert opencode.allow_reply() == {"status": "allow"} and opencode.NEUTRAL_REPLY == {}
+    assert bus_replies.allow_reply() == {"status": "allow"} and bus_replies.NEUTRAL_REPLY == {}
 
 
 def test_kilo_rest_permission_body() -> None:
-    assert kilocode.permission_route("s 1", "per/1") == "/session/s%201/permissions/per%2F1"
-    assert kilocode.permission_route_body("once") == {"response": "once"}
-    assert kilocode.permission_route_body("always", "ignored") == {"response": "always"}
-    assert kilocode.permission_route_body("reject") == {"response": "reject"}
-    assert kilocode.permission_route_body(None, "use X instead") == {"response": "reject", "message": "use X instead"}
-    assert kilocode.permission_route_body("allow") == {"response": "reject"}  # not an option of this surface
+    assert bus_replies.permission_route("s 1", "per/1") == "/session/s%201/permissions/per%2F1"
+    assert bus_replies.permission_route_body("once") == {"response": "once"}
+    assert bus_replies.permission_route_body("always", "ignored") == {"response": "always"}
+    assert bus_replies.permission_route_body("reject") == {"response": "reject"}
+    assert bus_replies.permission_route_body(None, "use X instead") == {"response": "reject", "message": "use X instead"}
+    assert bus_replies.permission_route_body("allow") == {"response": "reject"}  # not an option of this surface
 
 
 def test_kilo_rest_question_body_uses_original_labels() -> None:
     questions = moment("kilocode", "question_asked")["event"]["properties"]["questions"]
-    assert kilocode.question_route("que_1") == "/question/que_1/reply"
-    assert kilocode.question_route_body(questions, {"1": "2"}) == {"answers": [["SQLite"]]}
-    assert kilocode.question_route_body(questions, {"1": ["1", "2"]}) == {"answers": [["PostgreSQL", "SQLite"]]}
-    assert kilocode.question_route_body(questions, {"1": "MySQL please"}) == {"answers": [["MySQL please"]]}
-    assert kilocode.question_route_body(questions, {}) == {"answers": [[]]}
-    assert kilocode.question_route_body("junk", "junk") == {"answers": []}
+    assert bus_replies.question_route("que_1") == "/question/que_1/reply"
+    assert bus_replies.question_route_body(questions, {"1": "2"}) == {"answers": [["SQLite"]]}
+    assert bus_replies.question_route_body(questions, {"1": ["1", "2"]}) == {"answers": [["PostgreSQL", "SQLite"]]}
+    assert bus_replies.question_route_body(questions, {"1": "MySQL please"}) == {"answers": [["MySQL please"]]}
+    assert bus_replies.question_route_body(questions, {}) == {"answers": [[]]}
+    assert bus_replies.question_route_body("junk", "junk") == {"answers": []}
 
 
 # --- odd shapes never crash --------------------------------------------------------------------

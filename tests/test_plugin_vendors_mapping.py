@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.capture import CapturePolicy, gate_draft
 from aep_collector.processors.mapping import MappingProcessor, cline, hermes, pi
@@ -62,9 +63,9 @@ def test_pi_tool_call_maps_to_nothing_unless_held() -> None:
 
 
 def test_pi_held_tool_call_is_the_gate_request() -> None:
-    sig = Signal("pi", "tool_call", tool_call(), hold="gate:call_9", attrs={"expires_at": "2030-01-01T00:00:00.000Z"})
+    sig = Signal("pi", "tool_call", tool_call(), hold="gate:call_9", expires_at="2030-01-01T00:00:00.000Z")
     (d,) = pi.map_signal(sig, pi.new_state())
-    assert d["_attention_key"] == pi.gate_key("call_9") == "gate:call_9"
+    assert d["_attention_key"] == attention_key("gate", "call_9") == "gate:call_9"
     assert d["session"] == "s1" and d["subject"] == "bash" and d["severity"] == "notice"
     assert d["data"] == {"kind": "permission", "prompt": "Permission requested: bash \u2014 rm -rf build",
                          "options": [{"id": "allow", "label": "Allow"}, {"id": "deny", "label": "Deny"}],
@@ -100,7 +101,7 @@ def test_hermes_held_pre_tool_call_adds_the_gate_request_after_the_tool() -> Non
     held = Signal("hermes", "pre_tool_call", payload, hold="gate:tc_1")
     tool, req = hermes.map_signal(held, hermes.new_state())
     assert tool["type"] == "tool.requested"
-    assert req["type"] == "attention.requested" and req["_attention_key"] == hermes.gate_key("tc_1")
+    assert req["type"] == "attention.requested" and req["_attention_key"] == attention_key("gate", "tc_1")
     assert req["run"] == payload["extra"]["turn_id"] and req["session"] == "s_fix_1"
     assert req["data"]["options"] == [{"id": "allow", "label": "Allow"}, {"id": "deny", "label": "Deny"}]
     assert req["data"]["respond_via"] == ["control"] and "expires_at" not in req["data"]

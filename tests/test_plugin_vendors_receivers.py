@@ -9,8 +9,10 @@ import pytest
 from aep_collector.pipeline.config import ConfigError, parse
 from aep_collector.pipeline.control import RESPOND
 from aep_collector.pipeline.registry import build_registry
-from aep_collector.processors.mapping import cline as cline_mapping
 from aep_collector.receivers.plugin_vendors import FACTORIES
+from aep_collector.receivers.plugin_vendors import cline as cline_rx
+from aep_collector.receivers.plugin_vendors import hermes as hermes_rx
+from aep_collector.receivers.plugin_vendors import pi as pi_rx
 from aep_collector.receivers.plugin_vendors.bus import loopback_url
 
 from tests.conftest import corpus
@@ -105,7 +107,7 @@ async def test_cline_replies_never_carry_agent_mutating_fields(env: Env) -> None
     for name, case in corpus("mappings/cline.json")["hooks"].items():
         status, reply = await env.post("cline", case["input"])
         assert status == 200 and isinstance(reply, dict), name
-        assert not (set(reply) & cline_mapping.CONTROL_FIELDS), name
+        assert not (set(reply) & cline_rx.CONTROL_FIELDS), name
 
 
 def test_config_keys_defaults_and_refusals() -> None:
@@ -202,3 +204,25 @@ async def test_vendors_without_a_batching_plugin_do_not_take_batches(env: Env) -
     for vendor in ("cline", "hermes"):
         status, body = await env.post(vendor, {"batch": [NAMELESS[vendor]]})
         assert status == 400, vendor
+
+
+# --- replies (what the vendor gets back lives with its receiver) ---------------------------------
+
+
+def test_neutral_replies() -> None:
+    assert cline_rx.NEUTRAL_REPLY == {} and not cline_rx.CONTROL_FIELDS & set(cline_rx.NEUTRAL_REPLY)
+    assert hermes_rx.NEUTRAL_REPLY == {}
+    assert pi_rx.NEUTRAL_REPLY is None  # the extension handler returns nothing
+
+
+def test_deny_replies_are_the_vendor_block_directives() -> None:
+    assert hermes_rx.deny_reply("not on prod") == {"action": "block", "message": "not on prod"}
+    assert pi_rx.deny_reply("not on prod") == {"block": True, "reason": "not on prod"}
+    # Both vendors need a non-empty reason; a blank one gets a stated default, never "".
+    assert hermes_rx.deny_reply("  ")["message"] and hermes_rx.deny_reply(None)["action"] == "block"
+    assert pi_rx.deny_reply("")["reason"] and pi_rx.deny_reply(None)["block"] is True
+
+
+def test_hermes_context_reply_is_steering_or_neutral() -> None:
+    assert hermes_rx.context_reply("use pnpm") == {"context": "use pnpm"}
+    assert hermes_rx.context_reply("   ") == {} and hermes_rx.context_reply(None) == {}

@@ -90,7 +90,7 @@ def run_chain(vendor: str, ceiling: str, overrides: dict[str, str], planted: lis
     stamper = Stamper(__import__("pathlib").Path("/tmp/aep-privacy-state"), "h")
     out = []
     for name, payload in planted:
-        batch: list[Any] = [Signal(vendor, name, payload, attrs={"respond_via": ["control"]})]
+        batch: list[Any] = [Signal(vendor, name, payload, respond_via=["control"])]
         for p in chain:
             batch = p(batch)
         out.extend(dumps(stamper.stamp(d)) for d in batch if isinstance(d, dict))

@@ -127,14 +127,14 @@ def test_parse_url_refuses(url: str) -> None:
 
 
 @pytest.mark.parametrize("vendor", ["cline", "hermes"])
-def test_the_plugin_vendors_entries_follow_their_mappings_and_receivers(vendor: str) -> None:
+def test_the_plugin_vendors_entries_follow_their_receivers(vendor: str) -> None:
     from aep_collector.pipeline.component import Kind
 
     registry, _ = build_registry(load_plugins=False)
-    mapping = importlib.import_module(f"aep_collector.processors.mapping.{vendor}")
+    receiver = importlib.import_module(f"aep_collector.receivers.plugin_vendors.{vendor}")
     cfg = registry.get(Kind.RECEIVER, vendor).default_config()
     v = table()[vendor]
-    assert v.neutral == json.dumps(mapping.NEUTRAL_REPLY).encode()
+    assert v.neutral == json.dumps(receiver.NEUTRAL_REPLY).encode()
     assert cfg.endpoint == f"127.0.0.1:{v.port}"
     if v.held:
         assert v.wait == cfg.attention_timeout + 5

@@ -122,7 +122,7 @@ class MappingProcessor:
             drafts = mod.map_signal(signal, self.states[agent])
         except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
             return [self._failure(signal, exc)]
-        respond_via = signal.attrs.get("respond_via")
+        respond_via = signal.respond_via
         name = mod.AGENT
         for d in drafts:
             d.setdefault("agent", name)
@@ -133,8 +133,8 @@ class MappingProcessor:
                 if respond_via is not None and isinstance(d.get("data"), dict) and "respond_via" in d["data"]:
                     d["data"]["respond_via"] = list(respond_via)
                     # A held request says when the hold gives up (operators see the time left).
-                    if signal.attrs.get("expires_at") and "control" in respond_via:
-                        d["data"].setdefault("expires_at", signal.attrs["expires_at"])
+                    if signal.expires_at and "control" in respond_via:
+                        d["data"].setdefault("expires_at", signal.expires_at)
         return drafts
 
     def _failure(self, signal: Signal, exc: Exception) -> Event:

@@ -228,13 +228,7 @@ def _teammate_idle(payload: hf.Payload, _state: Any) -> Event:
 
 HOOKS: dict[str, hf.Handler] = {
     "SessionStart": _session_started,
-    "SessionEnd": hf.session_ended,
-    "UserPromptSubmit": hf.run_started,
-    "Stop": hf.run_finished,
-    "StopFailure": hf.run_failed,
-    "PreToolUse": hf.tool_requested,
-    "PostToolUse": hf.tool_completed,
-    "PostToolUseFailure": hf.tool_use_failure,
+    **hf.LIFECYCLE_HOOKS,
     "PermissionDenied": hf.tool_denied,
     "PermissionRequest": _permission_request,
     "Elicitation": _elicitation,

@@ -24,18 +24,10 @@ from .plugin_vendors import (
     usage,
 )
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "CONTROL_FIELDS", "ClineState", "new_state", "map_hook", "map_signal"]
+__all__ = ["AGENT", "ClineState", "new_state", "map_hook", "map_signal"]
 
 AGENT = "cline"
 
-# The SDK's hook runner (cline/cline sdk/packages/core/src/hooks/subprocess.ts `toHookControl`, with
-# subprocess-runner.ts `parseHookStdout`): empty stdout parses to nothing and a JSON object without
-# one of CONTROL_FIELDS is "no control", so `{}` is the fail-open reply on every hook.
-NEUTRAL_REPLY: dict[str, Any] = {}
-
-# The agent-mutating keys of a hook reply; observe-only means a reply never carries any of them.
-CONTROL_FIELDS = frozenset({"cancel", "review", "context", "contextModification", "overrideInput",
-                            "errorMessage", "systemPrompt", "appendMessages"})
 
 _PENDING_LIMIT = 4096  # tool_call ids waiting for their tool_result; oldest dropped beyond this
 

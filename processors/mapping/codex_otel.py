@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aep_collector.pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event
 
 from . import otlp_vendors
 from .drafting import draft, tool_ref
-from .otlp_vendors import COMPANION, Profile, add_result, parse_bool, parse_count, text
+from .otlp_vendors import Profile, add_result, parse_bool, parse_count, text
 
 AGENT = "codex"
 NEUTRAL_REPLY = None  # the OTLP response is the receiver's; this channel has no vendor reply
@@ -128,21 +128,7 @@ PROFILE = Profile(
 )
 
 
-def new_state() -> None:
-    """The channel is stateless: every record maps on its own (no joins, no runs)."""
-    return None
-
-
-def session_of(flat: dict[str, Any]) -> str | None:
-    """The record's session id by this profile's identity rule."""
-    return otlp_vendors.session_of(PROFILE, flat)
-
-
-def map_record(flat: dict[str, Any], mode: str = COMPANION) -> list[Event]:
-    """Pure mapping of one flattened record in ``companion`` or ``primary`` mode."""
-    return otlp_vendors.map_record(PROFILE, flat, mode)
-
-
-def map_signal(signal: Signal, state: None) -> list[Event]:
-    """Map a receiver Signal (payload = flattened record, attrs["mode"])."""
-    return otlp_vendors.map_signal(PROFILE, signal)
+new_state = otlp_vendors.new_state
+session_of = PROFILE.session_of
+map_record = PROFILE.map_record
+map_signal = PROFILE.map_signal

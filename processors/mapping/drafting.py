@@ -6,16 +6,13 @@ import re
 from typing import Any
 
 from aep_collector.pipeline.canonical import digest
+from aep_collector.pipeline.control import PERMISSION_OPTIONS
 from aep_collector.pipeline.model import Event
+from aep_collector.pipeline.payload import get_dict, get_str, tool_ref
 
 __all__ = ["gate_card", "json_copy", "digest", "draft", "snake_case", "hook_fallback", "PERMISSION_OPTIONS", "get_str",
            "get_dict", "tool_ref", "permission_prompt"]
 
-# Taxonomy digest §2.5: the standard options of a held binary gate.
-PERMISSION_OPTIONS: list[dict[str, str]] = [
-    {"id": "allow", "label": "Allow"},
-    {"id": "deny", "label": "Deny"},
-]
 
 _CAMEL_1 = re.compile(r"(.)([A-Z][a-z]+)")
 _CAMEL_2 = re.compile(r"([a-z0-9])([A-Z])")
@@ -75,32 +72,6 @@ def draft(type_: str, data: dict[str, Any] | None = None, subject: Any = None, *
             if value is not None:
                 out[key] = value
     return out
-
-
-def get_str(obj: Any, key: str) -> str | None:
-    """``obj[key]`` when obj is a dict and the value is a non-empty string, else None."""
-    if isinstance(obj, dict):
-        value = obj.get(key)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def get_dict(obj: Any, key: str) -> dict[str, Any]:
-    """``obj[key]`` when it is a dict, else an empty dict (vendors send odd shapes; never crash)."""
-    if isinstance(obj, dict):
-        value = obj.get(key)
-        if isinstance(value, dict):
-            return value
-    return {}
-
-
-def tool_ref(name: str | None, call_id: str | None = None) -> dict[str, str]:
-    """``tool_ref`` = ``{name, call_id?}``; a missing name becomes ``unknown`` (the field is required)."""
-    ref = {"name": name or "unknown"}
-    if call_id:
-        ref["call_id"] = call_id
-    return ref
 
 
 def permission_prompt(tool: str, detail: str | None, description: str | None = None) -> str:

@@ -23,25 +23,27 @@ from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,
-    gate_card,
     get_dict,
     get_str,
     tool_ref,
 )
-from .plugin_vendors import ABSENT, dotted_fallback, number, tool_completed, tool_failed, tool_requested
+from .plugin_vendors import (
+    ABSENT,
+    dotted_fallback,
+    gate_request_draft,
+    number,
+    tool_completed,
+    tool_failed,
+    tool_requested,
+)
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
-           "new_state", "map_hook", "map_signal", "deny_reply", "context_reply", "clarify_choices",
-           "clarify_fields", "approval_key", "clarify_key", "GATE_OPTIONS", "gate_key", "gate_request"]
+__all__ = ["AGENT", "SCHEMA_VERSION", "APPROVAL_OPTIONS", "CLARIFY_PROMPT", "HermesState",
+           "new_state", "map_hook", "map_signal", "clarify_choices",
+           "clarify_fields", "approval_key", "clarify_key", "GATE_OPTIONS", "gate_request"]
 
 log = logging.getLogger("aep.mapping.hermes")
 
 AGENT = "hermes"
-
-# NousResearch/hermes-agent agent/shell_hooks.py `_parse_response`: empty stdout or a JSON object
-# without `action`/`decision` (pre_tool_call) or a non-empty `context` (elsewhere) is no directive,
-# so `{}` lets every hook proceed untouched.
-NEUTRAL_REPLY: dict[str, Any] = {}
 
 # Fixture identity: every payload's drift sentinel; another value means re-verify the shapes.
 SCHEMA_VERSION = "hermes.observer.v1"
@@ -62,24 +64,9 @@ _CLI_TIMEOUT = ("The user did not provide a response within the time limit. "
 _GATEWAY_TIMEOUT = re.compile(r"^\[user did not respond within [^\]]*\]$")
 _CANCELLED_PREFIX = "The user cancelled"
 _UNDELIVERABLE = "[clarify prompt could not be delivered]"
-_DEFAULT_DENY = "Denied by the operator (AEP)."
 _APPROVAL_HOOKS = ("pre_approval_request", "post_approval_response")
 _LIMIT = 4096  # bound on every runtime table; the oldest entries go first
 GATE_OPTIONS: list[dict[str, str]] = PERMISSION_OPTIONS  # the opt-in operator gate is binary: allow | deny
-
-
-def deny_reply(reason: str | None = None) -> dict[str, Any]:
-    """The ``pre_tool_call`` block directive for a denial (the vendor requires a non-empty message)."""
-    # agent/shell_hooks.py `_parse_pre_tool_call`: {"action": "block", "message": ...} is canonical.
-    text = reason.strip() if isinstance(reason, str) else ""
-    return {"action": "block", "message": text or _DEFAULT_DENY}
-
-
-def context_reply(text: str | None) -> dict[str, Any]:
-    """The ``pre_llm_call`` context injection (steering); empty text is the neutral reply."""
-    if isinstance(text, str) and text.strip():
-        return {"context": text}
-    return dict(NEUTRAL_REPLY)
 
 
 @dataclass
@@ -107,21 +94,14 @@ def clarify_key(call_id: str | None) -> str | None:
     return f"clarify:{call_id}" if call_id else None
 
 
-def gate_key(call_id: str | None) -> str | None:
-    """The correlation key of an opt-in gate request (its control legs carry the same)."""
-    return f"gate:{call_id}" if call_id else None
-
-
 def gate_request(payload: Any, expires_at: str | None = None) -> Event:
     """The answerable Allow/Deny request a gated ``pre_tool_call`` raises (reference stack §1.10)."""
     p = payload if isinstance(payload, dict) else {}
     extra = get_dict(p, "extra")
     name = get_str(p, "tool_name")
     detail = get_str(get_dict(p, "tool_input"), "command")
-    data = gate_card(name or "tool", detail, GATE_OPTIONS, expires_at=expires_at)
-    call_id = get_str(extra, "tool_call_id")
-    return draft("attention.requested", data, subject=name or "tool", severity="notice",
-                 session=get_str(p, "session_id"), run=get_str(extra, "turn_id"), _attention_key=gate_key(call_id))
+    return gate_request_draft(name, detail, get_str(extra, "tool_call_id"), get_str(p, "session_id"),
+                              get_str(extra, "turn_id"), expires_at)
 
 
 def _trim(table: dict[Any, Any]) -> None:
@@ -442,7 +422,7 @@ def map_signal(signal: Signal, state: HermesState) -> list[Event]:
         drafts = _closed_answers(map_hook(payload, name))
         if name == "pre_tool_call" and signal.hold is not None:
             # The receiver's opt-in operator gate holds this call: its request follows the tool's.
-            drafts.append(gate_request(payload, signal.attrs.get("expires_at")))
+            drafts.append(gate_request(payload, signal.expires_at))
         return drafts
     session_key = get_str(extra, "session_key")
     lane = session_key if session_key in state.sessions else None  # a gateway key never mints a lane

@@ -359,3 +359,14 @@ def notification(payload: Payload, _state: Any = None, *,
             data[key] = value  # progress.status.message is redacted by schema; title is vendor text
     return merge_capture(draft("progress.status", data, kind), title=REDACTED)
 
+
+LIFECYCLE_HOOKS: dict[str, Handler] = {
+    "SessionEnd": session_ended,
+    "UserPromptSubmit": run_started,
+    "Stop": run_finished,
+    "StopFailure": run_failed,
+    "PreToolUse": tool_requested,
+    "PostToolUse": tool_completed,
+    "PostToolUseFailure": tool_use_failure,
+}
+"""The session, run and tool hooks Claude Code and Qwen Code map alike (after their own SessionStart)."""

@@ -342,7 +342,7 @@ def map_signal(signal: Signal, state: KimiState) -> list[Event]:
     drafts: list[Event] = []
     type_ = main["type"]
 
-    if type_ in ("tool.completed", "tool.failed") and signal.attrs.get("tool_closed"):
+    if type_ in ("tool.completed", "tool.failed") and signal.tool_closed:
         # The receiver's gate denied this call and said so (tool.denied{by: "policy"}); Kimi Code
         # 2.1.0 still reports the blocked call as a PostToolUseFailure: kept, off the tool lifecycle.
         main = draft("x.kimi-code.tool.blocked", {"tool": main["data"]["tool"]}, main.get("subject"),

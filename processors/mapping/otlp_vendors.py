@@ -80,6 +80,25 @@ class Profile:
         hint.update(self.capture)  # content keys keep their own minimum (full beats a declaration)
         return hint
 
+    # The vendor module's mapping contract, bound to this profile (its module re-exports them).
+
+    def session_of(self, flat: dict[str, Any]) -> str | None:
+        """The record's session id by this profile's identity rule."""
+        return session_of(self, flat)
+
+    def map_record(self, flat: dict[str, Any], mode: str = COMPANION) -> list[Event]:
+        """Pure mapping of one flattened record in ``companion`` or ``primary`` mode."""
+        return map_record(self, flat, mode)
+
+    def map_signal(self, signal: Signal, state: None = None) -> list[Event]:
+        """Map a receiver Signal (payload = flattened record, attrs["mode"])."""
+        return map_signal(self, signal)
+
+
+def new_state() -> None:
+    """The channel is stateless: every record maps on its own (no joins, no runs)."""
+    return None
+
 
 def attributes_of(flat: Any) -> dict[str, Any]:
     """The record attributes of a flattened record (``{}`` for any odd shape)."""

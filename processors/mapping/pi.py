@@ -22,40 +22,31 @@ from .drafting import (
     PERMISSION_OPTIONS,
     digest,
     draft,
-    gate_card,
     get_dict,
     get_str,
     snake_case,
     tool_ref,
 )
 from .hook_vendors import Payload
-from .plugin_vendors import ABSENT, step_of, tool_completed, tool_failed, tool_requested, usage
+from .plugin_vendors import (
+    ABSENT,
+    gate_request_draft,
+    step_of,
+    tool_completed,
+    tool_failed,
+    tool_requested,
+    usage,
+)
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "DELTAS_ENV", "GATE_OPTIONS", "PiState", "new_state", "map_event",
-           "map_signal", "deny_reply", "message_text", "gate_key", "gate_request"]
+__all__ = ["AGENT", "DELTAS_ENV", "GATE_OPTIONS", "PiState", "new_state", "map_event",
+           "map_signal", "message_text", "gate_request"]
 
 AGENT = "pi"
 
-# badlogic/pi-mono packages/coding-agent/docs/extensions.md: a handler that returns nothing
-# (`undefined`) leaves the moment untouched; the extension prints/returns nothing on fail-open.
-NEUTRAL_REPLY: dict[str, Any] | None = None
 
 DELTAS_ENV = "AEP_PI_DELTAS"  # the operator opt-in for stream updates (default off)
-_DEFAULT_DENY = "Denied by the operator (AEP)."
 GATE_OPTIONS: list[dict[str, str]] = PERMISSION_OPTIONS  # the opt-in gate is binary: allow | deny
 _COMPLETIONS = ("stop", "length", "toolUse")  # bounded terminations are completions (Annex A.12)
-
-
-def deny_reply(reason: str | None = None) -> dict[str, Any]:
-    """The blockable ``tool_call`` handler's denial: ``{block: true, reason}`` (reason never empty)."""
-    # extensions.md "tool_call (can block)": returning {block: true, reason} stops the call.
-    text = reason.strip() if isinstance(reason, str) else ""
-    return {"block": True, "reason": text or _DEFAULT_DENY}
-
-
-def gate_key(call_id: str | None) -> str | None:
-    """The correlation key a held ``tool_call`` request and its control legs share."""
-    return f"gate:{call_id}" if call_id else None
 
 
 def gate_request(payload: Any, expires_at: str | None = None) -> Event:
@@ -64,9 +55,8 @@ def gate_request(payload: Any, expires_at: str | None = None) -> Event:
     event = get_dict(p, "event")
     name = get_str(event, "toolName")
     detail = get_str(get_dict(event, "input"), "command")
-    data = gate_card(name or "tool", detail, GATE_OPTIONS, expires_at=expires_at)
-    return draft("attention.requested", data, subject=name or "tool", severity="notice",
-                 session=get_str(get_dict(p, "session"), "id"), _attention_key=gate_key(get_str(event, "toolCallId")))
+    return gate_request_draft(name, detail, get_str(event, "toolCallId"), get_str(get_dict(p, "session"), "id"),
+                              None, expires_at)
 
 
 @dataclass
@@ -316,7 +306,7 @@ def map_signal(signal: Signal, state: PiState) -> list[Event]:
         # Only the opt-in gate forwards it; tool_execution_start already said tool.requested.
         if signal.hold is None:
             return []
-        return [gate_request(payload, signal.attrs.get("expires_at"))]
+        return [gate_request(payload, signal.expires_at)]
     deltas = signal.attrs.get("deltas")
     if not isinstance(deltas, bool):
         deltas = state.deltas

@@ -18,23 +18,12 @@ surface                 ``Signal.name``                      ``Signal.payload`` 
 The payload's own ``kind`` decides the moment (it is the fixture's discriminant and survives any
 receiver renaming); ``Signal.name`` is only the fallback when a payload arrives without ``kind``.
 
-Reply contract (daemon -> plugin), the plugin applies it and nothing else:
-
-* ``permission.ask(input, output)``: the hook's output is ``{status: "ask" | "deny" | "allow"}``
-  (``@opencode-ai/plugin`` ``Hooks["permission.ask"]``, anomalyco/opencode
-  ``packages/plugin/src/index.ts`` @0149423; identical in Kilo-Org/kilocode
-  ``packages/plugin/src/index.ts`` @00cb0d2). The daemon answers ``{"status": "allow"}`` or
-  ``{"status": "deny"}`` (``allow_reply()`` / ``deny_reply()`` / ``permission_reply(option)``)
-  and the plugin sets ``output.status`` to that value only when it is ``allow`` or ``deny``.
-  ``NEUTRAL_REPLY`` (``{}``, also the timeout and every error path) means: leave ``output``
-  untouched, so the vendor's own prompt takes over.
-* every other moment is observe-only: the reply is ``NEUTRAL_REPLY`` and the plugin ignores it.
-* Kilo Code >=7.4.6 has no held hook: answers go over the server's REST routes
-  (``permission_route``/``permission_route_body``, ``question_route``/``question_route_body``).
+What the plugin gets back (the reply contract, the reply routes) is the receiver's:
+``aep_collector.receivers.plugin_vendors.bus_replies``.
 
 Asks and their settles share an ``_attention_key`` (``attention_key(kind, vendor id)``); the mapping
 processor's attention book pairs them, drops a vendor echo of a card the control loop already
-closed, and sweeps open cards before ``session.ended``. A held loop passes the same key.
+closed, and sweeps open cards before ``session.ended``. The receiver's hold passes the same key.
 """
 
 from __future__ import annotations
@@ -42,8 +31,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
+from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.model import Event, Signal
 
 from .drafting import (
@@ -56,9 +45,6 @@ from .drafting import (
     snake_case,
     tool_ref,
 )
-
-NEUTRAL_REPLY: dict[str, Any] = {}
-"""Fail-open reply: the plugin leaves the hook's ``output`` untouched."""
 
 # Kilo >=7.4.6 reply enum, verbatim (kilocode.json `permission_asked`; Permission.Reply in the fork).
 REPLY_ROUTE_OPTIONS: list[dict[str, str]] = [
@@ -112,72 +98,12 @@ def new_state() -> BusState:
     return BusState()
 
 
-def attention_key(kind: str, vendor_id: str | None) -> str | None:
-    """The correlation key a card and its legs share: ``permission:{id}`` or ``question:{id}``."""
-    return f"{kind}:{vendor_id}" if vendor_id else None
-
-
 def _bounded_put(table: dict[str, Any], key: str, value: Any) -> None:
     # A before without its after (an aborted tool) or an echo that never comes must not grow forever.
     table.pop(key, None)
     table[key] = value
     while len(table) > _KEPT:
         del table[next(iter(table))]
-
-
-def allow_reply() -> dict[str, str]:
-    """``permission.ask`` reply that grants: the plugin sets ``output.status = "allow"``."""
-    return {"status": "allow"}
-
-
-def deny_reply() -> dict[str, str]:
-    """``permission.ask`` reply that refuses: the plugin sets ``output.status = "deny"``."""
-    return {"status": "deny"}
-
-
-def permission_reply(option: str | None) -> dict[str, str]:
-    """Reply for an applied option; anything but ``allow`` refuses (AEP-0008: never grant on the unknown)."""
-    return allow_reply() if option == "allow" else deny_reply()
-
-
-def permission_route(session: str, permission_id: str) -> str:
-    """Kilo >=7.4.6 (and OpenCode SSE control) permission reply route."""
-    return f"/session/{quote(session, safe='')}/permissions/{quote(permission_id, safe='')}"
-
-
-def permission_route_body(option: str | None, text: str | None = None) -> dict[str, str]:
-    """``{response, message?}``; unmatched options refuse with the free text as the reject message."""
-    if option in ("once", "always"):
-        return {"response": option}
-    body = {"response": "reject"}
-    if text:
-        # kilocode.json permission_asked: guidance reaches the vendor as the reject message.
-        body["message"] = text
-    return body
-
-
-def question_route(request_id: str) -> str:
-    """Kilo >=7.4.6 question reply route."""
-    return f"/question/{quote(request_id, safe='')}/reply"
-
-
-def question_route_body(questions: Any, values: Any) -> dict[str, list[list[str]]]:
-    """``{answers: string[][]}`` in question order, choice ids resolved back to the ORIGINAL labels."""
-    qs = questions if isinstance(questions, list) else []
-    vals = values if isinstance(values, dict) else {}
-    answers: list[list[str]] = []
-    for i, q in enumerate(qs):
-        labels = [get_str(o, "label") or "" for o in (q.get("options") if isinstance(q, dict) else None) or []]
-        raw = vals.get(str(i + 1))
-        picked = raw if isinstance(raw, list) else [] if raw is None else [raw]
-        out: list[str] = []
-        for item in picked:
-            text = str(item)
-            idx = int(text) - 1 if text.isdigit() else -1
-            # A choice id maps to its vendor label; anything else is the "Other" free text, verbatim.
-            out.append(labels[idx] if 0 <= idx < len(labels) else text)
-        answers.append(out)
-    return {"answers": answers}
 
 
 def bus_fallback(agent: str, bus_type: Any) -> str:

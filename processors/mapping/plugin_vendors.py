@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.model import Event
 
-from .drafting import digest, draft, snake_case
+from .drafting import PERMISSION_OPTIONS, digest, draft, gate_card, snake_case
 
 __all__ = ["ABSENT", "dotted_fallback", "step_of", "number", "usage", "tool_requested", "tool_completed",
-           "tool_failed"]
+           "tool_failed", "gate_request_draft"]
 
 ABSENT: Any = object()
 """Marks a vendor value that was not sent at all (distinct from a JSON ``null`` that was)."""
@@ -88,3 +89,12 @@ def tool_failed(ref: dict[str, str], error_type: str, *, message: Any = None, du
         error["message"] = message
     data["error"] = error
     return draft("tool.failed", data, subject=ref["name"], **attrs)
+
+
+def gate_request_draft(tool: str | None, detail: str | None, call_id: str | None, session: str | None,
+                       run: str | None, expires_at: str | None) -> Event:
+    """The answerable Allow/Deny request an opt-in tool gate raises (Hermes ``pre_tool_call``, pi
+    ``tool_call``), keyed ``gate:{call id}`` as the receiver holds it."""
+    data = gate_card(tool or "tool", detail, PERMISSION_OPTIONS, expires_at=expires_at)
+    return draft("attention.requested", data, subject=tool or "tool", severity="notice", session=session, run=run,
+                 _attention_key=attention_key("gate", call_id))

@@ -75,13 +75,7 @@ def _todo(type_: str, payload: hf.Payload, _state: Any) -> Event | None:
 
 HOOKS: dict[str, hf.Handler] = {
     "SessionStart": _session_started,
-    "SessionEnd": hf.session_ended,
-    "UserPromptSubmit": hf.run_started,
-    "Stop": hf.run_finished,
-    "StopFailure": hf.run_failed,
-    "PreToolUse": hf.tool_requested,
-    "PostToolUse": hf.tool_completed,
-    "PostToolUseFailure": hf.tool_use_failure,
+    **hf.LIFECYCLE_HOOKS,
     "PermissionRequest": hf.permission_request,
     # Not in the fixture's sixteen: the newer vendor hook carries the Claude Code tool.denied rule.
     "PermissionDenied": hf.tool_denied,

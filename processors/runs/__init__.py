@@ -33,6 +33,7 @@ from aep_collector.pipeline.model import Batch
 
 TERMINALS = frozenset({"run.finished", "run.failed", "run.cancelled"})
 _LIFECYCLE = TERMINALS | {"run.started", "session.ended"}
+_AGENT_SCOPED = object()
 
 
 def mint_run_id() -> str:
@@ -107,18 +108,30 @@ class RunsProcessor:
     def __init__(self, config: RunsConfig | None = None, state: RunState | None = None) -> None:
         self.config = config or RunsConfig()
         self.state = state or RunState(self.config.max_sessions)
+        self._kinds: dict[str, object] = {}  # type -> what this step does with it, cached
+
+    def _classify(self, etype: str) -> object:
+        """``_AGENT_SCOPED``, True (a run or session boundary) or False (an event inside a run)."""
+        kind: object = _AGENT_SCOPED if etype.startswith("agent.") else etype in _LIFECYCLE
+        if len(self._kinds) < 10_000:  # vendor fallback types are open-ended: a cache, bounded
+            self._kinds[etype] = kind
+        return kind
 
     def __call__(self, batch: Batch) -> Batch:
         out: Batch = []
         append = out.append
         state = self.state
         opened, finished = state.open, state.finished
+        kinds = self._kinds
         for item in batch:
             if not isinstance(item, dict) or item.get("_runs") == "none":
                 append(item)
                 continue
             etype = item.get("type", "")
-            if etype.startswith("agent.") or "agent" not in item:
+            lifecycle = kinds.get(etype)
+            if lifecycle is None:
+                lifecycle = self._classify(etype)
+            if lifecycle is _AGENT_SCOPED or "agent" not in item:
                 append(item)
                 continue
             agent = item["agent"]
@@ -129,7 +142,7 @@ class RunsProcessor:
             if current is not None:
                 opened.move_to_end(key)
             named = item.get("run")
-            if etype not in _LIFECYCLE:  # most events: carry the open run, or lose a finished one
+            if not lifecycle:  # most events: carry the open run, or lose a finished one
                 if isinstance(named, str):
                     if (agent, session, named) in finished:
                         del item["run"]  # late: a session event after the run's terminal

@@ -11,15 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.pipeline.canonical import digest
-from aep_collector.pipeline.control import CANCEL, RESPOND, Hold, Outcome
+from aep_collector.pipeline.control import CANCEL, RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import claude_code as cc
 from aep_collector.processors.mapping import hook_vendors as hf
-from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator
+from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.registration import hook_url, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
@@ -118,43 +117,27 @@ class ClaudeCodeSurface:
             return STOP_REPLY
         return NEUTRAL_REPLY
 
-    async def _held_call(self, signal: Signal, validate: Any) -> tuple[Hold, Outcome] | None:
-        """Hold a tool-call request, findable by its call so the PostToolUse can dismiss it."""
-        # The mapping keys the card with the same key: the hold's legs close the book's entry.
-        hold = await self.loop.request(signal, validate, hf.card_key(signal))
-        if hold is None:
-            return None
-        key = (_session(signal.payload), _call_key(signal.payload))
-        self.calls[key] = hold
-        try:
-            return hold, await self.loop.wait(hold)
-        finally:
-            if self.calls.get(key) is hold:
-                del self.calls[key]
+    def _call(self, signal: Signal) -> tuple[str, str]:
+        """Pairs a held request with the PostToolUse of the same call (which dismisses it)."""
+        return _session(signal.payload), _call_key(signal.payload)
 
     async def _permission(self, signal: Signal) -> Any:
-        held = await self._held_call(signal, permission_validator(PERMISSION_OPTIONS))
-        if held is None:
-            return NEUTRAL_REPLY
-        hold, outcome = held
-        if outcome.how == "cancelled":
-            self.loop.cancelled(hold.session)  # this reply is the stop: the next hook runs normally
+        # The mapping keys the card with the same key: the hold's legs close the book's entry.
+        end = await self.loop.hold_permission(signal, hf.card_key(signal), calls=self.calls, call=self._call(signal))
+        if end.how == "cancelled" and end.hold is not None:
+            self.loop.cancelled(end.hold.session)  # this reply is the stop: the next hook runs normally
             return cancel_reply()
-        if outcome.how != "answered" or outcome.answer is None:
-            return NEUTRAL_REPLY  # timeout/dismissal: no decision, Claude Code asks the user itself
-        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        recorded: dict[str, Any] = {"option": applied.option}
-        if applied.text:
-            recorded["text"] = applied.text  # redacted-gated guidance for the model
-        await self.loop.answered(hold, outcome, recorded)
-        if applied.option == "allow":
+        if end.applied is None:
+            return NEUTRAL_REPLY  # no route, timeout, dismissal: no decision, Claude Code asks the user itself
+        if end.applied.option == "allow":
             return cc.permission_reply("allow")
-        return cc.permission_reply("deny", applied.text or DENY_MESSAGE)
+        return cc.permission_reply("deny", end.applied.text or DENY_MESSAGE)
 
     async def _ask_user_question(self, signal: Signal) -> Any:
         tool_input = signal.payload.get("tool_input")
         fields = cc.ask_user_question_form(tool_input, True)["fields"]  # labels: for text answers
-        held = await self._held_call(signal, form_validator(fields, legacy=len(fields) == 1))
+        held = await self.loop.held(signal, form_validator(fields, legacy=len(fields) == 1), hf.card_key(signal),
+                                    self.calls, self._call(signal))
         if held is None:
             return NEUTRAL_REPLY
         hold, outcome = held

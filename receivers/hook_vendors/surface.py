@@ -29,21 +29,20 @@ from typing import Any
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
+from aep_collector.pipeline.payload import get_str, tool_ref
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import hook_vendors as hf
-from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_str, tool_ref
 from aep_collector.receivers.held import (
     DENY_MESSAGE,
     Applied,
     AttentionHolder,
-    permission_choice,
     permission_validator,
 )
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
 )
-from aep_collector.receivers.tool_gate import GateConfig, ToolGate, recorded
+from aep_collector.receivers.tool_gate import GateConfig, ToolGate
 from aiohttp import web
 
 MAX_VENDOR_TIMEOUT = 600
@@ -196,7 +195,7 @@ class HookVendorSurface:
                 del self.denied[(session, call)]
                 # Kimi Code still reports the call the gate blocked, as a PostToolUseFailure (live):
                 # the call is closed already, so the mapping keeps it off the tool lifecycle.
-                signal.attrs["tool_closed"] = True
+                signal.tool_closed = True
         await deliver([signal])
         return self.neutral(signal)
 
@@ -205,24 +204,15 @@ class HookVendorSurface:
     async def _permission(self, signal: Signal) -> Any:
         assert self.handling.permission_reply is not None
         key = hf.card_key(signal)  # the mapping tags the card with the same key
-        hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
-        if hold is None:
-            return self.neutral(signal)  # no route: the vendor's own prompt decides (respond_via oob)
         call = (_session(signal.payload), hf.permission_key(signal.payload))  # what a PostToolUse names
-        self.calls[call] = hold
-        try:
-            outcome = await self.loop.wait(hold)
-        finally:
-            if self.calls.get(call) is hold:
-                del self.calls[call]
-        if outcome.how != "answered" or outcome.answer is None:
-            return self.neutral(signal)  # timeout/dismissal: no decision, the vendor asks its user
-        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        await self.loop.answered(hold, outcome, recorded(applied))
-        if applied.option == "allow":
+        end = await self.loop.hold_permission(signal, key, calls=self.calls, call=call)
+        if end.applied is None:
+            # No route (the vendor's own prompt decides, respond_via oob), timeout or dismissal.
+            return self.neutral(signal)
+        if end.applied.option == "allow":
             return self.handling.permission_reply("allow")
         # AEP-0008: free text on a permission is the refusing option with the text as guidance.
-        return self.handling.permission_reply("deny", applied.text or DENY_MESSAGE)
+        return self.handling.permission_reply("deny", end.applied.text or DENY_MESSAGE)
 
     # -- the opt-in PreToolUse gate (VS Code agent, Kimi Code) ---------------------------------
 
@@ -259,7 +249,7 @@ def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, reques
     tool = tool_ref(get_str(payload, "tool_name"), get_str(payload, gate.call_id_key))
     draft: Event = {"type": "tool.denied", "agent": agent, "session": request.get("session"),
                     "subject": tool["name"], "data": {"tool": tool, "by": "policy", "reason": reason},
-                    "_capture": {"reason": hf.REDACTED}}  # the deny reason is operator text
+                    "_capture": {"reason": "redacted"}}  # the deny reason is operator text (a capture level)
     if request.get("run"):
         draft["run"] = request["run"]
     draft["cause"] = answered["id"] if answered is not None else request["id"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -28,19 +29,21 @@ import aiohttp
 from aep_collector.pipeline.control import RESPOND, Hold
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.mapping import plugin_bus
-from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, get_dict, get_str
+from aep_collector.pipeline.payload import get_dict, get_str
+from aep_collector.pipeline.vendor import VendorDeclaration
+from aep_collector.processors.mapping import load_vendor, plugin_bus
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator
+from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
-from aep_collector.receivers.tool_gate import recorded
+from aep_collector.receivers.tool_gate import HeldConfig
 from aiohttp import web
 
+from . import bus_replies, install
+from .bus_replies import NEUTRAL_REPLY
 from .moments import need_name, unwrap
 
 log = logging.getLogger("aep.receiver.bus")
 
-NEUTRAL_REPLY: dict[str, Any] = plugin_bus.NEUTRAL_REPLY
 SERVER_URL_HEADER = "X-AEP-Server-Url"
 DIRECTORY_HEADER = "X-AEP-Directory"
 _HOOK_NAMES = {kind: hook for hook, kind in plugin_bus.HOOK_KINDS.items()}  # tool.before -> tool.execute.before
@@ -145,7 +148,7 @@ class BusSurface:
         if bus_type in ("permission.asked", "question.asked"):
             if self.routes:
                 return await self._route_card(signal, event, session, deliver)
-            signal.attrs["respond_via"] = ["oob"]  # AEP-0008: nothing here can deliver an answer
+            signal.respond_via = ["oob"]  # AEP-0008: nothing here can deliver an answer
         if bus_type in _SETTLES:
             props = get_dict(event, "properties")
             vendor_id = get_str(props, "permissionID") or get_str(props, "requestID")
@@ -167,16 +170,12 @@ class BusSurface:
 
     async def _held_ask(self, signal: Signal, perm: dict[str, Any]) -> Any:
         key = plugin_bus.attention_key("permission", get_str(perm, "id"))
-        hold = await self.loop.request(signal, permission_validator(PERMISSION_OPTIONS), key)
-        if hold is None:
-            return NEUTRAL_REPLY  # no operator reachable: the vendor's own prompt decides
-        outcome = await self.loop.wait(hold)  # a plugin that aborted its fetch dismisses it
-        if outcome.how != "answered" or outcome.answer is None:
-            return NEUTRAL_REPLY  # timeout/dismissal: output untouched, the vendor prompts the user
-        applied = permission_choice(outcome.answer, PERMISSION_OPTIONS)
-        # The hook output carries only status: any guidance text is visible on the stream alone.
-        await self.loop.answered(hold, outcome, recorded(applied))
-        return self.mapping.permission_reply(applied.option)
+        # A plugin that aborted its fetch dismisses it; the hook output carries only status, so
+        # any guidance text is visible on the stream alone.
+        end = await self.loop.hold_permission(signal, key)
+        if end.applied is None:
+            return NEUTRAL_REPLY  # no operator, timeout, dismissal: the vendor prompts the user
+        return bus_replies.permission_reply(end.applied.option)
 
     # -- Kilo >=7.4.6: bus asks answered over the vendor's REST routes --------------------------------
 
@@ -195,7 +194,7 @@ class BusSurface:
         vendor_id = get_str(props, "id")
         if server is None or session is None or vendor_id is None:
             # Nowhere to deliver an answer: the card is informational (AEP-0008 respond_via).
-            signal.attrs["respond_via"] = ["oob"]
+            signal.respond_via = ["oob"]
             await deliver([signal])
             return NEUTRAL_REPLY
         if event.get("type") == "permission.asked":
@@ -227,13 +226,13 @@ class BusSurface:
         try:
             if fields is None:
                 applied = permission_choice(outcome.answer, self.mapping.REPLY_ROUTE_OPTIONS, refusing="reject")
-                path = self.mapping.permission_route(session, vendor_id)
-                body: dict[str, Any] = self.mapping.permission_route_body(applied.option, applied.text)
+                path = bus_replies.permission_route(session, vendor_id)
+                body: dict[str, Any] = bus_replies.permission_route_body(applied.option, applied.text)
                 answer = recorded(applied)  # any text is delivered as the reject message (kilocode.json)
             else:
                 values = form_values(outcome.answer, fields)
-                path = self.mapping.question_route(vendor_id)
-                body = self.mapping.question_route_body(props.get("questions"), values)
+                path = bus_replies.question_route(vendor_id)
+                body = bus_replies.question_route_body(props.get("questions"), values)
                 answer = {"values": values}
             problem = await self._post(server, path, body)
             if problem is None:
@@ -262,3 +261,35 @@ class BusSurface:
                 return f"POST {path} answered HTTP {resp.status}"
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return f"POST {path} failed: {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class BusConfig(HeldConfig):
+    """The keys every OpenCode-family receiver has (its module adds the ``endpoint`` default)."""
+
+    attention_timeout: float = 55.0
+    """Seconds a held ask waits for an operator before ``{}`` (the plugin's own hold bound is above it)."""
+    reply_routes: bool = True
+    """Answer bus asks (OpenCode 1.18, Kilo >=7.4.6) over the vendor's server routes
+    (``POST /session/{id}/permissions/{id}``, ``POST /question/{id}/reply``) at the loopback
+    ``serverUrl`` the plugin forwards."""
+    reply_route_timeout: float = 5.0
+    """Seconds one such POST may take."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.reply_route_timeout <= 0:
+            raise ValueError("reply_route_timeout must be positive")
+
+
+def declare(agent: str, config_class: type[BusConfig], port: int, description: str) -> VendorDeclaration:
+    """One OpenCode-family vendor: this surface, the shipped plug-in file, its own identity and port.
+
+    Its mapping is ``aep_collector.processors.mapping.<agent>``; the surface finds it through the
+    vendor registry lookup when the receiver is created.
+    """
+    return VendorDeclaration(
+        agent=agent, receiver_type=agent, port=port, config_class=config_class,
+        surface=lambda cfg, component: BusSurface(load_vendor(agent), cfg, component),
+        mapping=f"aep_collector.processors.mapping.{agent}", registration=install.renderer(agent),
+        neutral_reply=NEUTRAL_REPLY, description=description)

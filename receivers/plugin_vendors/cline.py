@@ -5,7 +5,7 @@ Cline runs one hook file per event (``.cline/hooks/TaskStart``, ``PreToolUse``, 
 runs ``aep-collector-hook cline``, which POSTs the payload here. Every payload names itself with
 ``hookName``. Observe-only: no hook moment is answerable, the hello declares an empty
 ``control.accepts``, and every reply is ``{}``, which carries none of the agent-mutating fields
-(``aep_collector.processors.mapping.cline.CONTROL_FIELDS``).
+(``CONTROL_FIELDS``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import cline as mapping
 from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer
 from aiohttp import web
@@ -24,8 +23,16 @@ from aiohttp import web
 from . import install
 from .moments import need_name, observe, unwrap
 
-AGENT = mapping.AGENT
-NEUTRAL_REPLY: dict[str, Any] = mapping.NEUTRAL_REPLY
+AGENT = "cline"
+MAPPING = "aep_collector.processors.mapping.cline"
+
+# The agent-mutating keys of a hook reply; observe-only means a reply never carries any of them.
+CONTROL_FIELDS = frozenset({"cancel", "review", "context", "contextModification", "overrideInput",
+                            "errorMessage", "systemPrompt", "appendMessages"})
+# The SDK's hook runner (cline/cline sdk/packages/core/src/hooks/subprocess.ts `toHookControl`, with
+# subprocess-runner.ts `parseHookStdout`): empty stdout parses to nothing and a JSON object without
+# one of CONTROL_FIELDS is "no control", so `{}` is the fail-open reply on every hook.
+NEUTRAL_REPLY: dict[str, Any] = {}
 
 
 @dataclass
@@ -61,7 +68,8 @@ class ClineSurface:
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-DECLARATION = VendorDeclaration.of_mapping(
-    mapping, port=8392, config_class=ClineConfig, surface=ClineSurface, registration=install.renderer(AGENT), hooks=install.CLINE_HOOK_FILES,
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type="cline", port=8392, config_class=ClineConfig, surface=ClineSurface, mapping=MAPPING,
+    registration=install.renderer(AGENT), hooks=install.CLINE_HOOK_FILES, neutral_reply=NEUTRAL_REPLY,
     description="Cline subprocess hooks via aep-collector-hook (POST /hook); observe-only")
 FACTORY = DECLARATION.factory()

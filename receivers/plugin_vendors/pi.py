@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from aep_collector.pipeline.control import PERMISSION_OPTIONS, attention_key
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.payload import get_dict, get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import pi as mapping
-from aep_collector.processors.mapping.drafting import get_dict, get_str
 from aep_collector.receivers.hook_http import FailOpenDelivery
 from aep_collector.receivers.tool_gate import GateConfig, StrictGateSurface
 from aiohttp import web
@@ -28,8 +28,20 @@ from aiohttp import web
 from . import install
 from .moments import need_name, observe, unwrap
 
-AGENT = mapping.AGENT
-NEUTRAL_REPLY: dict[str, Any] | None = mapping.NEUTRAL_REPLY
+AGENT = "pi"
+MAPPING = "aep_collector.processors.mapping.pi"
+
+# badlogic/pi-mono packages/coding-agent/docs/extensions.md: a handler that returns nothing
+# (`undefined`) leaves the moment untouched; the extension prints/returns nothing on fail-open.
+NEUTRAL_REPLY: dict[str, Any] | None = None
+_DEFAULT_DENY = "Denied by the operator (AEP)."
+
+
+def deny_reply(reason: str | None = None) -> dict[str, Any]:
+    """The blockable ``tool_call`` handler's denial: ``{block: true, reason}`` (reason never empty)."""
+    # extensions.md "tool_call (can block)": returning {block: true, reason} stops the call.
+    text = reason.strip() if isinstance(reason, str) else ""
+    return {"block": True, "reason": text or _DEFAULT_DENY}
 
 
 @dataclass
@@ -48,7 +60,7 @@ class PiSurface(StrictGateSurface):
     neutral_reply = NEUTRAL_REPLY
 
     def __init__(self, config: PiConfig, component: str = "receiver/pi") -> None:
-        super().__init__(config, component, mapping.GATE_OPTIONS)
+        super().__init__(config, component, PERMISSION_OPTIONS)  # the gate is binary: allow | deny
         self.config: PiConfig = config
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
@@ -66,9 +78,9 @@ class PiSurface(StrictGateSurface):
         event = get_dict(signal.payload, "event")
         if signal.name == "tool_call":
             if self.gate.gates(get_str(event, "toolName")):
-                applied = await self.gate.decide(signal, mapping.gate_key(get_str(event, "toolCallId")), self.validate)
+                applied = await self.gate.decide(signal, attention_key("gate", get_str(event, "toolCallId")), self.validate)
                 if applied is not None and applied.option == "deny":
-                    return mapping.deny_reply(applied.text)  # {block: true, reason}
+                    return deny_reply(applied.text)  # {block: true, reason}
             else:
                 await deliver([signal])  # maps to nothing: tool_execution_start already said it
             return NEUTRAL_REPLY
@@ -77,7 +89,8 @@ class PiSurface(StrictGateSurface):
         return await observe(signal, deliver, NEUTRAL_REPLY)
 
 
-DECLARATION = VendorDeclaration.of_mapping(
-    mapping, port=8396, config_class=PiConfig, surface=PiSurface, registration=install.renderer(AGENT),
+DECLARATION = VendorDeclaration(
+    agent=AGENT, receiver_type="pi", port=8396, config_class=PiConfig, surface=PiSurface, mapping=MAPPING,
+    registration=install.renderer(AGENT), neutral_reply=NEUTRAL_REPLY,
     description="pi extension events (POST /hook); observe-only, opt-in tool_call gate")
 FACTORY = DECLARATION.factory()
