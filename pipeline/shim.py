@@ -102,9 +102,13 @@ def _table() -> "dict[str, dict]":
     try:
         return __import__(TABLE).VENDORS
     except Exception:
-        from aep_collector.receivers.registration import shim_entries  # the slow way: import the collector
+        from aep_collector.receivers import registration  # the slow way: import the collector
 
-        return shim_entries()
+        try:  # once: write the table (and the copy) so the next hook reads it in a fraction of a ms
+            registration.ensure_shim()
+        except Exception:  # a read-only home still gets its answer, slowly
+            pass
+        return registration.shim_entries()
     finally:
         sys.path.remove(folder + "/bin")
 

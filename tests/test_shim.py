@@ -393,6 +393,21 @@ def test_the_console_script_is_the_same_program() -> None:
     assert (out.returncode, out.stdout) == (0, b'{"decision": ""}')
 
 
+def test_the_console_script_writes_the_table_it_had_to_build(tmp_path: Path) -> None:
+    """Run from the package with no table in the hook folder, the shim builds the table from the
+    declarations (slow: it imports the collector) and leaves it there, so the next hook is fast."""
+    script = Path(sys.executable).parent / "aep-collector-hook"
+    hook_home = tmp_path / "aep"
+    env = {**os.environ, "AEP_HOOK_DIR": str(hook_home)}
+    args = [str(script), "antigravity", "Stop", "--url", f"http://127.0.0.1:{closed_port()}"]
+    assert not (hook_home / "bin" / TABLE_FILE).exists()
+    first = subprocess.run(args, input=PAYLOAD, capture_output=True, timeout=60, env=env)
+    assert (first.returncode, first.stdout) == (0, b'{"decision": ""}')
+    assert (hook_home / "bin" / TABLE_FILE).is_file()
+    second = subprocess.run(args, input=PAYLOAD, capture_output=True, timeout=60, env=env)
+    assert (second.returncode, second.stdout) == (0, b'{"decision": ""}')
+
+
 # --- the vendor table missing or broken: every vendor is answered neutrally ---------------------------
 
 
