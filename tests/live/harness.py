@@ -146,6 +146,19 @@ class Live:
         with contextlib.suppress(Exception):
             self.stop()
         self.model.stop()
+        self.reap()
+
+    def reap(self) -> None:
+        """Kill what a CLI left running in this session's folders (Cline 3 detaches a hub daemon
+        per ``--cwd``), so no test outlives its session as a process."""
+        marks = [str(self.work).encode(), str(self.home).encode()]
+        for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes()
+                if any(m in cmdline for m in marks):
+                    os.kill(int(entry.name), 9)
 
     def config(self) -> dict[str, Any]:
         exporters = {"jsonl": {"directory": str(self.logs), "fsync": "never"}, **self.exporters}
