@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from aep_collector.processors.capture import Redactor, downlevel, gate_form_values
+from aep_collector.processors.capture import Redactor, cap_form_values, downlevel
 
 from tests.conftest import corpus
 
@@ -36,7 +36,7 @@ def assert_substrings(out: str, case: dict) -> None:
 
 @pytest.mark.parametrize("case", GATING, ids=[c["name"] for c in GATING])
 def test_gate_form_values(case: dict) -> None:
-    assert gate_form_values(case["fields"], case["values"], case["ceiling"]) == case["expect"]
+    assert cap_form_values(case["fields"], case["values"], case["ceiling"]) == case["expect"]
 
 
 @pytest.mark.parametrize("case", DOWNLEVEL, ids=[c["event"]["id"] for c in DOWNLEVEL])
@@ -68,4 +68,4 @@ def test_redact_value(case: dict) -> None:
 
 @pytest.mark.parametrize("values", [None, "text", ["a"]])
 def test_gate_form_values_on_a_non_object_keeps_nothing(values: object) -> None:
-    assert gate_form_values([{"id": "a", "type": "string", "label": "A"}], values, "full") == {}  # type: ignore[arg-type]
+    assert cap_form_values([{"id": "a", "type": "string", "label": "A"}], values, "full") == {}  # type: ignore[arg-type]
