@@ -1,4 +1,4 @@
-"""Claude Code hook mapping: the two pinned form mappings, every Annex A.1 hook, replies, odd shapes."""
+"""Claude Code hook mapping: the two pinned form mappings, every Annex A.1 hook, odd shapes (replies: test_hook_replies.py)."""
 
 from __future__ import annotations
 
@@ -348,46 +348,6 @@ def test_ask_user_question_with_broken_questions_still_forms() -> None:
     d = only(hook("PermissionRequest", tool_name="AskUserQuestion", tool_input={"questions": "nope"}))
     assert d["data"]["kind"] == "form" and d["data"]["fields"] == []
     assert d["data"]["prompt"] == "claude-code asks 0 questions"
-
-
-# --- replies -------------------------------------------------------------------------------
-
-
-def test_neutral_reply_is_an_empty_object() -> None:
-    assert cc.NEUTRAL_REPLY == {}
-
-
-def test_permission_reply_shapes() -> None:
-    assert cc.permission_reply("allow", None) == {
-        "hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}
-    assert cc.permission_reply("deny", "Denied via AEP attention loop") == {
-        "hookSpecificOutput": {"hookEventName": "PermissionRequest",
-                               "decision": {"behavior": "deny", "message": "Denied via AEP attention loop"}}}
-    assert cc.permission_reply("allow", "ignored")["hookSpecificOutput"]["decision"] == {"behavior": "allow"}
-    with pytest.raises(ValueError):
-        cc.permission_reply("ask", None)
-
-
-def test_ask_user_question_reply_maps_ids_back_to_labels() -> None:
-    tool_input = copy.deepcopy(FIXTURE["ask_user_question"]["input"])
-    reply = cc.ask_user_question_reply(tool_input, {"1": "2", "2": ["1", "2"]})
-    decision = reply["hookSpecificOutput"]["decision"]
-    assert reply["hookSpecificOutput"]["hookEventName"] == "PermissionRequest"
-    assert decision["behavior"] == "allow"
-    assert decision["updatedInput"]["questions"] == FIXTURE["ask_user_question"]["input"]["questions"]
-    assert decision["updatedInput"]["answers"] == {
-        "Which database should the new service use?": "SQLite",
-        "Which regions should we roll out to?": "us-east, eu-west",
-    }
-    other = cc.ask_user_question_reply(tool_input, {"1": "MariaDB"})["hookSpecificOutput"]["decision"]
-    assert other["updatedInput"]["answers"] == {"Which database should the new service use?": "MariaDB"}
-    assert tool_input == FIXTURE["ask_user_question"]["input"]  # the caller's input is not mutated
-
-
-def test_elicitation_reply_accepts_with_the_values_verbatim() -> None:
-    values = {"environment": "production", "replicas": 3, "confirm": True}
-    assert cc.elicitation_reply(values) == {
-        "hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept", "content": values}}
 
 
 @pytest.mark.parametrize("content", [
