@@ -35,7 +35,7 @@ def assert_substrings(out: str, case: dict) -> None:
 
 
 @pytest.mark.parametrize("case", GATING, ids=[c["name"] for c in GATING])
-def test_gate_form_values(case: dict) -> None:
+def test_cap_form_values(case: dict) -> None:
     assert cap_form_values(case["fields"], case["values"], case["ceiling"]) == case["expect"]
 
 
@@ -67,5 +67,5 @@ def test_redact_value(case: dict) -> None:
 
 
 @pytest.mark.parametrize("values", [None, "text", ["a"]])
-def test_gate_form_values_on_a_non_object_keeps_nothing(values: object) -> None:
+def test_cap_form_values_on_a_non_object_keeps_nothing(values: object) -> None:
     assert cap_form_values([{"id": "a", "type": "string", "label": "A"}], values, "full") == {}  # type: ignore[arg-type]
