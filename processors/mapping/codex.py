@@ -64,14 +64,3 @@ def map_hook(name: str, payload: Any) -> list[Event]:
 def map_signal(signal: Signal, state: None) -> list[Event]:
     """Map a received Codex hook call; its permission card is keyed for the attention book."""
     return hf.key_permissions(map_hook(*hf.hook_call(signal)), signal)
-
-
-def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
-    """PermissionRequest decision.
-
-    Codex hooks output wire (``PermissionRequestHookSpecificOutputWire``, openai/codex
-    ``codex-rs/hooks``): ``{"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-    "decision": {"behavior": "allow"|"deny", "message"?}}}``; ``updatedInput`` /
-    ``updatedPermissions`` / ``interrupt`` are reserved there and fail closed, so never sent.
-    """
-    return hf.permission_reply(behavior, message)

@@ -106,13 +106,3 @@ def map_signal(signal: Signal, state: QwenState | None) -> list[Event]:
         if name in ("Stop", "StopFailure", "SessionEnd"):
             state.open.pop(session, None)
     return hf.key_permissions(hf.map_table(AGENT, HOOKS, name, payload), signal)
-
-
-def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
-    """PermissionRequest decision.
-
-    Qwen Code hooks docs (PermissionRequest "Output Options"): ``hookSpecificOutput.decision``
-    ``{behavior: "allow"|"deny", message?}`` (``hookSpecificOutput`` must name ``hookEventName``);
-    ``updatedInput`` / ``updatedPermissions`` / ``interrupt`` stay unused.
-    """
-    return hf.permission_reply(behavior, message)
