@@ -26,7 +26,6 @@ NOT_YET: dict[str, set[tuple[str, str]]] = {
     "hook_vendors/qwen_code.py": {("aep_collector.processors.mapping", "qwen_code")},
     "hook_vendors/surface.py": {("aep_collector.processors.mapping", "hook_vendors")},
     "hook_vendors/vscode.py": {("aep_collector.processors.mapping", "vscode")},
-    "plugin_vendors/bus.py": {("aep_collector.processors.mapping", "plugin_bus")},
 }
 
 
