@@ -23,7 +23,6 @@ NOT_YET: dict[str, set[tuple[str, str]]] = {
     "hook_vendors/kimi_code.py": {("aep_collector.processors.mapping", "kimi_code")},
     "hook_vendors/qwen_code.py": {("aep_collector.processors.mapping", "qwen_code")},
     "hook_vendors/vscode.py": {("aep_collector.processors.mapping", "vscode")},
-    "plugin_vendors/bus.py": {("aep_collector.processors.mapping", "plugin_bus")},
 }
 
 
