@@ -20,6 +20,7 @@ from typing import Any
 from aep_collector.pipeline import shim
 from aep_collector.pipeline.component import Kind
 from aep_collector.pipeline.vendor import HELD_WAIT_MARGIN, VendorDeclaration
+from aep_collector.processors.mapping import load_vendor
 
 
 def declarations() -> dict[str, VendorDeclaration]:
@@ -41,6 +42,12 @@ def declaration(vendor: str) -> VendorDeclaration:
 def hold_wait(attention_timeout: float) -> float:
     """Seconds the command shim waits on a held hook: the receiver answers first."""
     return attention_timeout + HELD_WAIT_MARGIN
+
+
+def mapped_hooks(agent: str, leave_out: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The hooks ``agent``'s mapping maps (its table, in order) less ``leave_out``: what a hook-family
+    registration wires, read from the mapping (the vendor registry lookup) rather than listed twice."""
+    return tuple(h for h in load_vendor(agent).HOOKS if h not in leave_out)
 
 
 def hook_url(url: str | None, endpoint: str) -> str:
