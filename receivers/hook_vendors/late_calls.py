@@ -75,6 +75,8 @@ class LateCalls:
         held = self.held.get(session)
         if held is not None:
             await self._send(session, held)
+            if held.task is not None and not held.task.done():
+                held.task.cancel()  # its grace timer is moot; nothing pending is left at shutdown
 
     async def close(self) -> None:
         """Shutdown: every held signal goes in now."""
