@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .canonical import digest
 from .host import Health
 from .model import Event
 
@@ -40,6 +41,31 @@ def attention_key(kind: str, vendor_id: str | None) -> str | None:
     The mapping tags the card with it and the receiver holds the card under it, so both build it here.
     """
     return f"{kind}:{vendor_id}" if vendor_id else None
+
+
+def permission_key(tool: str | None, tool_input: Any) -> str:
+    """What a permission is about when the vendor names no call id: the tool and its input.
+
+    Digests only: a tool name can carry content (a secret in it must not ride along, even internally).
+    A held card and the hook that makes it moot (the tool ran) are paired on this.
+    """
+    return f"permission:{digest(tool or 'unknown')}:{digest(tool_input)}"
+
+
+def card_key(tool: str | None, tool_input: Any, received_ns: int) -> str:
+    """The attention key of ONE permission card: ``permission_key`` plus the moment it was received.
+
+    Unique per card, so asking the same thing twice opens two cards rather than one overwriting the
+    other in the attention book (which pairs a held loop's legs and sweeps unanswered cards before
+    ``session.ended`` on it, AEP-0002 §7.1). The mapping tags the card with it (with or without a
+    receiver) and the receiver holds the card under it. Opaque: it rides on the draft as a hint.
+    """
+    return f"card:{digest(permission_key(tool, tool_input))}@{received_ns}"
+
+
+def elicitation_key(elicitation_id: str | None, server: str | None) -> str:
+    """The key an MCP elicitation, its result and an operator's answer share: its id, else its server's name."""
+    return elicitation_id or server or "elicitation"
 
 Forward = Callable[[Event, str], Awaitable["list[Event] | None"]]
 """Sends a command to the collector that holds its session; returns that collector's acks, or

@@ -54,7 +54,7 @@ class Signal:
     expires_at: str | None = None
     """Set with a live hold: when it gives up (RFC 3339), shown on the card as ``expires_at``."""
     tool_closed: bool = False
-    """Set by a receiver whose gate already closed this tool call (its ``tool.denied`` was emitted),
+    """Set by a receiver whose operator tool gate already closed this tool call (its ``tool.denied`` was emitted),
     so the mapping keeps the vendor's late report of it off the tool lifecycle."""
     received_ns: int = field(default_factory=time.time_ns)
 

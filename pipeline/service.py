@@ -18,11 +18,11 @@ from .sending_queue import SendingQueue, SendingQueueConfig, deliver_of, queue_d
 log = logging.getLogger("aep.service")
 
 
-def final_gate(cfg: ServiceConfig, spec: Any) -> tuple[Any, Any] | None:
-    """The capture gate the service appends when a pipeline does not end with one.
+def final_capture(cfg: ServiceConfig, spec: Any) -> tuple[Any, Any] | None:
+    """The capture processor the service appends when a pipeline does not end with one.
 
     Every exported byte must honour a capture ceiling, whatever a config (or a plug-in processor
-    placed after the gate) does: a pipeline whose last processor is not ``capture`` gets one, with
+    placed after it) does: a pipeline whose last processor is not ``capture`` gets one, with
     the config of its last listed capture processor, or the defaults (``metadata``) if it has none.
     """
     from .registry import CAPTURE_TYPE
@@ -75,9 +75,9 @@ class Service:
                 proc = factory.create(CreateSettings(id=pid, pipeline=name), pcfg)
                 self.processors[(name, pid)] = proc
                 procs.append(proc)
-            gate = final_gate(cfg, spec)
-            if gate is not None:  # privacy is structural: nothing leaves a pipeline ungated
-                factory, pcfg = gate
+            final = final_capture(cfg, spec)
+            if final is not None:  # privacy is structural: nothing leaves a pipeline ungated
+                factory, pcfg = final
                 proc = factory.create(CreateSettings(id="capture/final", pipeline=name), pcfg)
                 self.processors[(name, "capture/final")] = proc
                 procs.append(proc)

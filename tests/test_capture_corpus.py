@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from aep_collector.processors.capture import Redactor, downlevel, gate_form_values
+from aep_collector.processors.capture import Redactor, cap_form_values, downlevel
 
 from tests.conftest import corpus
 
@@ -35,8 +35,8 @@ def assert_substrings(out: str, case: dict) -> None:
 
 
 @pytest.mark.parametrize("case", GATING, ids=[c["name"] for c in GATING])
-def test_gate_form_values(case: dict) -> None:
-    assert gate_form_values(case["fields"], case["values"], case["ceiling"]) == case["expect"]
+def test_cap_form_values(case: dict) -> None:
+    assert cap_form_values(case["fields"], case["values"], case["ceiling"]) == case["expect"]
 
 
 @pytest.mark.parametrize("case", DOWNLEVEL, ids=[c["event"]["id"] for c in DOWNLEVEL])
@@ -67,5 +67,5 @@ def test_redact_value(case: dict) -> None:
 
 
 @pytest.mark.parametrize("values", [None, "text", ["a"]])
-def test_gate_form_values_on_a_non_object_keeps_nothing(values: object) -> None:
-    assert gate_form_values([{"id": "a", "type": "string", "label": "A"}], values, "full") == {}  # type: ignore[arg-type]
+def test_cap_form_values_on_a_non_object_keeps_nothing(values: object) -> None:
+    assert cap_form_values([{"id": "a", "type": "string", "label": "A"}], values, "full") == {}  # type: ignore[arg-type]

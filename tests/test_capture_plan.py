@@ -1,6 +1,6 @@
 """The compiled gating plan decides exactly as the reference walk (issue 16).
 
-``gate_draft`` applies a plan compiled once per (type, hint); ``_prune`` walks the annotations
+``cap_draft`` applies a plan compiled once per (type, hint); ``_prune`` walks the annotations
 per key. Over every payload the corpus gives (the golden events, the downlevel cases, the drafts
 the mapping pins produce) at every level, with and without the structure screen and the §9.4
 redactor, the two must give the same data.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.capture import gate
+from aep_collector.processors.capture import ceiling
 from aep_collector.processors.capture.redact import Redactor
 from aep_collector.processors.mapping import MappingProcessor
 
@@ -53,39 +53,39 @@ def test_the_corpus_gives_enough_payloads_to_compare() -> None:
     assert any(t.startswith("x.") for t, _, _ in PAYLOADS)
 
 
-@pytest.mark.parametrize("level", range(len(gate.LEVELS)), ids=gate.LEVELS)
+@pytest.mark.parametrize("level", range(len(ceiling.LEVELS)), ids=ceiling.LEVELS)
 def test_plan_equals_reference_walk(level: int) -> None:
     detector = Redactor(home=HOME)
-    red = detector.value if level == gate.REDACTED else None
+    red = detector.value if level == ceiling.REDACTED else None
     dropped = 0
     for event_type, hint, data in PAYLOADS:
-        ann, plan = gate._merged(event_type, hint, data)  # cached: later payloads reuse the plan
-        for screen in (None, gate._screen(level, detector)):
-            want = gate._prune(data, "", ann, level, gate.NONE, red, scrub=level < gate.FULL, screen=screen)
-            got = gate._apply(data, plan, level, red, level < gate.FULL, screen)
+        ann, plan = ceiling._merged(event_type, hint, data)  # cached: later payloads reuse the plan
+        for screen in (None, ceiling._screen(level, detector)):
+            want = ceiling._prune(data, "", ann, level, ceiling.NONE, red, scrub=level < ceiling.FULL, screen=screen)
+            got = ceiling._apply(data, plan, level, red, level < ceiling.FULL, screen)
             assert got == want, (event_type, hint)
             # A fresh plan (nothing cached yet) and one out of budget decide the same.
-            assert gate._apply(data, gate._plan_for(ann), level, red, level < gate.FULL, screen) == want
-            starved = gate._Plan(ann, "", gate.NONE, [0])
-            assert gate._apply(data, starved, level, red, level < gate.FULL, screen) == want
+            assert ceiling._apply(data, ceiling._plan_for(ann), level, red, level < ceiling.FULL, screen) == want
+            starved = ceiling._Plan(ann, "", ceiling.NONE, [0])
+            assert ceiling._apply(data, starved, level, red, level < ceiling.FULL, screen) == want
             dropped += got != data
-    if level < gate.FULL:
-        assert dropped > 0  # the comparison covers payloads the gate really changes
+    if level < ceiling.FULL:
+        assert dropped > 0  # the comparison covers payloads the ceiling really changes
 
 
 def test_plan_output_shares_no_container_with_the_input() -> None:
     data = {"a": {"b": [{"c": 1}]}, "d": [1, 2]}
-    ann, plan = gate._merged("x.test.thing.happened", None, data)
-    out = gate._apply(data, plan, gate.FULL, None, False, None)
+    ann, plan = ceiling._merged("x.test.thing.happened", None, data)
+    out = ceiling._apply(data, plan, ceiling.FULL, None, False, None)
     assert out == data
     assert out["a"] is not data["a"] and out["a"]["b"] is not data["a"]["b"] and out["d"] is not data["d"]
 
 
-@pytest.mark.parametrize("level", range(len(gate.LEVELS)), ids=gate.LEVELS)
-def test_the_processors_kept_routes_gate_as_gate_draft(level: int) -> None:
-    """``apply_gate`` with a route table (the processor's) equals ``gate_draft`` deciding anew, whether
+@pytest.mark.parametrize("level", range(len(ceiling.LEVELS)), ids=ceiling.LEVELS)
+def test_the_processors_kept_routes_cap_as_cap_draft(level: int) -> None:
+    """``apply_cap`` with a route table (the processor's) equals ``cap_draft`` deciding anew, whether
     the route is new or kept, for every corpus payload, its hint, a declared lower level and none."""
-    policy = gate.CapturePolicy(ceiling=gate.LEVELS[level], overrides={})
+    policy = ceiling.CapturePolicy(ceiling=ceiling.LEVELS[level], overrides={})
     detector = Redactor(home=HOME)
     routes: dict[Any, Any] = {}
     for event_type, hint, data in PAYLOADS:
@@ -96,7 +96,7 @@ def test_the_processors_kept_routes_gate_as_gate_draft(level: int) -> None:
                 draft["_capture"] = dict(hint)
             if declared is not None:
                 draft["capture"] = declared
-            want = gate.gate_draft(copy.deepcopy(draft), policy, detector)
+            want = ceiling.cap_draft(copy.deepcopy(draft), policy, detector)
             for _ in range(2):  # the first call keeps the route, the second uses it
-                assert gate.apply_gate(draft, policy, detector, routes) == want, (event_type, hint, declared)
+                assert ceiling.apply_cap(draft, policy, detector, routes) == want, (event_type, hint, declared)
     assert routes  # the routes were kept

@@ -1,6 +1,6 @@
 """Structure vs content below ``full`` (issue #12): token-classed fields, x.* families, the envelope.
 
-Each case runs a real vendor payload through its mapping and the capture gate, and checks the
+Each case runs a real vendor payload through its mapping and the capture processor, and checks the
 three levels: an enumerated / id-like value stays at ``metadata``; free text in the same field is
 replaced by its opaque digest at ``metadata``, redacted at ``redacted``, verbatim only at ``full``.
 """
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aep_collector.pipeline.canonical import digest
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.capture.structure import OPAQUE_PREFIX, is_token, opaque
 from aep_collector.processors.mapping import MappingProcessor, codex_otel, hermes, vscode_otel
 
@@ -20,7 +20,7 @@ from tests.helpers import base_config, collector, read_jsonl
 
 
 def gated(drafts: list[dict[str, Any]], ceiling: str) -> list[dict[str, Any]]:
-    return [gate_draft(d, CapturePolicy(ceiling=ceiling, overrides={})) for d in drafts]
+    return [cap_draft(d, CapturePolicy(ceiling=ceiling, overrides={})) for d in drafts]
 
 
 def claude(name: str, **fields: Any) -> list[dict[str, Any]]:
@@ -95,9 +95,9 @@ def test_an_x_fallback_keeps_tokens_and_gates_text() -> None:
 def test_a_hint_cannot_declare_an_extension_field_below_token_or_a_schema_field_below_its_minimum() -> None:
     text = "please refactor the billing module"
     x = {"type": "x.acme.thing.seen", "data": {"note": text}, "_capture": {"note": "metadata"}}
-    assert gate_draft(x, CapturePolicy())["data"]["note"] == opaque(text)
+    assert cap_draft(x, CapturePolicy())["data"]["note"] == opaque(text)
     core = {"type": "run.started", "data": {"prompt": text}, "_capture": {"prompt": "metadata"}}
-    assert "prompt" not in gate_draft(core, CapturePolicy())["data"]
+    assert "prompt" not in cap_draft(core, CapturePolicy())["data"]
 
 
 # --- the OTel channels: undeclared attributes are content ----------------------------------------

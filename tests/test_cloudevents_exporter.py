@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from aep_collector.exporters.cloudevents import CloudEventsConfig, CloudEventsExporter, gated
+from aep_collector.exporters.cloudevents import CloudEventsConfig, CloudEventsExporter, capped
 from aep_collector.exporters.cloudevents.projection import from_cloudevent, to_cloudevent
 from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.host import Host
@@ -49,7 +49,7 @@ def test_a_foreign_cloudevent_is_not_aep():
 
 @pytest.mark.parametrize("case", DOWNLEVEL, ids=lambda c: c["name"])
 def test_the_ceiling_down_levels_as_the_corpus_says(case):
-    out = gated(case["event"], case["ceiling"])
+    out = capped(case["event"], case["ceiling"])
     assert out.get("capture") == case["expect_capture"]
     assert out.get("data") == case.get("expect_data")
     assert case["event"] == next(c for c in DOWNLEVEL if c["name"] == case["name"])["event"]  # not mutated
@@ -58,7 +58,7 @@ def test_the_ceiling_down_levels_as_the_corpus_says(case):
 def test_events_at_or_below_the_ceiling_pass_unchanged():
     for event in GOLDEN:
         if event.get("capture", "metadata") in ("none", "metadata"):
-            assert gated(event, "metadata") is event
+            assert capped(event, "metadata") is event
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ async def test_nothing_above_the_ceiling_is_posted(sink):
     sent = json.loads(sink["bodies"][0])
     for ce, case in zip(sent, DOWNLEVEL, strict=True):
         assert ce["aepcapture"] in ("none", "metadata")
-        assert ce.get("data") == gated(case["event"], "metadata").get("data")
+        assert ce.get("data") == capped(case["event"], "metadata").get("data")
     assert b"SECRET free text" not in sink["bodies"][0]
 
 

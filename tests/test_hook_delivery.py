@@ -13,17 +13,17 @@ COMPONENT = "receiver/test"
 
 
 class Consumer:
-    """A real consumer: waits ``turns`` loop turns (or until ``gate`` opens), then returns one event per item."""
+    """A real consumer: waits ``turns`` loop turns (or until ``release`` is set), then returns one event per item."""
 
-    def __init__(self, turns: int = 0, gate: asyncio.Event | None = None, fail: bool = False) -> None:
-        self.turns, self.gate, self.fail = turns, gate, fail
+    def __init__(self, turns: int = 0, release: asyncio.Event | None = None, fail: bool = False) -> None:
+        self.turns, self.release, self.fail = turns, release, fail
         self.consumed: list[Any] = []
 
     async def consume(self, batch: list[Any]) -> list[dict[str, Any]]:
         for _ in range(self.turns):
             await asyncio.sleep(0)
-        if self.gate is not None:
-            await self.gate.wait()
+        if self.release is not None:
+            await self.release.wait()
         if self.fail:
             raise RuntimeError("exporter down")
         self.consumed += batch
@@ -50,12 +50,12 @@ async def test_a_pipeline_that_suspends_but_finishes_in_time_answers_with_its_ev
 
 
 async def test_a_slow_pipeline_gets_the_neutral_path_and_its_batch_still_finishes() -> None:
-    health, gate = Health(), asyncio.Event()
-    consumer = Consumer(gate=gate)
+    health, release = Health(), asyncio.Event()
+    consumer = Consumer(release=release)
     deliver = FailOpenDelivery(COMPONENT, consumer, health, timeout=0.05)
-    assert await deliver([3]) is None  # the gate never opens before the deadline
+    assert await deliver([3]) is None  # release is never set before the deadline
     assert "pipeline-slow" in problems(health) and consumer.consumed == []
-    gate.set()
+    release.set()
     await deliver.drain(5.0)
     assert consumer.consumed == [3] and not deliver.pending  # slow is not lost
 

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 from aep_collector.pipeline.control import RESPOND
 from aep_collector.pipeline.validate import StreamValidator, envelope_errors
-from aep_collector.processors.mapping import codex, qwen_code
+from aep_collector.receivers.hook_vendors import codex, qwen_code
 from aep_sdk.aio import ControlClient
 from aep_sdk.control import NackError
 

@@ -1,4 +1,4 @@
-"""Claude Code hook mapping: the two pinned form mappings, every Annex A.1 hook, replies, odd shapes."""
+"""Claude Code hook mapping: the two pinned form mappings, every Annex A.1 hook, odd shapes (replies: test_hook_replies.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aep_collector.pipeline.canonical import digest
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor
 from aep_collector.processors.mapping import claude_code as cc
 
@@ -66,7 +66,7 @@ def test_pure_form_mapping_matches_the_pin(entry: str, ceiling: str, expected_ke
 def test_gated_draft_matches_the_pin(entry: str, ceiling: str, expected_key: str, content_ok: bool) -> None:
     [d] = run(form_payload(entry))
     assert d["type"] == "attention.requested"
-    gated = gate_draft(d, CapturePolicy(overrides={"attention": ceiling}))
+    gated = cap_draft(d, CapturePolicy(overrides={"attention": ceiling}))
     assert gated["data"] == FIXTURE[entry][expected_key]
     assert gated["capture"] == ceiling
 
@@ -220,7 +220,7 @@ DEFAULT_GATED = {
 @pytest.mark.parametrize("case", sorted(DEFAULT_GATED))
 def test_free_text_is_gated_at_the_default_posture(case: str) -> None:
     payload = next(c[1] for c in HOOK_CASES if c[0] == case)
-    assert gate_draft(only(payload), CapturePolicy())["data"] == DEFAULT_GATED[case]
+    assert cap_draft(only(payload), CapturePolicy())["data"] == DEFAULT_GATED[case]
 
 
 def test_permission_prompt_degrades_to_the_structural_synthesis_at_metadata() -> None:
@@ -228,7 +228,7 @@ def test_permission_prompt_degrades_to_the_structural_synthesis_at_metadata() ->
     [d] = proc([Signal(cc.AGENT, "PermissionRequest", hook("PermissionRequest", tool_name="Bash",
                                                               tool_input=TOOL_INPUT))])
     assert d["agent"] == "claude-code"
-    gated = gate_draft(d, CapturePolicy(overrides={"attention": "metadata"}))
+    gated = cap_draft(d, CapturePolicy(overrides={"attention": "metadata"}))
     assert gated["data"]["prompt"] == "claude-code requests permission: Bash"
     assert [o["label"] for o in gated["data"]["options"]] == ["allow", "deny"]
 
@@ -254,7 +254,7 @@ def test_elicitation_result_answers_the_pending_request() -> None:
     assert projected(resolved) == {"type": "attention.resolved", "subject": "el_1",
                                    "data": {"resolution": "answered"}}
     # The answer values are gated against the request's field specs: text drops at metadata.
-    gated = gate_draft(answered, CapturePolicy(overrides={"attention": "metadata"}))
+    gated = cap_draft(answered, CapturePolicy(overrides={"attention": "metadata"}))
     assert gated["data"]["answer"]["values"] == {"environment": "staging", "replicas": 2, "confirm": True}
     # Settled: a repeated result is an orphan.
     assert run(hook("ElicitationResult", elicitation_id="el_1", action="accept", content={}), state) == []
@@ -299,7 +299,7 @@ def test_digests_are_over_the_original_values_and_the_payload_is_untouched() -> 
     assert d["data"]["args_digest"] == digest(before["tool_input"])
     d["data"]["args"]["command"] = "mutated"
     assert payload == before
-    gated = gate_draft(d, CapturePolicy(ceiling="redacted"))
+    gated = cap_draft(d, CapturePolicy(ceiling="redacted"))
     assert gated["data"]["args_digest"] == digest(before["tool_input"])
     assert "sk-abcdefghijklmnopqrstuvwx" not in str(gated["data"])
 
@@ -330,7 +330,7 @@ def test_odd_field_types_degrade(name: str, odd: Any) -> None:
     for d in run(payload, state) + run({**payload, "hook_event_name": "ElicitationResult"}, state):
         assert isinstance(d["type"], str) and isinstance(d["data"], dict)
         assert d.get("session") in (None, odd) and (d.get("session") is None or isinstance(d["session"], str))
-        gate_draft(d, CapturePolicy())  # the gate accepts whatever the mapping produced
+        cap_draft(d, CapturePolicy())  # the capture ceiling accepts whatever the mapping produced
 
 
 @pytest.mark.parametrize("payload", [None, "string", 42, ["list"]], ids=repr)
@@ -348,46 +348,6 @@ def test_ask_user_question_with_broken_questions_still_forms() -> None:
     d = only(hook("PermissionRequest", tool_name="AskUserQuestion", tool_input={"questions": "nope"}))
     assert d["data"]["kind"] == "form" and d["data"]["fields"] == []
     assert d["data"]["prompt"] == "claude-code asks 0 questions"
-
-
-# --- replies -------------------------------------------------------------------------------
-
-
-def test_neutral_reply_is_an_empty_object() -> None:
-    assert cc.NEUTRAL_REPLY == {}
-
-
-def test_permission_reply_shapes() -> None:
-    assert cc.permission_reply("allow", None) == {
-        "hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": {"behavior": "allow"}}}
-    assert cc.permission_reply("deny", "Denied via AEP attention loop") == {
-        "hookSpecificOutput": {"hookEventName": "PermissionRequest",
-                               "decision": {"behavior": "deny", "message": "Denied via AEP attention loop"}}}
-    assert cc.permission_reply("allow", "ignored")["hookSpecificOutput"]["decision"] == {"behavior": "allow"}
-    with pytest.raises(ValueError):
-        cc.permission_reply("ask", None)
-
-
-def test_ask_user_question_reply_maps_ids_back_to_labels() -> None:
-    tool_input = copy.deepcopy(FIXTURE["ask_user_question"]["input"])
-    reply = cc.ask_user_question_reply(tool_input, {"1": "2", "2": ["1", "2"]})
-    decision = reply["hookSpecificOutput"]["decision"]
-    assert reply["hookSpecificOutput"]["hookEventName"] == "PermissionRequest"
-    assert decision["behavior"] == "allow"
-    assert decision["updatedInput"]["questions"] == FIXTURE["ask_user_question"]["input"]["questions"]
-    assert decision["updatedInput"]["answers"] == {
-        "Which database should the new service use?": "SQLite",
-        "Which regions should we roll out to?": "us-east, eu-west",
-    }
-    other = cc.ask_user_question_reply(tool_input, {"1": "MariaDB"})["hookSpecificOutput"]["decision"]
-    assert other["updatedInput"]["answers"] == {"Which database should the new service use?": "MariaDB"}
-    assert tool_input == FIXTURE["ask_user_question"]["input"]  # the caller's input is not mutated
-
-
-def test_elicitation_reply_accepts_with_the_values_verbatim() -> None:
-    values = {"environment": "production", "replicas": 3, "confirm": True}
-    assert cc.elicitation_reply(values) == {
-        "hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept", "content": values}}
 
 
 @pytest.mark.parametrize("content", [

@@ -11,7 +11,7 @@ import pytest
 from aep_collector.pipeline.envelope import SEVERITIES, TYPE_GRAMMAR, Stamper
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.validate import payload_errors
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import (
     MappingProcessor,
     cline,
@@ -40,7 +40,7 @@ NO_STEP = ("type", "data", "subject")
 
 def project(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """The fixture comparison projection of a draft gated at the pinned default posture."""
-    gated = gate_draft(d, CapturePolicy())
+    gated = cap_draft(d, CapturePolicy())
     return {k: gated[k] for k in keys if k in gated}
 
 
@@ -53,7 +53,7 @@ def inp(cases: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def gated(d: dict[str, Any], ceiling: str) -> dict[str, Any]:
-    return gate_draft(d, CapturePolicy(ceiling=ceiling, overrides={}))["data"]
+    return cap_draft(d, CapturePolicy(ceiling=ceiling, overrides={}))["data"]
 
 
 def types(drafts: list[dict[str, Any]]) -> list[str]:
@@ -216,7 +216,7 @@ def test_signal_name_fills_a_payload_without_its_own_name() -> None:
         "x.pi.session.tree"]
 
 
-# --- content at its schema field, for the capture gate -------------------------------------------------
+# --- content at its schema field, for the capture processor -------------------------------------------------
 
 
 def test_cline_content_rides_at_schema_fields() -> None:
@@ -250,7 +250,7 @@ def test_hermes_content_rides_at_schema_fields() -> None:
     assert api["error"] == {"type": "RateLimit", "message": "slow down"}
     card = hermes.map_hook(inp(HERMES_CASES, "pre_approval_request"))[0]
     # At a metadata attention ceiling the command text gives way to the structural synthesis.
-    low = gate_draft({**card, "agent": "hermes"}, CapturePolicy(ceiling="metadata", overrides={}))["data"]
+    low = cap_draft({**card, "agent": "hermes"}, CapturePolicy(ceiling="metadata", overrides={}))["data"]
     assert low["prompt"] == "hermes requests permission: terminal:sudo"
     assert [o["label"] for o in low["options"]] == ["once", "session", "always", "deny"]
 
@@ -263,7 +263,7 @@ def test_hermes_clarify_answers_are_gated_by_the_field_type() -> None:
     assert gated(other[1], "metadata")["answer"]["values"] == {}
     assert gated(other[1], "redacted")["answer"]["values"] == {"1": "ship them both"}
     card = hermes.map_hook(inp(HERMES_CASES, "pre_tool_call (clarify: the form overlay, vendor choice normalization)"))
-    low = gate_draft({**card[1], "agent": "hermes"}, CapturePolicy(ceiling="metadata", overrides={}))["data"]
+    low = cap_draft({**card[1], "agent": "hermes"}, CapturePolicy(ceiling="metadata", overrides={}))["data"]
     assert low["prompt"] == hermes.CLARIFY_PROMPT
     assert low["fields"][0]["label"] == "1" and [c["label"] for c in low["fields"][0]["choices"]] == ["1", "2", "3", "4"]
 
@@ -320,7 +320,7 @@ ALL_DRAFTS = (
 def test_every_output_stamps_and_validates(ceiling: str, tmp_path: Path) -> None:
     stamper = Stamper(tmp_path, host="test")
     for agent, d in ALL_DRAFTS:
-        ev = stamper.stamp(gate_draft({"agent": agent, **d}, CapturePolicy(ceiling=ceiling, overrides={})))
+        ev = stamper.stamp(cap_draft({"agent": agent, **d}, CapturePolicy(ceiling=ceiling, overrides={})))
         assert ev.get("severity", "info") in SEVERITIES
         assert payload_errors(ev) == [], (d["type"], payload_errors(ev))
         model = PAYLOAD_MODELS.get(ev["type"])
@@ -610,7 +610,7 @@ TOOLS = st.sampled_from(["clarify", "terminal", None])
 def check_drafts(drafts: list[dict[str, Any]]) -> None:
     for d in drafts:
         assert TYPE_GRAMMAR.match(d["type"]) and isinstance(d["data"], dict)
-        gate_draft({"agent": "a", **d}, CapturePolicy())
+        cap_draft({"agent": "a", **d}, CapturePolicy())
         if "step" in d:
             assert isinstance(d["step"], str)
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aep_collector.pipeline.envelope import TYPE_GRAMMAR
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import antigravity, kimi_code, load_vendor
 
 from tests.conftest import corpus
@@ -41,7 +41,7 @@ def test_kimi_hook_fixture(entry: dict[str, Any]) -> None:
     if entry["expected"] is None:
         assert d is None
         return
-    got = project(gate_draft(d, CapturePolicy()), ("type", "data", "subject"))
+    got = project(cap_draft(d, CapturePolicy()), ("type", "data", "subject"))
     assert got == expected_of(entry["expected"])
     assert TYPE_GRAMMAR.match(d["type"])
     assert d["session"] == payload.get("session_id")
@@ -61,7 +61,7 @@ def test_kimi_odd_shapes_never_crash(payload: Any) -> None:
         hook = name.split("_")[0]
         for d in kimi_code.map_signal(Signal("kimi-code", hook, payload), state):
             assert TYPE_GRAMMAR.match(d["type"]), d["type"]
-            gate_draft(d, CapturePolicy())
+            cap_draft(d, CapturePolicy())
 
 
 def test_kimi_module_contract() -> None:
@@ -77,7 +77,7 @@ AG_CASES = {**AG["hooks"], "fallback": AG["fallback"]}
 @pytest.mark.parametrize("entry", AG_CASES.values(), ids=list(AG_CASES))
 def test_antigravity_hook_fixture(entry: dict[str, Any]) -> None:
     drafts = antigravity.map_hook(entry["hook"], entry["input"], join=entry.get("join"))
-    got = [project(gate_draft(d, CapturePolicy()), ("type", "data", "subject", "step")) for d in drafts]
+    got = [project(cap_draft(d, CapturePolicy()), ("type", "data", "subject", "step")) for d in drafts]
     assert got == [expected_of(e) for e in entry["expected"]]
     assert all(TYPE_GRAMMAR.match(d["type"]) for d in drafts)
 
@@ -116,7 +116,7 @@ def test_antigravity_first_sight_session_started_once() -> None:
     assert types(first) == ["session.started", "run.started", "run.step.started"]
     started = first[0]
     assert started["data"] == {"client": {"name": "antigravity-cli"}, "cwd": "/workspace/project"}
-    assert gate_draft(started, CapturePolicy())["data"] == {"client": {"name": "antigravity-cli"}}
+    assert cap_draft(started, CapturePolicy())["data"] == {"client": {"name": "antigravity-cli"}}
     assert all(d["session"] == CONV for d in first)
     again = ag("PostInvocation", state, invocationNum=3)
     assert types(again) == ["run.step.finished"]
@@ -155,7 +155,7 @@ def test_antigravity_joined_failure() -> None:
     (failed,) = ag("PostToolUse", state, stepIdx=5, error="exit status 1")
     assert failed["type"] == "tool.failed"
     assert failed["data"]["error"] == {"type": "tool_error", "message": "exit status 1"}
-    assert gate_draft(failed, CapturePolicy())["data"]["error"] == {"type": "tool_error"}
+    assert cap_draft(failed, CapturePolicy())["data"]["error"] == {"type": "tool_error"}
 
 
 def test_antigravity_unjoined_never_invents_a_tool() -> None:
@@ -165,8 +165,8 @@ def test_antigravity_unjoined_never_invents_a_tool() -> None:
     drafts = ag("PostToolUse", state, stepIdx=5, error="exit status 127")
     (d,) = drafts
     assert d["type"] == "x.antigravity.step.completed" and "subject" not in d and "tool" not in d["data"]
-    assert gate_draft(d, CapturePolicy())["data"] == {"failed": True, "step_idx": 5}
-    assert gate_draft(d, CapturePolicy(ceiling="redacted"))["data"]["error"] == "exit status 127"
+    assert cap_draft(d, CapturePolicy())["data"] == {"failed": True, "step_idx": 5}
+    assert cap_draft(d, CapturePolicy(ceiling="redacted"))["data"]["error"] == "exit status 127"
 
 
 def test_antigravity_dangling_pre_tool_use_synthesizes_nothing_and_stop_clears() -> None:
@@ -190,7 +190,7 @@ def test_antigravity_run_synthesis() -> None:
     assert types(ag("PreInvocation", state, invocationNum=1)) == ["run.step.started"]
     stop = ag("Stop", state, executionNum=1, terminationReason="error", error="backend down", fullyIdle=True)
     assert types(stop) == ["run.failed"]
-    assert gate_draft(stop[0], CapturePolicy())["data"] == {
+    assert cap_draft(stop[0], CapturePolicy())["data"] == {
         "reason": "error", "error": {"type": "error"}, "execution_num": 1, "fully_idle": True}
     # A mid-execution attach (invocationNum > 0 with no open run) still opens one.
     assert types(ag("PreInvocation", state, invocationNum=4)) == ["run.started", "run.step.started"]
@@ -243,7 +243,7 @@ def test_antigravity_odd_shapes_never_crash(payload: Any) -> None:
         for d in antigravity.map_signal(Signal("antigravity", hook, payload), state):  # type: ignore[arg-type]
             assert TYPE_GRAMMAR.match(d["type"]), d["type"]
             assert "step" not in d or isinstance(d["step"], str)
-            gate_draft(d, CapturePolicy())
+            cap_draft(d, CapturePolicy())
         antigravity.map_hook(hook, payload, join={"name": 5})  # type: ignore[arg-type]
         antigravity.map_hook(hook, payload, join="run")  # type: ignore[arg-type]
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aep_collector.pipeline.envelope import COMMAND_TYPE, SEVERITIES, TYPE_GRAMMAR, Stamper
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor, kilocode, load_vendor, opencode, plugin_bus
 from aep_collector.receivers.plugin_vendors import bus_replies
 from aep_sdk.gen import PAYLOAD_MODELS
@@ -32,10 +32,10 @@ def strip(expected: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def project(d: dict[str, Any] | None, policy: CapturePolicy | None = None) -> dict[str, Any] | None:
-    """Gate at the pinned posture and keep what the fixtures compare: {type, data, subject?}."""
+    """Cap at the pinned posture and keep what the fixtures compare: {type, data, subject?}."""
     if d is None:
         return None
-    g = gate_draft(d, policy or CapturePolicy())
+    g = cap_draft(d, policy or CapturePolicy())
     out = {"type": g["type"], "data": g.get("data")}
     if "subject" in g:
         out["subject"] = g["subject"]
@@ -120,7 +120,7 @@ def all_drafts(agent: str) -> list[dict[str, Any]]:
 def test_outputs_stamp_and_validate(agent: str, ceiling: str, tmp_path: Path) -> None:
     stamper = Stamper(tmp_path, host="test")
     for d in all_drafts(agent):
-        gated = gate_draft({**d, "agent": agent}, CapturePolicy(ceiling=ceiling, overrides={}))
+        gated = cap_draft({**d, "agent": agent}, CapturePolicy(ceiling=ceiling, overrides={}))
         ev = stamper.stamp(gated)
         assert TYPE_GRAMMAR.match(ev["type"]) and not COMMAND_TYPE.match(ev["type"])
         assert ev.get("severity", "info") in SEVERITIES
@@ -130,11 +130,11 @@ def test_outputs_stamp_and_validate(agent: str, ceiling: str, tmp_path: Path) ->
 
 
 def full(d: dict[str, Any]) -> dict[str, Any]:
-    return gate_draft(d, CapturePolicy(ceiling="full", overrides={}))["data"]
+    return cap_draft(d, CapturePolicy(ceiling="full", overrides={}))["data"]
 
 
 def redacted(d: dict[str, Any]) -> dict[str, Any]:
-    return gate_draft(d, CapturePolicy(ceiling="redacted", overrides={}))["data"]
+    return cap_draft(d, CapturePolicy(ceiling="redacted", overrides={}))["data"]
 
 
 def moment(agent: str, name: str) -> dict[str, Any]:
@@ -164,7 +164,7 @@ def test_tool_args_twin_is_built_at_redacted() -> None:
 def test_kilo_form_degrades_structurally_below_redacted() -> None:
     d = kilocode.map_moment(moment("kilocode", "question_asked"))
     assert d["_fields"] == d["data"]["fields"]
-    g = gate_draft({**d, "agent": "kilocode"}, CapturePolicy(overrides={}))  # attention at metadata too
+    g = cap_draft({**d, "agent": "kilocode"}, CapturePolicy(overrides={}))  # attention at metadata too
     assert g["data"]["prompt"] == "kilocode asks 1 question"
     field = g["data"]["fields"][0]
     assert field["label"] == "1" and [c["label"] for c in field["choices"]] == ["1", "2"]
@@ -496,7 +496,7 @@ def assert_valid(drafts: list[dict[str, Any]]) -> None:
     for d in drafts:
         assert TYPE_GRAMMAR.match(d["type"]), d["type"]
         assert isinstance(d["data"], dict)
-        gate_draft(d, CapturePolicy())
+        cap_draft(d, CapturePolicy())
 
 
 @pytest.mark.parametrize("payload", ODD_PAYLOADS, ids=[f"odd{i}" for i in range(len(ODD_PAYLOADS))])

@@ -8,7 +8,7 @@ import pytest
 from aep_collector.pipeline.envelope import TYPE_GRAMMAR, Stamper
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.validate import payload_errors
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor, codex_otel, vscode_otel
 from aep_collector.processors.runs import RunsProcessor
 from hypothesis import given, settings
@@ -49,15 +49,15 @@ def pinned_session(fname: str, flat: dict[str, Any]) -> str:
     return flat["resource" if section == "resource" else "attributes"][key]
 
 
-def gated(drafts: list[dict[str, Any]], policy: CapturePolicy | None = None) -> list[dict[str, Any]]:
-    return [gate_draft(d, policy or CapturePolicy()) for d in drafts]
+def capped(drafts: list[dict[str, Any]], policy: CapturePolicy | None = None) -> list[dict[str, Any]]:
+    return [cap_draft(d, policy or CapturePolicy()) for d in drafts]
 
 
 @pytest.mark.parametrize("fname,name,case,mode", cases())
 def test_fixture_record(fname: str, name: str, case: dict[str, Any], mode: str) -> None:
     mod = FIXTURES[fname]
     drafts = mod.map_record(case["input"], mode)
-    out = gated(drafts)
+    out = capped(drafts)
     assert [project(e) for e in out] == expected(case[mode])
     for d, e in zip(drafts, out, strict=True):
         assert d["session"] == pinned_session(fname, case["input"])
@@ -129,7 +129,7 @@ def test_a_record_without_event_name_is_unknown_with_empty_data(mod: Any, flat: 
 def test_vscode_failure_without_error_type_synthesizes_tool_error() -> None:
     flat = vscode({"event.name": "copilot_chat.tool.call", "gen_ai.tool.name": "runInTerminal",
                    "success": False})
-    (d,) = gated(vscode_otel.map_record(flat, "primary"))
+    (d,) = capped(vscode_otel.map_record(flat, "primary"))
     assert project(d) == {"type": "tool.failed", "data": {"tool": {"name": "runInTerminal"},
                                                           "error": {"type": "tool_error"}},
                           "subject": "runInTerminal"}
@@ -150,21 +150,21 @@ def test_vscode_genai_content_attributes_are_gated_at_redacted() -> None:
                    "gen_ai.output.messages": "[{\"role\":\"assistant\"}]",
                    "gen_ai.system_instructions": "be brief", "gen_ai.usage.input_tokens": 4})
     drafts = vscode_otel.map_record(flat)
-    (low,) = gated(drafts)
+    (low,) = capped(drafts)
     assert low["data"] == {"gen_ai.usage.input_tokens": 4}
-    (high,) = gated(drafts, CapturePolicy(ceiling="redacted"))
+    (high,) = capped(drafts, CapturePolicy(ceiling="redacted"))
     assert high["data"]["gen_ai.system_instructions"] == "be brief"
 
 
 def test_codex_prompt_needs_the_vendor_flag_and_a_redacted_ceiling() -> None:
     withheld = codex({"event.name": "codex.user_prompt", "prompt": "[REDACTED]", "prompt_length": "3"})
     for ceiling in ("metadata", "redacted", "full"):
-        (d,) = gated(codex_otel.map_record(withheld), CapturePolicy(ceiling=ceiling))
+        (d,) = capped(codex_otel.map_record(withheld), CapturePolicy(ceiling=ceiling))
         assert "prompt" not in d["data"]  # the vendor marker is never forwarded as a prompt
     given_prompt = codex({"event.name": "codex.user_prompt", "prompt": "fix the build", "prompt_length": "13"})
-    (low,) = gated(codex_otel.map_record(given_prompt))
+    (low,) = capped(codex_otel.map_record(given_prompt))
     assert low["data"] == {"prompt_length": "13"}
-    (mid,) = gated(codex_otel.map_record(given_prompt), CapturePolicy(ceiling="redacted"))
+    (mid,) = capped(codex_otel.map_record(given_prompt), CapturePolicy(ceiling="redacted"))
     assert mid["data"]["prompt"] == "fix the build"
 
 
@@ -172,7 +172,7 @@ def test_codex_error_text_rides_as_error_message_above_metadata() -> None:
     flat = codex({"event.name": "codex.tool_result", "tool_name": "shell", "success": "false",
                   "duration_ms": "87", "error": "exit 1"})
     drafts = codex_otel.map_record(flat, "primary")
-    (mid,) = gated(drafts, CapturePolicy(ceiling="redacted"))
+    (mid,) = capped(drafts, CapturePolicy(ceiling="redacted"))
     assert mid["data"]["error"] == {"type": "tool_error", "message": "exit 1"}
     assert "duration_ms" not in mid["data"]  # fixture tool_result_fail: no duration on codex failures
 
@@ -180,8 +180,8 @@ def test_codex_error_text_rides_as_error_message_above_metadata() -> None:
 def test_codex_user_email_only_at_full() -> None:
     flat = codex({"event.name": "codex.api_request", "status": "200", "user.email": "dev@example.com"})
     drafts = codex_otel.map_record(flat)
-    assert "user.email" not in gated(drafts, CapturePolicy(ceiling="redacted"))[0]["data"]
-    assert gated(drafts, CapturePolicy(ceiling="full"))[0]["data"]["user.email"] == "dev@example.com"
+    assert "user.email" not in capped(drafts, CapturePolicy(ceiling="redacted"))[0]["data"]
+    assert capped(drafts, CapturePolicy(ceiling="full"))[0]["data"]["user.email"] == "dev@example.com"
 
 
 @pytest.mark.parametrize("decision,source,expect", [
@@ -198,7 +198,7 @@ def test_codex_tool_decision_in_primary(decision: str, source: str | None, expec
     attrs = {"event.name": "codex.tool_decision", "tool_name": "shell", "decision": decision}
     if source is not None:
         attrs["source"] = source
-    out = [project(d) for d in gated(codex_otel.map_record(codex(attrs), "primary"))]
+    out = [project(d) for d in capped(codex_otel.map_record(codex(attrs), "primary"))]
     if expect is None:
         assert out == []
     elif expect == "x":
@@ -221,7 +221,7 @@ def test_codex_tool_completed_duration_is_coerced_only_when_it_is_a_count(durati
 def test_codex_tool_output_is_carried_as_result_with_digest() -> None:
     attrs = {"event.name": "codex.tool_result", "tool_name": "shell", "success": "true", "output": "ok"}
     (d,) = codex_otel.map_record(codex(attrs), "primary")
-    (low,) = gated([d])
+    (low,) = capped([d])
     assert "result" not in low["data"] and low["data"]["result_digest"] == d["data"]["result_digest"]
 
 
@@ -288,7 +288,7 @@ def test_odd_vendor_shapes_never_crash_and_always_yield_valid_types(name: Any, a
         for d in mod.map_record(flat, mode):
             assert TYPE_GRAMMAR.match(d["type"])
             assert isinstance(d["data"], dict) and d["_runs"] == "none"
-            gate_draft(d, CapturePolicy())
+            cap_draft(d, CapturePolicy())
     for odd in (None, [], "x", {"attributes": ["not", "a", "dict"]}):
         for mod in FIXTURES.values():
             assert mod.map_record(odd, mode)[0]["type"] == f"x.{mod.AGENT}.otel.unknown"

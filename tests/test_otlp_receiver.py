@@ -17,7 +17,7 @@ import pytest
 from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import codex_otel, vscode_otel
 from aep_collector.receivers.otlp import OtlpConfig, OtlpReceiver
 from google.protobuf import json_format
@@ -114,7 +114,7 @@ def export_result(exporter: Any, resource: dict[str, Any], records: list[dict[st
 
 def mapped(signal: Signal) -> list[dict[str, Any]]:
     mod = vscode_otel if signal.agent == "vscode-otel" else codex_otel
-    out = [gate_draft(d, CapturePolicy()) for d in mod.map_signal(signal, mod.new_state())]
+    out = [cap_draft(d, CapturePolicy()) for d in mod.map_signal(signal, mod.new_state())]
     return [{k: d[k] for k in ("type", "data", "subject") if k in d} for d in out]
 
 

@@ -39,7 +39,7 @@ def test_pip_install_then_run_with_no_flags_from_anywhere(tmp_path: Path) -> Non
                **{f"AEP_{n}_ENDPOINT": "127.0.0.1:0" for n in (
                    "CLAUDE_CODE", "CODEX", "GEMINI_CLI", "QWEN_CODE", "VSCODE", "ANTIGRAVITY", "KIMI_CODE",
                    "OPENCODE", "KILOCODE", "CLINE", "HERMES", "PI", "OTLP_GRPC", "OTLP_HTTP")})
-    where = subprocess.run([str(py), "-c", "import aep_collector.pipeline as pipeline, aep_collector.processors.capture.gate as g; print(pipeline.__file__); "
+    where = subprocess.run([str(py), "-c", "import aep_collector.pipeline as pipeline, aep_collector.processors.capture.ceiling as g; print(pipeline.__file__); "
                             "print(len(g.load_annotations()))"], capture_output=True, text=True, cwd=cwd, env=env)
     assert where.returncode == 0, where.stderr
     module_file, n_annotations = where.stdout.split()

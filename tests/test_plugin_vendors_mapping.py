@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.capture import CapturePolicy, gate_draft
+from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor, cline, hermes, pi
 from aep_collector.processors.runs import RunsProcessor
 
@@ -72,8 +72,8 @@ def test_pi_held_tool_call_is_the_gate_request() -> None:
                          "respond_via": ["control"], "expires_at": "2030-01-01T00:00:00.000Z"}
     # The default posture (attention.* redacted) keeps the command in the prompt, as the OpenCode
     # permission_ask pin does; at a plain metadata ceiling the prompt is synthesized without it.
-    assert gate_draft(d, CapturePolicy())["data"]["prompt"] == d["data"]["prompt"]
-    assert "rm -rf" not in gate_draft(d, CapturePolicy(overrides={}))["data"]["prompt"]
+    assert cap_draft(d, CapturePolicy())["data"]["prompt"] == d["data"]["prompt"]
+    assert "rm -rf" not in cap_draft(d, CapturePolicy(overrides={}))["data"]["prompt"]
 
 
 @pytest.mark.parametrize(("attr", "state_default", "want"), [

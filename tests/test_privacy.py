@@ -162,7 +162,7 @@ async def test_a_pipeline_without_a_capture_processor_is_still_gated(tmp_path):
     assert ev["capture"] == "metadata" and "prompt" not in ev["data"]
 
 
-def test_the_config_warns_about_a_missing_final_gate():
+def test_the_config_warns_about_a_missing_final_capture():
     from aep_collector.pipeline.config import parse
     from aep_collector.pipeline.registry import build_registry
 

@@ -13,7 +13,7 @@ the serialized bytes the JSONL and relay exporters write), and:
   planted secret leaves, and what does leave of the fields that carried them is the redacted form.
 
 Only the keys a mapping dispatches on are left alone (``DISPATCH``): planting there would route the
-input to a different mapping rather than test the gate. Session ids ARE planted: the gate replaces
+input to a different mapping rather than test the capture processor. Session ids ARE planted: it replaces
 an envelope id that carries a secret by its opaque digest.
 
 The enumeration is deterministic (every secret visits every field by rotation); the hypothesis
@@ -67,7 +67,7 @@ REDACTED_FORMS = ("[REDACTED:secret]", "[REDACTED:pii]", "~/")
 
 # Keys the mappings dispatch on (hook / record names anywhere; the moment `kind` and the bus-event
 # `type` at the top two levels of a plugin payload). Their value names the moment and may become
-# part of an `x.*` type (AEP-0001 §6), so planting there tests the routing, not the gate.
+# part of an `x.*` type (AEP-0001 §6), so planting there tests the routing, not the capture processor.
 DISPATCH = {"hook_event_name", "hookName", "event.name"}
 DISPATCH_TOP = {"type", "kind"}
 

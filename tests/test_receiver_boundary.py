@@ -17,14 +17,11 @@ RECEIVERS = ROOT / "receivers"
 ALLOWED = {("aep_collector.processors.mapping", "load_vendor")}
 """The vendor registry lookup: the one thing a receiver may take from processors/."""
 NOT_YET: dict[str, set[tuple[str, str]]] = {
-    "claude_code/__init__.py": {("aep_collector.processors.mapping", "claude_code"),
-                                ("aep_collector.processors.mapping", "hook_vendors")},
     "hook_vendors/antigravity.py": {("aep_collector.processors.mapping", "antigravity")},
     "hook_vendors/codex.py": {("aep_collector.processors.mapping", "codex")},
     "hook_vendors/gemini_cli.py": {("aep_collector.processors.mapping", "gemini_cli")},
     "hook_vendors/kimi_code.py": {("aep_collector.processors.mapping", "kimi_code")},
     "hook_vendors/qwen_code.py": {("aep_collector.processors.mapping", "qwen_code")},
-    "hook_vendors/surface.py": {("aep_collector.processors.mapping", "hook_vendors")},
     "hook_vendors/vscode.py": {("aep_collector.processors.mapping", "vscode")},
     "plugin_vendors/bus.py": {("aep_collector.processors.mapping", "plugin_bus")},
 }

@@ -55,13 +55,13 @@ class CloudEventsConfig:
             raise ValueError(f"max_capture must be one of {', '.join(CAPTURE_ORDER)}")
 
 
-def gated(event: Event, ceiling: str) -> Event:
+def capped(event: Event, ceiling: str) -> Event:
     """``event`` as it may leave under ``ceiling``: down-levelled when it declares more."""
     declared = event.get("capture", "metadata")
     if declared in CAPTURE_ORDER and CAPTURE_ORDER.index(declared) <= CAPTURE_ORDER.index(ceiling):
         return event
     # The AEP-0001 §8.2 hop algorithm, shared with the capture processor (a pure function).
-    from aep_collector.processors.capture.gate import downlevel
+    from aep_collector.processors.capture.ceiling import downlevel
 
     return downlevel(event, ceiling)
 
@@ -83,7 +83,7 @@ class CloudEventsExporter:
         await self.deliver(events)
 
     async def deliver(self, events: list[Event]) -> None:
-        ces = [dumps_bytes(to_cloudevent(gated(e, self.config.max_capture))) for e in events]
+        ces = [dumps_bytes(to_cloudevent(capped(e, self.config.max_capture))) for e in events]
         if not ces:
             return
         if self.config.mode == "batched":

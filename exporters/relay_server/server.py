@@ -263,8 +263,8 @@ class Surface:
         if level in LEVELS and LEVELS.index(level) <= LEVELS.index(ceiling or "full"):
             cache[ceiling] = text
         else:
-            from aep_collector.processors.capture.gate import (
-                downlevel,  # the one down-levelling the capture gate uses
+            from aep_collector.processors.capture.ceiling import (
+                downlevel,  # the one down-levelling the capture processor uses
             )
 
             cache[ceiling] = dumps(downlevel(ev, ceiling or "metadata"))

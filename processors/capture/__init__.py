@@ -1,4 +1,4 @@
-"""The capture processor: gates every draft to its configured capture level (AEP-0003 §9).
+"""The capture processor: caps every draft at its configured capture level (AEP-0003 §9).
 
 Mappings hand over drafts at full content; this processor is where the operator's ceiling is
 enforced, so nothing above it ever reaches the stamper or an exporter. See ``README.md``.
@@ -14,16 +14,16 @@ from typing import Any
 from aep_collector.pipeline.component import Factory, Kind
 from aep_collector.pipeline.model import Batch, Event
 
-from .gate import (
+from .ceiling import (
+    CAPTURE_HINTS,
     DEFAULT_CEILING,
     DEFAULT_OVERRIDES,
-    GATE_HINTS,
     LEVELS,
     CapturePolicy,
-    apply_gate,
+    apply_cap,
+    cap_draft,
+    cap_form_values,
     downlevel,
-    gate_draft,
-    gate_form_values,
     load_annotations,
     synthesized_prompt,
 )
@@ -39,8 +39,8 @@ __all__ = [
     "CaptureProcessor",
     "Redactor",
     "downlevel",
-    "gate_draft",
-    "gate_form_values",
+    "cap_draft",
+    "cap_form_values",
     "load_annotations",
     "synthesized_prompt",
 ]
@@ -106,7 +106,7 @@ def _is_stamped(item: Event) -> bool:
 
 
 class CaptureProcessor:
-    """Gates every draft of a batch; signals pass through untouched."""
+    """Caps every draft of a batch at its capture level; signals pass through untouched."""
 
     def __init__(self, config: CaptureConfig | None = None, component: str = "processor/capture") -> None:
         self.config = config or CaptureConfig()
@@ -114,7 +114,7 @@ class CaptureProcessor:
         self.policy = self.config.policy()
         self.redactor = self.config.redactor()
         self.failures = 0
-        self.routes: dict[Any, Any] = {}  # per-type gating decisions (``apply_gate``)
+        self.routes: dict[Any, Any] = {}  # per-type capture decisions (``apply_cap``)
         self.component = component
         self.health: Any = None
 
@@ -128,24 +128,24 @@ class CaptureProcessor:
             if not isinstance(item, dict):
                 out.append(item)
             elif "aep" in item and "id" in item and "source" in item:  # stamped (``_is_stamped``)
-                # An envelope someone else already gated (a redelivered ack, a forwarded event): we
+                # An envelope someone else already capped (a redelivered ack, a forwarded event): we
                 # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)).
                 out.append(downlevel(item, self.policy.level_for(str(item.get("type", "")))))
             else:
-                out.append(self.gate(item))
+                out.append(self.cap(item))
         return out
 
-    def gate(self, draft: Event) -> Event:
-        """``gate_draft`` under this processor's policy; a draft it cannot gate loses its data."""
+    def cap(self, draft: Event) -> Event:
+        """``cap_draft`` under this processor's policy; a draft it cannot cap loses its data."""
         try:
-            return apply_gate(draft, self.policy, self.redactor, self.routes)
+            return apply_cap(draft, self.policy, self.redactor, self.routes)
         except Exception as exc:  # fail closed: the moment survives, its content never leaks
             self.failures += 1
-            log.error("capture gating of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)
+            log.error("capture of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)
             if self.health is not None:
                 self.health.count(self.component, "failed")
                 self.health.incident(self.component, "gating-failed", f"{type(exc).__name__} (data dropped)")
-            kept = {k: v for k, v in draft.items() if k != "data" and k not in GATE_HINTS}
+            kept = {k: v for k, v in draft.items() if k != "data" and k not in CAPTURE_HINTS}
             kept["capture"] = "none"
             return kept
 
@@ -155,5 +155,5 @@ FACTORY = Factory(
     type="capture",
     config_class=CaptureConfig,
     create=lambda settings, cfg: CaptureProcessor(cfg, f"processor/{settings.id}"),
-    description="Gates event payloads to the capture ceiling: drops fields above it, redacts, synthesizes",
+    description="Caps event payloads at the capture ceiling: drops fields above it, redacts, synthesizes",
 )

@@ -32,7 +32,7 @@ _TOKEN_SHAPES = re.compile(
     r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
 )
 # Every shape above starts with one of these literals: a string holding none of them is checked in
-# a few C-level substring tests instead of a regex pass (the gate asks about every structural value).
+# a few C-level substring tests instead of a regex pass (the ceiling asks about every structural value).
 _SHAPE_LITERALS = ("AKIA", "ASIA", "eyJ", "gh", "glpat-", "xox", "sk-", "k_live_", "k_test_", "npm_", "AIza")
 
 
@@ -173,7 +173,7 @@ class Redactor:
     def sensitive(self, value: str) -> bool:
         """True when ``text`` would redact a secret, a configured value, a home path or an email.
 
-        The gate asks this of every string it keeps as structure below ``full``: such a value is
+        The ceiling asks this of every string it keeps as structure below ``full``: such a value is
         content whatever field it sits in. Phone numbers are left out on purpose: ids and counts
         made of digits look like phones, and rule (d) still runs on content at ``redacted``.
         Answers are memoized (bounded): the same tool names, models and session ids come by on

@@ -1,4 +1,4 @@
-"""What is structure and what is content: the value classes the gate applies below ``full``.
+"""What is structure and what is content: the value classes the capture ceiling applies below ``full``.
 
 AEP-0001 §8.2: ``metadata`` carries "structure only (names, ids, counts, durations, statuses); no
 free text". A schema annotation says which FIELD may appear at a level; it cannot stop a vendor
@@ -38,7 +38,7 @@ session/run/step id (AEP-0003 §9.6), so it can stand in for an identifier too."
 #   `authentication_failed`, …; pins: rate_limit, ProviderError, ApiError); an error text is prose.
 # - agent_type (subagent start/stop, session start): an agent kind (`Explore`, `Plan`,
 #   `general-purpose`); a user-written description in its place is prose.
-# The envelope `subject` is classed the same way by the gate (ENVELOPE_TOKEN).
+# The envelope `subject` is classed the same way by the capture ceiling (ENVELOPE_TOKEN).
 FIELD_CLASSES: dict[str, dict[str, str]] = {
     "tool.denied": {"rule": TOKEN},
     "run.failed": {"reason": TOKEN},

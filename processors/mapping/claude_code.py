@@ -3,7 +3,8 @@
 Only the two form mappings (AskUserQuestion, Elicitation) are fixture-pinned; every other row
 follows the Annex A.1 key rules and the taxonomy digest §3.1 table. Runs are synthesized by the
 ``runs`` processor (no turn id exists): ``UserPromptSubmit`` opens one, ``Stop``/``StopFailure``
-close it. Reply bodies follow the Claude Code hooks reference (code.claude.com/docs/en/hooks).
+close it. What Claude Code gets back (neutral and decision replies) is the receiver's
+(``aep_collector.receivers.claude_code``); the two forms are drawn here and read by it.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from aep_collector.pipeline.control import elicitation_key
 from aep_collector.pipeline.model import Event, Signal
 from aep_collector.processors.mapping import hook_vendors as hf
 from aep_collector.processors.mapping.drafting import draft, get_dict, get_str
 
 AGENT = "claude-code"
-
-# Hooks reference, "HTTP response handling": a 2xx with an empty body (or `{}`) is "no decision".
-NEUTRAL_REPLY: dict[str, Any] = {}
 
 ASK_USER_QUESTION = "AskUserQuestion"
 _PENDING_CAP = 256  # elicitations whose result never arrives must not grow the state forever
@@ -180,13 +179,13 @@ def _permission_request(payload: hf.Payload, _state: Any) -> Event:
     return hf.permission_request(payload)
 
 
-def elicitation_key(payload: hf.Payload) -> str:
+def _elicitation_key(payload: hf.Payload) -> str:
     """The key pairing an Elicitation with its ElicitationResult (and with an operator's answer)."""
-    return get_str(payload, "elicitation_id") or get_str(payload, "mcp_server_name") or "elicitation"
+    return elicitation_key(get_str(payload, "elicitation_id"), get_str(payload, "mcp_server_name"))
 
 
 def _elicitation(payload: hf.Payload, state: ClaudeCodeState | None) -> Event:
-    key = elicitation_key(payload)
+    key = _elicitation_key(payload)
     d = _form_draft(elicitation_form(payload, True), elicitation_form(payload, False), key)
     d["_attention_key"] = key  # the result (or an operator's answer) settles it by this key
     if state is not None:
@@ -196,7 +195,7 @@ def _elicitation(payload: hf.Payload, state: ClaudeCodeState | None) -> Event:
 
 
 def _elicitation_result(payload: hf.Payload, state: ClaudeCodeState | None) -> list[Event] | None:
-    key = elicitation_key(payload)
+    key = _elicitation_key(payload)
     entry = state.take(hf.session_of(payload), key, get_str(payload, "mcp_server_name")) if state else None
     if entry is None:
         return None  # an orphan result (never seen, or already settled over control) emits nothing
@@ -263,42 +262,3 @@ def map_signal(signal: Signal, state: ClaudeCodeState) -> list[Event]:
         if d.get("type") == "attention.requested" and "_attention_key" not in d:
             d["_attention_key"] = hf.card_key(signal)
     return drafts
-
-
-# --- replies for the control plane ---------------------------------------------------------
-
-
-def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
-    """PermissionRequest decision: ``{"hookSpecificOutput": {..., "decision": {behavior, message?}}}``."""
-    return hf.permission_reply(behavior, message)
-
-
-def ask_user_question_reply(tool_input: Any, values: dict[str, Any]) -> dict[str, Any]:
-    """Allow the AskUserQuestion call with ``updatedInput`` = the input plus ``answers``.
-
-    Hooks reference (AskUserQuestion input): ``answers`` maps each question's text to the chosen
-    option label; multi-select answers join labels with ", "; an "Other" answer is its free text.
-    ``updatedInput`` replaces the whole input, so every original key is echoed back.
-    """
-    source = tool_input if isinstance(tool_input, dict) else {}
-    questions = source.get("questions") if isinstance(source.get("questions"), list) else []
-    answers: dict[str, str] = {}
-    for i, q in enumerate(questions, start=1):
-        if not isinstance(q, dict) or str(i) not in values:
-            continue
-        options = q.get("options") if isinstance(q.get("options"), list) else []
-        labels = {str(j): (get_str(o, "label") if isinstance(o, dict) else o)
-                  for j, o in enumerate(options, start=1)}
-        picked = values[str(i)]
-        parts = picked if isinstance(picked, list) else [picked]
-        text = ", ".join(str(labels.get(str(p)) or p) for p in parts if p is not None and p != "")
-        answers[get_str(q, "question") or str(i)] = text
-    updated = {**copy.deepcopy(source), "answers": answers}
-    return {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-                                   "decision": {"behavior": "allow", "updatedInput": updated}}}
-
-
-def elicitation_reply(values: dict[str, Any]) -> dict[str, Any]:
-    """Accept the elicitation: hooks reference "Elicitation output" ``{action: accept, content}``."""
-    return {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept",
-                                   "content": copy.deepcopy(values)}}

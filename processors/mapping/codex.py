@@ -68,14 +68,3 @@ def map_signal(signal: Signal, state: None) -> list[Event]:
     name, payload = hf.hook_call(signal)  # ``map_hook`` inlined (per event), keying in the same walk
     run = None if name in _SESSION_SCOPED else get_str(payload, "turn_id")
     return hf.map_table(AGENT, HOOKS, name, payload, run=run, keyed=signal)
-
-
-def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
-    """PermissionRequest decision.
-
-    Codex hooks output wire (``PermissionRequestHookSpecificOutputWire``, openai/codex
-    ``codex-rs/hooks``): ``{"hookSpecificOutput": {"hookEventName": "PermissionRequest",
-    "decision": {"behavior": "allow"|"deny", "message"?}}}``; ``updatedInput`` /
-    ``updatedPermissions`` / ``interrupt`` are reserved there and fail closed, so never sent.
-    """
-    return hf.permission_reply(behavior, message)

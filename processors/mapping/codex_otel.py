@@ -34,7 +34,7 @@ _PROMPT_WITHHELD = "[REDACTED]"
 
 
 def _scrub(data: dict[str, Any]) -> dict[str, Any]:
-    # Double gate on the prompt: the vendor flag (off = the literal marker, which is not the
+    # Two guards on the prompt: the vendor flag (off = the literal marker, which is not the
     # prompt and must never be forwarded as if it were) AND a redacted+ ceiling (capture map).
     if data.get("prompt") == _PROMPT_WITHHELD:
         data = {k: v for k, v in data.items() if k != "prompt"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aep_collector.pipeline.control import card_key as control_card_key
 from aep_collector.pipeline.model import Event, Signal
 from aep_collector.processors.mapping.drafting import (
     PERMISSION_OPTIONS,
@@ -230,24 +231,11 @@ def permission_request(payload: Payload, _state: Any = None) -> Event:
     return draft("attention.requested", data, tool)
 
 
-def permission_key(payload: Payload) -> str:
-    """What a PermissionRequest is about: its payload names no call id, so tool + input digest.
-
-    A held card and the PostToolUse that makes it moot are paired on this.
-    """
-    # Digests only: a tool name can carry content (a secret in it must not ride along, even internally).
-    return f"permission:{digest(get_str(payload, 'tool_name') or 'unknown')}:{digest(payload.get('tool_input'))}"
-
-
 def card_key(signal: Signal) -> str:
-    """The attention key of ONE permission card: ``permission_key`` plus the moment it was received.
-
-    Unique per card, so asking the same thing twice opens two cards rather than one overwriting
-    the other in the attention book (which pairs a held loop's legs and sweeps unanswered cards
-    before ``session.ended`` on it, AEP-0002 §7.1). The receiver computes the same key. Opaque (a
-    digest): it rides on the draft as a hint, and a tool name may carry anything.
-    """
-    return f"card:{digest(permission_key(payload_of(signal)))}@{signal.received_ns}"
+    """The attention key of the permission card ``signal`` raises (``pipeline.control.card_key``;
+    the receiver holding the card computes the same)."""
+    payload = payload_of(signal)
+    return control_card_key(get_str(payload, "tool_name"), payload.get("tool_input"), signal.received_ns)
 
 
 def key_permissions(drafts: list[Event], signal: Signal) -> list[Event]:
@@ -256,16 +244,6 @@ def key_permissions(drafts: list[Event], signal: Signal) -> list[Event]:
         if d["type"] == "attention.requested" and d["data"].get("kind") == "permission":
             d["_attention_key"] = card_key(signal)
     return drafts
-
-
-def permission_reply(behavior: str, message: str | None = None) -> Payload:
-    """The PermissionRequest hook reply ``hookSpecificOutput.decision`` shared by CC, Codex and Qwen."""
-    if behavior not in ("allow", "deny"):
-        raise ValueError(f"permission behavior must be 'allow' or 'deny', not {behavior!r}")
-    decision: Payload = {"behavior": behavior}
-    if behavior == "deny" and message:  # the vendors read `message` as the deny reason only
-        decision["message"] = message
-    return {"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision": decision}}
 
 
 # --- session and run -----------------------------------------------------------------------

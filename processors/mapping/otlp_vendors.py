@@ -15,7 +15,7 @@ pure mapper both profiles run.
 The attribute set of an OTel record is open (vendors add keys between releases, users add their
 own), so the companion family is closed by declaration: a key a record does not declare
 structural is content (``redacted`` minimum) whatever it looks like, and a declared key still
-passes the gate's token check (processors/capture/structure.py).
+passes the capture processor's token check (processors/capture/structure.py).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Profile:
         """The ``_capture`` hint of a companion record: declared keys are tokens, all else content.
 
         Constant per suffix (it names every declared and content key, present or not), so the
-        gate sees one classification table per type.
+        capture processor sees one classification table per type.
         """
         hint = {"*": "redacted", **{key: "token" for key in self.structural.get(suffix, ())}}
         hint.update(self.capture)  # content keys keep their own minimum (full beats a declaration)

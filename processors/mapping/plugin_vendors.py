@@ -59,7 +59,7 @@ def usage(input_tokens: Any, output_tokens: Any) -> dict[str, Any]:
 
 
 def tool_requested(ref: dict[str, str], args: Any = ABSENT, **attrs: Any) -> Event:
-    """``tool.requested``: the digest at metadata, the whole args at full (the gate builds the twin)."""
+    """``tool.requested``: the digest at metadata, the whole args at full (the capture processor builds the twin)."""
     data: dict[str, Any] = {"tool": ref}
     if args is not ABSENT:
         data["args_digest"] = digest(args)  # AEP-0003 §9.3: over the original value

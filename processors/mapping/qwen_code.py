@@ -109,13 +109,3 @@ def map_signal(signal: Signal, state: QwenState | None) -> list[Event]:
         elif name in _RUN_ENDS:
             state.open.pop(hf.session_of(payload) or "", None)
     return hf.map_table(AGENT, HOOKS, name, payload, keyed=signal)
-
-
-def permission_reply(behavior: str, message: str | None = None) -> dict[str, Any]:
-    """PermissionRequest decision.
-
-    Qwen Code hooks docs (PermissionRequest "Output Options"): ``hookSpecificOutput.decision``
-    ``{behavior: "allow"|"deny", message?}`` (``hookSpecificOutput`` must name ``hookEventName``);
-    ``updatedInput`` / ``updatedPermissions`` / ``interrupt`` stay unused.
-    """
-    return hf.permission_reply(behavior, message)

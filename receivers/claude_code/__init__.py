@@ -2,30 +2,36 @@
 
 Claude Code POSTs each hook's JSON input to ``POST /hook``; the hook's ``hook_event_name`` names
 the moment. The reply is Claude Code's hook output JSON; ``{}`` is the neutral reply (no
-decision, Claude Code carries on).
+decision, Claude Code carries on). What Claude Code gets back is built here (reply bodies follow
+the Claude Code hooks reference, code.claude.com/docs/en/hooks); the form a held card carries is
+the mapping's (fixture-pinned), reached through the vendor registry lookup.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.pipeline.canonical import digest
-from aep_collector.pipeline.control import CANCEL, RESPOND, Hold
+from aep_collector.pipeline.control import CANCEL, RESPOND, Hold, card_key, elicitation_key
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.payload import get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import claude_code as cc
-from aep_collector.processors.mapping import hook_vendors as hf
+from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.registration import hook_url, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
 
 AGENT = "claude-code"
-NEUTRAL_REPLY: dict[str, Any] = cc.NEUTRAL_REPLY
+MAPPING = "aep_collector.processors.mapping.claude_code"
+# Hooks reference, "HTTP response handling": a 2xx with an empty body (or `{}`) is "no decision".
+NEUTRAL_REPLY: dict[str, Any] = {}
 DENY_MESSAGE = "Denied via AEP attention loop"
 CANCEL_MESSAGE = "Run cancelled via AEP control"
 # Claude Code's common hook output: stop the agent loop (control.cancel, AEP-0004 §5).
@@ -76,6 +82,9 @@ class ClaudeCodeSurface:
         self.config = config
         self.loop = AttentionHolder(AGENT, component, config.attention_timeout)
         self.calls: dict[tuple[str, str], Hold] = {}
+        # The mapping draws the forms (AskUserQuestion, Elicitation) a card carries; an answer is
+        # checked against the same fields, so they are read from it, not written twice.
+        self.mapping = load_vendor(AGENT)
 
     async def on_start(self, host: Host, server: HookServer) -> None:
         assert server.deliver is not None
@@ -94,7 +103,7 @@ class ClaudeCodeSurface:
         p, name = signal.payload, signal.name
         session = _session(p)
         if name == "PermissionRequest":
-            if p.get("tool_name") == cc.ASK_USER_QUESTION:
+            if p.get("tool_name") == self.mapping.ASK_USER_QUESTION:
                 return await self._ask_user_question(signal)
             return await self._permission(signal)
         if name == "Elicitation":
@@ -109,7 +118,7 @@ class ClaudeCodeSurface:
         stop = name not in ("SessionStart", "SessionEnd") and self.loop.cancelled(session)
         await deliver([signal])
         if name == "ElicitationResult":
-            key = cc.elicitation_key(p)
+            key = _elicitation_key(p)
             for hold in self.loop.pending(session):
                 if hold.key == key:
                     self.loop.settle_oob(hold)  # answered in Claude Code's own dialog
@@ -123,20 +132,20 @@ class ClaudeCodeSurface:
 
     async def _permission(self, signal: Signal) -> Any:
         # The mapping keys the card with the same key: the hold's legs close the book's entry.
-        end = await self.loop.hold_permission(signal, hf.card_key(signal), calls=self.calls, call=self._call(signal))
+        end = await self.loop.hold_permission(signal, _card_key(signal), calls=self.calls, call=self._call(signal))
         if end.how == "cancelled" and end.hold is not None:
             self.loop.cancelled(end.hold.session)  # this reply is the stop: the next hook runs normally
             return cancel_reply()
         if end.applied is None:
             return NEUTRAL_REPLY  # no route, timeout, dismissal: no decision, Claude Code asks the user itself
         if end.applied.option == "allow":
-            return cc.permission_reply("allow")
-        return cc.permission_reply("deny", end.applied.text or DENY_MESSAGE)
+            return permission_reply("allow")
+        return permission_reply("deny", end.applied.text or DENY_MESSAGE)
 
     async def _ask_user_question(self, signal: Signal) -> Any:
         tool_input = signal.payload.get("tool_input")
-        fields = cc.ask_user_question_form(tool_input, True)["fields"]  # labels: for text answers
-        held = await self.loop.held(signal, form_validator(fields, legacy=len(fields) == 1), hf.card_key(signal),
+        fields = self.mapping.ask_user_question_form(tool_input, True)["fields"]  # labels: for text answers
+        held = await self.loop.held(signal, form_validator(fields, legacy=len(fields) == 1), _card_key(signal),
                                     self.calls, self._call(signal))
         if held is None:
             return NEUTRAL_REPLY
@@ -145,11 +154,11 @@ class ClaudeCodeSurface:
             return NEUTRAL_REPLY  # the whole form times out together: Claude Code re-asks
         values = form_values(outcome.answer, fields)
         await self.loop.answered(hold, outcome, {"values": values}, fields)
-        return cc.ask_user_question_reply(tool_input, values)
+        return ask_user_question_reply(tool_input, values)
 
     async def _elicitation(self, signal: Signal) -> Any:
-        fields = cc.elicitation_form(signal.payload, True)["fields"]
-        key = cc.elicitation_key(signal.payload)
+        fields = self.mapping.elicitation_form(signal.payload, True)["fields"]
+        key = _elicitation_key(signal.payload)
         hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1), key)
         if hold is None:
             return NEUTRAL_REPLY
@@ -158,14 +167,56 @@ class ClaudeCodeSurface:
             return NEUTRAL_REPLY  # Claude Code's own dialog takes over
         values = form_values(outcome.answer, fields)
         await self.loop.answered(hold, outcome, {"values": values}, fields)
-        return cc.elicitation_reply(values)
+        return elicitation_reply(values)
 
 
 def cancel_reply() -> dict[str, Any]:
     """A held PermissionRequest whose run was cancelled: deny the call and interrupt Claude Code."""
-    reply = cc.permission_reply("deny", CANCEL_MESSAGE)
+    reply = permission_reply("deny", CANCEL_MESSAGE)
     reply["hookSpecificOutput"]["decision"]["interrupt"] = True
     return reply
+
+
+def ask_user_question_reply(tool_input: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """Allow the AskUserQuestion call with ``updatedInput`` = the input plus ``answers``.
+
+    Hooks reference (AskUserQuestion input): ``answers`` maps each question's text to the chosen
+    option label; multi-select answers join labels with ", "; an "Other" answer is its free text.
+    ``updatedInput`` replaces the whole input, so every original key is echoed back.
+    """
+    source = tool_input if isinstance(tool_input, dict) else {}
+    questions = source.get("questions") if isinstance(source.get("questions"), list) else []
+    answers: dict[str, str] = {}
+    for i, q in enumerate(questions, start=1):
+        if not isinstance(q, dict) or str(i) not in values:
+            continue
+        options = q.get("options") if isinstance(q.get("options"), list) else []
+        labels = {str(j): (get_str(o, "label") if isinstance(o, dict) else o)
+                  for j, o in enumerate(options, start=1)}
+        picked = values[str(i)]
+        parts = picked if isinstance(picked, list) else [picked]
+        text = ", ".join(str(labels.get(str(p)) or p) for p in parts if p is not None and p != "")
+        answers[get_str(q, "question") or str(i)] = text
+    updated = {**copy.deepcopy(source), "answers": answers}
+    return {"hookSpecificOutput": {"hookEventName": "PermissionRequest",
+                                   "decision": {"behavior": "allow", "updatedInput": updated}}}
+
+
+def elicitation_reply(values: dict[str, Any]) -> dict[str, Any]:
+    """Accept the elicitation: hooks reference "Elicitation output" ``{action: accept, content}``."""
+    return {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept",
+                                   "content": copy.deepcopy(values)}}
+
+
+def _card_key(signal: Signal) -> str:
+    """The key the mapping tags a PermissionRequest's card with (``pipeline.control.card_key``)."""
+    p = signal.payload
+    return card_key(get_str(p, "tool_name"), p.get("tool_input"), signal.received_ns)
+
+
+def _elicitation_key(payload: dict[str, Any]) -> str:
+    """Pairs an Elicitation with its ElicitationResult, as the mapping does."""
+    return elicitation_key(get_str(payload, "elicitation_id"), get_str(payload, "mcp_server_name"))
 
 
 def _session(payload: dict[str, Any]) -> str:
@@ -221,7 +272,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
 DECLARATION = VendorDeclaration(
     agent=AGENT, receiver_type="claude_code", port=8377, config_class=ClaudeCodeConfig,
     surface=lambda cfg, component: ClaudeCodeSurface(cfg, component),
-    mapping=cc.__name__, registration=registration, hooks=HOOKS, held_hooks=HELD_HOOKS,
+    mapping=MAPPING, registration=registration, hooks=HOOKS, held_hooks=HELD_HOOKS,
     neutral_reply=NEUTRAL_REPLY,
     description="Claude Code native http hooks (POST /hook)",
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from aep_collector.processors.mapping import codex
+from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -36,7 +37,7 @@ class CodexConfig(HeldConfig):
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
-HANDLING = HookHandling(permission_reply=codex.permission_reply,
+HANDLING = HookHandling(permission_reply=permission_reply,
                         # Codex has no failure twin: PostToolUse is the only moment the tool is known to have run.
                         dismissed_by=frozenset({"PostToolUse"}))
 

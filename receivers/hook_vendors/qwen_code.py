@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from aep_collector.processors.mapping import qwen_code
+from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -39,7 +40,7 @@ class QwenCodeConfig(HeldConfig):
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
-HANDLING = HookHandling(permission_reply=qwen_code.permission_reply,
+HANDLING = HookHandling(permission_reply=permission_reply,
                         dismissed_by=frozenset({"PostToolUse", "PostToolUseFailure", "PermissionDenied"}),
                         session_end=frozenset({"SessionEnd"}))
 

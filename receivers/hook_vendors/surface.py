@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from aep_collector.pipeline.control import RESPOND, Hold
+from aep_collector.pipeline.control import RESPOND, Hold, card_key, permission_key
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
 from aep_collector.pipeline.payload import get_str, tool_ref
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import hook_vendors as hf
 from aep_collector.receivers.held import (
     DENY_MESSAGE,
     Applied,
@@ -184,7 +183,7 @@ class HookVendorSurface:
             return await self._gate(signal)
         if name in self.handling.dismissed_by:
             # The tool ran (or was refused) in the vendor itself: the held card is moot.
-            hold = self.calls.pop((session, hf.permission_key(payload)), None)
+            hold = self.calls.pop((session, _about(payload)), None)
             if hold is not None:
                 await self.loop.dismiss(hold)
         elif name in self.handling.session_end:
@@ -203,8 +202,9 @@ class HookVendorSurface:
 
     async def _permission(self, signal: Signal) -> Any:
         assert self.handling.permission_reply is not None
-        key = hf.card_key(signal)  # the mapping tags the card with the same key
-        call = (_session(signal.payload), hf.permission_key(signal.payload))  # what a PostToolUse names
+        p = signal.payload
+        key = card_key(get_str(p, "tool_name"), p.get("tool_input"), signal.received_ns)  # the mapping's too
+        call = (_session(p), _about(p))  # what a PostToolUse names
         end = await self.loop.hold_permission(signal, key, calls=self.calls, call=call)
         if end.applied is None:
             # No route (the vendor's own prompt decides, respond_via oob), timeout or dismissal.
@@ -254,6 +254,11 @@ def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, reques
         draft["run"] = request["run"]
     draft["cause"] = answered["id"] if answered is not None else request["id"]
     return draft
+
+
+def _about(payload: Payload) -> str:
+    """What a permission is about (its payload names no call id): pairs a held card with its PostToolUse."""
+    return permission_key(get_str(payload, "tool_name"), payload.get("tool_input"))
 
 
 def _session(payload: Payload) -> str:

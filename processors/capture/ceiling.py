@@ -1,10 +1,10 @@
-"""Capture gating: the emitter-side gate for drafts and the hop-side down-level (AEP-0001 §8.2).
+"""The capture ceiling: the emitter-side cap for drafts and the hop-side down-level (AEP-0001 §8.2).
 
 Both walk ``data`` with the per-type ``x-aep-capture`` annotations (``annotations.json``, derived
 from the schemas by ``build_annotations.py``) and drop every field whose minimum level is above
 the level the event will carry. They differ where the spec makes them differ:
 
-* the emitter (``gate_draft``) holds the original content, so at ``redacted`` it runs the §9.4
+* the emitter (``cap_draft``) holds the original content, so at ``redacted`` it runs the §9.4
   pipeline and may claim ``redacted``; below it, it knows the structural values of the
   ``[metadata*]`` fields (``_structural``) and the form's field specs (``_fields``);
 * a hop (``downlevel``) holds neither, so it never mints ``redacted`` (§8.2(e)), synthesizes the
@@ -45,8 +45,8 @@ DEFAULT_CEILING = "metadata"
 DEFAULT_OVERRIDES: dict[str, str] = {"attention": "redacted"}
 ANNOTATIONS_FILE = Path(__file__).with_name("annotations.json")
 
-# Hints a mapping leaves for this gate; every other `_` key belongs to later components.
-GATE_HINTS = ("_capture", "_structural", "_fields")
+# Hints a mapping leaves for the capture processor; every other `_` key belongs to later components.
+CAPTURE_HINTS = ("_capture", "_structural", "_fields")
 TWIN_SUFFIX = "_redacted"
 DIGEST_SUFFIX = "_digest"
 VALUES_TYPES = ("attention.answered", "control.attention.respond")
@@ -151,7 +151,7 @@ def _structural_value(spec: Mapping[str, Any], value: Any) -> bool:
     """True when the value of this field is structural (survives at metadata), false when text."""
     kind = spec.get("type")
     # A value whose JSON type contradicts its field is not structural: text typed into a
-    # `number` field would otherwise ride at metadata (hardening beyond the reference gate).
+    # `number` field would otherwise ride at metadata (hardening beyond the reference stack).
     if kind == "number":
         return _is_number(value)
     if kind == "boolean":
@@ -163,7 +163,7 @@ def _structural_value(spec: Mapping[str, Any], value: Any) -> bool:
     return False  # string fields, and anything unknown, are user-authored text
 
 
-def gate_form_values(fields: list[dict[str, Any]], values: Mapping[str, Any], ceiling: str) -> dict[str, Any]:
+def cap_form_values(fields: list[dict[str, Any]], values: Mapping[str, Any], ceiling: str) -> dict[str, Any]:
     """Emitter-side gating of ``answer.values`` against the request's field specs (AEP-0006).
 
     Keys with no field spec are dropped at any level (conservative; capture-gating corpus). At
@@ -270,7 +270,7 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
 # --- the compiled plan ------------------------------------------------------------------------
 #
 # ``_prune`` decides each field from (annotations, dotted path, inherited level) only: never from
-# the value. A ``_Plan`` node caches those decisions per key, so the hot path (``gate_draft``)
+# the value. A ``_Plan`` node caches those decisions per key, so the hot path (``cap_draft``)
 # builds no path strings and looks nothing up in the annotations for a key it has seen before:
 # the schema is walked once per (type, hint), the data still once per event. ``_prune`` stays the
 # reference (and serves ``downlevel``); tests/test_capture_plan.py holds the two equal.
@@ -438,12 +438,12 @@ def _set_path(data: dict[str, Any], path: str, value: Any) -> None:
         node[parts[-1]] = copy.deepcopy(value)
 
 
-# --- the emitter-side gate ------------------------------------------------------------------
+# --- the emitter-side cap -------------------------------------------------------------------
 
 
 @cache
 def default_redactor() -> Redactor:
-    """The pipeline ``gate_draft`` runs when given none: no configured secrets, PII on, user's home."""
+    """The pipeline ``cap_draft`` runs when given none: no configured secrets, PII on, user's home."""
     return Redactor()
 
 
@@ -505,15 +505,15 @@ def _merge(event_type: str, hint: Any, data: Mapping[str, Any]) -> dict[str, str
     return ann
 
 
-def gate_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor | None = None) -> dict[str, Any]:
-    """Gate one draft to the level its type gets under ``policy``; returns a new draft.
+def cap_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor | None = None) -> dict[str, Any]:
+    """Cap one draft at the level its type gets under ``policy``; returns a new draft.
 
     Fields above the level are dropped per the annotations merged with the draft's ``_capture``
     hint; at ``redacted`` every kept redacted-gated value and the ``[metadata*]`` text pass the
     §9.4 pipeline; below it the ``[metadata*]`` fields become structural. ``capture`` is set to the
-    level honoured and the gate's own hints are removed.
+    level honoured and the capture hints are removed.
     """
-    return apply_gate(draft, policy, redactor or default_redactor(), None)
+    return apply_cap(draft, policy, redactor or default_redactor(), None)
 
 
 Route = list[Any]
@@ -521,9 +521,9 @@ Route = list[Any]
 _ROUTES_LIMIT = 4096
 
 
-def apply_gate(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
+def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
                routes: dict[Any, Route] | None) -> dict[str, Any]:
-    """``gate_draft`` with its per-type decisions kept in ``routes`` (the processor's; None: decide anew).
+    """``cap_draft`` with its per-type decisions kept in ``routes`` (the processor's; None: decide anew).
 
     A route holds the level, the screen and the merged annotations with their plan: everything
     that depends on the draft's type, declared level and hint but not on its values. ``routes``
@@ -577,7 +577,7 @@ def apply_gate(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
             _degrade_request(data)
             data["prompt"] = synthesized_prompt(out.get("agent"), data.get("kind"), out.get("subject"))
     if event_type in VALUES_TYPES:
-        _gate_answer_values(data, fields, level, red)
+        _cap_answer_values(data, fields, level, red)
     if level < REDACTED and isinstance(structural, dict):
         for path, value in structural.items():
             # A mapping's structural value may still quote its vendor: it passes the screen too.
@@ -633,13 +633,13 @@ def _screen_envelope(out: dict[str, Any], screen: Screen, detector: Redactor) ->
                 out[key] = opaque(value)
 
 
-def _gate_answer_values(data: dict[str, Any], fields: Any, level: int, red: Redactor | None) -> None:
+def _cap_answer_values(data: dict[str, Any], fields: Any, level: int, red: Redactor | None) -> None:
     answer = data.get("answer")
     if not isinstance(answer, dict) or not isinstance(answer.get("values"), dict):
         return
     values = answer["values"]
     if isinstance(fields, list):
-        kept = gate_form_values(fields, values, LEVELS[level])
+        kept = cap_form_values(fields, values, LEVELS[level])
         if red is not None:
             by_id = {f.get("id"): f for f in fields if isinstance(f, dict)}
             text = {k: v for k, v in kept.items() if not _structural_value(by_id[k], v)}
@@ -678,7 +678,7 @@ def downlevel(event: dict[str, Any], ceiling: str, annotations: Mapping[str, Ann
             if "prompt" in data:
                 data["prompt"] = synthesized_prompt(event.get("agent"), data.get("kind"), event.get("subject"))
         if event_type in VALUES_TYPES:
-            _gate_answer_values(data, None, target, None)
+            _cap_answer_values(data, None, target, None)
     out["data"] = data
     return out
 
