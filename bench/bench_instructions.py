@@ -6,9 +6,14 @@ Counted with ``valgrind --tool=callgrind``: unlike time, an instruction count is
 busy machine. Start-up (interpreter, imports, warm-up) is removed by differencing: the same
 workload runs with N and 2N events and the figure is (I(2N) - I(N)) / N. The workload is the
 hook inputs pinned in the corpus mapping fixtures (Codex, Qwen Code, Gemini CLI, VS Code), cycled,
-with the session id varied over a fixed set. ``--stages`` repeats the differencing with the
-pipeline cut after each stage. ``--root`` measures another checkout (the baseline below was
-measured that way). Needs valgrind; exits 2 without it.
+with the session id varied over a fixed set. The signals are built before the counted loop, the
+2N run's count in both runs: building a Signal is the receiver's work, and building a different
+number in each run moved the one full garbage collection (the whole start-up heap, ~52k objects)
+between runs. At ``--events 300`` the mapping and runs cuts had it in their 2N run only, the
+capture cut in both, so a cut could read higher than the one after it; built alike, every cut
+has it at the same point of both runs. ``--stages`` repeats the differencing with the pipeline
+cut after each stage. ``--root`` measures another checkout, also one from before the namespace move (the
+baseline below was measured that way). Needs valgrind; exits 2 without it.
 
 Under callgrind a process runs ~50x slower, so nearly every event falls in a new millisecond:
 the counts take the "new millisecond" path of anything cached per millisecond (ULIDs), which is
