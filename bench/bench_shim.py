@@ -4,10 +4,11 @@ Every figure is the median wall time of running a process to completion with a h
 stdin, from this venv's interpreter: bare ``-c pass`` (with site, ``-S``, ``-S -I``), then the
 shim against a live receiver (the real collector binary, started here) and against a closed port,
 launched five ways: exactly as the registration blocks write it (the ``/bin/sh -c`` chain running
-the shim's copy, ``receivers/registration.py``), ``python -S -I -c "import aep_collector.pipeline.shim ..."``
-from the checkout, as a file (``python -S -I .../shim.py``: compiled on every start), as
+the shim's copy, ``receivers/registration.py``), the off-POSIX form (``python -S -I -c "import
+aep_collector_hook ..."`` on that copy, no shell), as a file (``python -S -I .../shim.py``: compiled on every start), as
 ``python -m aep_collector.pipeline.shim`` and as the ``aep-collector-hook`` console script (both with site).
-Ratios are against ``python -S -I -c pass``, the floor. Nothing is asserted.
+Ratios are against ``python -S -I -c pass``, the floor. Nothing is asserted, but a form that does
+not exit 0 stops the run (its time would be its crash's).
 
     .venv/bin/python bench/bench_shim.py [--runs 40] [--vendor codex]
 """
@@ -39,7 +40,9 @@ RECEIVER = {"codex": "codex", "gemini-cli": "gemini_cli", "qwen-code": "qwen_cod
 
 def median_ms(cmd: list[str], runs: int, stdin: bytes = b"") -> float:
     for _ in range(3):  # warm the page cache and the receiver
-        subprocess.run(cmd, input=stdin, capture_output=True, check=False)
+        out = subprocess.run(cmd, input=stdin, capture_output=True, check=False)
+        if out.returncode != 0:  # a form that crashes would time its own failure, not the shim
+            raise SystemExit(f"{cmd[:4]} exited {out.returncode}: {out.stderr.decode(errors='replace')[-300:]}")
     times = []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -98,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                 with using_home(Path(tmp)):  # the shim copy and its chain, in the scratch folder
                     ensure_shim()
                     chain = shlex.split(shim_command(*hook, url=url))
+                    off_posix = shim_argv(*hook, url=url)
                 launches = {
                     "registered (/bin/sh chain -> copy)": chain,
-                    "-S -I -c import aep_collector.pipeline.shim": shim_argv(*hook, url=url),
+                    "off-POSIX form (-S -I -c import the copy)": off_posix,
                     "python -S -I shim.py": [py, "-S", "-I", str(SHIM), *hook, "--url", url],
                     "python -m aep_collector.pipeline.shim": [py, "-m", "aep_collector.pipeline.shim", *hook, "--url", url],
                     "aep-collector-hook": [script, *hook, "--url", url],

@@ -52,6 +52,9 @@ class Signal:
     ``["control"]`` while a control route is live, else ``["oob"]``); the mapping copies it onto
     the request's card. None: the mapping's own default stands."""
     expires_at: str | None = None
+    options: list[dict[str, str]] | None = None
+    """Set with a held gate: the options its permission card offers (the receiver applies the
+    answer against them and builds the vendor's reply from it)."""
     """Set with a live hold: when it gives up (RFC 3339), shown on the card as ``expires_at``."""
     tool_closed: bool = False
     """Set by a receiver whose operator tool gate already closed this tool call (its ``tool.denied`` was emitted),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from .component import Factory, Kind
@@ -51,7 +50,8 @@ class VendorDeclaration:
     """(url, receiver config or None) -> the ``Wiring`` ``aep-collector hooks`` prints / installs."""
     description: str = ""
     hooks: tuple[str, ...] = ()
-    """The hooks the registration wires."""
+    """The hooks the registration wires, where the receiver lists them (the hook family's
+    registrations wire every hook their mapping's table maps, ``registration.mapped_hooks``)."""
     held_hooks: frozenset[str] = frozenset()
     """Hooks the receiver may hold for an operator (the shim waits past the hold window)."""
     neutral_reply: Mapping[str, Any] | None = field(default_factory=dict)
@@ -64,16 +64,6 @@ class VendorDeclaration:
     """Hooks whose reply the vendor ignores and whose process it may kill early: the shim answers
     at once and delivers from a detached child."""
     stability: str = "development"
-
-    @classmethod
-    def of_mapping(cls, mapping: ModuleType, **fields: Any) -> VendorDeclaration:
-        """A declaration named after its mapping module: ``agent`` its ``AGENT``, ``receiver_type``
-        its module name, ``neutral_reply`` its ``NEUTRAL_REPLY`` where it has one (unless given)."""
-        fields.setdefault("agent", mapping.AGENT)
-        fields.setdefault("receiver_type", mapping.__name__.rsplit(".", 1)[-1])
-        if hasattr(mapping, "NEUTRAL_REPLY"):
-            fields.setdefault("neutral_reply", mapping.NEUTRAL_REPLY)
-        return cls(mapping=mapping.__name__, **fields)
 
     @property
     def endpoint(self) -> str:

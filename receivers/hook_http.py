@@ -163,6 +163,14 @@ class FailOpenDelivery:
             self.health.incident(self.component, "pipeline-slow",
                              f"pipeline took over {self.timeout}s; replied neutral")
             return None
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not task.cancelled() or (current is not None and current.cancelling()):
+                raise  # the hook itself is being cancelled (its client left, shutdown): not ours to swallow
+            # The batch was cancelled under a hook still waiting: that hook gets its neutral reply.
+            self.health.incident(self.component, "pipeline-cancelled", "the pipeline's batch was cancelled; "
+                                 "replied neutral")
+            return None
         except Exception as exc:
             self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
             return None
@@ -171,7 +179,9 @@ class FailOpenDelivery:
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.pending.discard(task)
-        if not task.cancelled() and task.exception() is not None:
+        if task.cancelled():  # also behind a reply already sent (slow path): shown, not silent
+            self.health.incident(self.component, "pipeline-cancelled", "the pipeline's batch was cancelled")
+        elif task.exception() is not None:
             exc = task.exception()
             self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
 

@@ -20,6 +20,7 @@ from typing import Any
 from aep_collector.pipeline import shim
 from aep_collector.pipeline.component import Kind
 from aep_collector.pipeline.vendor import HELD_WAIT_MARGIN, VendorDeclaration
+from aep_collector.processors.mapping import load_vendor
 
 
 def declarations() -> dict[str, VendorDeclaration]:
@@ -43,6 +44,12 @@ def hold_wait(attention_timeout: float) -> float:
     return attention_timeout + HELD_WAIT_MARGIN
 
 
+def mapped_hooks(agent: str, leave_out: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The hooks ``agent``'s mapping maps (its table, in order) less ``leave_out``: what a hook-family
+    registration wires, read from the mapping (the vendor registry lookup) rather than listed twice."""
+    return tuple(h for h in load_vendor(agent).HOOKS if h not in leave_out)
+
+
 def hook_url(url: str | None, endpoint: str) -> str:
     """The receiver's ``/hook`` URL: ``url`` (``/hook`` appended when it names no path), else ``endpoint``'s."""
     url = (url or f"http://{endpoint}").rstrip("/")
@@ -51,17 +58,18 @@ def hook_url(url: str | None, endpoint: str) -> str:
 
 def shim_argv(vendor: str, event: str | None = None, url: str | None = None,
               wait: float | None = None) -> list[str]:
-    """The hook command as argv: this interpreter, ``-S -I`` (no site, no environment), importing the shim.
+    """The hook command as argv off POSIX (``shim_command`` joins it for cmd.exe / PowerShell): the
+    base interpreter, ``-S -I`` (no site, no environment), importing the shim copy in ``<hook dir>/bin``.
 
-    The shim needs only the standard library, so it runs without the venv's site machinery; it
-    is imported (from its cached bytecode) rather than run as a file (compiled on every start),
-    the fastest way to start it (``bench/bench_shim.py``). Absolute paths keep it independent of
-    the vendor's PATH; ``aep-collector-hook VENDOR [EVENT]`` is the same program as a console script.
+    The copy and its table need only the standard library, so no site-packages (and no editable
+    install's finder, which the package itself would need) is read; it is imported from cached
+    bytecode rather than run as a file, the fastest start (``bench/bench_shim.py``). Like the POSIX
+    chain it names neither the checkout nor the venv; the caller writes the copy (``ensure_shim``).
     ``--url`` is left out when ``url`` is the shim's own default for ``vendor``.
     """
-    root = str(Path(shim.__file__).resolve().parent.parent)
-    code = f"import sys;sys.path[:0]=[{json.dumps(root)}];import aep_collector.pipeline.shim as s;sys.exit(s.main())"
-    parts = [sys.executable, "-S", "-I", "-c", code, vendor]
+    folder = str(hook_dir() / "bin")
+    code = f"import sys;sys.path[:0]=[{json.dumps(folder)}];import {HOOK_FILE[:-3]} as s;sys.exit(s.main())"
+    parts = [pythons()[0], "-S", "-I", "-c", code, vendor]
     if event:
         parts.append(event)
     default = f"http://{declaration(vendor).endpoint}"

@@ -125,6 +125,7 @@ class ToolGate:
         one event per lane, cause-linked by it to that lane's ``attention.answered``.
         """
         signal.hold = key or "gate"  # a call without an id is still held, under no attention key
+        signal.options = self.options  # the card offers what the answer is applied against
         signal.expires_at = expires_at(self.loop.timeout)
         end = await self.loop.hold_permission(signal, key, self.options, validator, follow=follow)
         return end.applied  # None: the route went away, timeout, dismissal (a keyed card is swept later)

@@ -196,3 +196,31 @@ def test_claude_code_session_start_goes_through_the_command_shim(stack: Any, tmp
     sid = "cc-shim-start"
     assert run(handler["command"], session_start(sid), tmp_path) == (0, b"{}")
     assert delivered(stack, sid, "claude-code") == ["session.started"]
+
+
+def test_the_off_posix_command_runs_the_copy_with_no_site_and_answers(stack: Any, tmp_path: Path) -> None:
+    """Off POSIX (cmd.exe, PowerShell) the command is ``shim_argv`` joined by ``list2cmdline``: its
+    ``python -S -I`` form must import what it names with no site-packages (no editable finder), and
+    survive the checkout and venv like the POSIX chain. Run here as the argv that text stands for."""
+    with using_home(tmp_path):
+        registration.ensure_shim()
+        text = registration.shim_command("codex", "SessionStart", url=url(stack), posix=False)
+        argv = registration.shim_argv("codex", "SessionStart", url=url(stack))
+    assert text == subprocess.list2cmdline(argv)
+    assert str(ROOT) not in text and sys.prefix not in text  # names neither checkout nor venv
+    assert str(tmp_path / ".aep" / "bin") in argv[4] and argv[1:3] == ["-S", "-I"]
+    out = subprocess.run(argv, input=session_start("cmd-nt"), capture_output=True, cwd=tmp_path, env=ENV, timeout=60)
+    assert (out.returncode, out.stdout) == (0, b"{}"), out.stderr
+    assert delivered(stack, "cmd-nt") == ["session.started"]
+    with using_home(tmp_path):
+        down = registration.shim_argv("antigravity", "PreToolUse", url=f"http://127.0.0.1:{closed_port()}")
+    out = subprocess.run(down, input=b"{}", capture_output=True, cwd=tmp_path, env=ENV, timeout=60)
+    assert (out.returncode, out.stdout) == (0, b'{"decision": ""}'), out.stderr
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

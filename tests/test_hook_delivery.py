@@ -4,6 +4,7 @@ path (None) when it is slow or fails, and a slow batch still finishes behind the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from aep_collector.pipeline.host import Health
@@ -15,8 +16,9 @@ COMPONENT = "receiver/test"
 class Consumer:
     """A real consumer: waits ``turns`` loop turns (or until ``release`` is set), then returns one event per item."""
 
-    def __init__(self, turns: int = 0, release: asyncio.Event | None = None, fail: bool = False) -> None:
-        self.turns, self.release, self.fail = turns, release, fail
+    def __init__(self, turns: int = 0, release: asyncio.Event | None = None, fail: bool = False,
+                 cancel: bool = False) -> None:
+        self.turns, self.release, self.fail, self.cancel = turns, release, fail, cancel
         self.consumed: list[Any] = []
 
     async def consume(self, batch: list[Any]) -> list[dict[str, Any]]:
@@ -26,6 +28,8 @@ class Consumer:
             await self.release.wait()
         if self.fail:
             raise RuntimeError("exporter down")
+        if self.cancel:  # e.g. a plug-in stage whose own await was cancelled
+            raise asyncio.CancelledError
         self.consumed += batch
         return [{"type": "x", "n": item} for item in batch]
 
@@ -67,3 +71,30 @@ async def test_a_failing_pipeline_gets_the_neutral_path_and_is_reported() -> Non
         assert await deliver([1]) is None
         assert "RuntimeError: exporter down" in problems(health)["pipeline-error"]
         await deliver.drain(1.0)
+
+
+async def test_a_pipeline_cancelled_under_the_hook_gets_the_neutral_path_and_is_reported() -> None:
+    # The hook's own task is not being cancelled: it must still get an answer (None: neutral).
+    for turns in (0, 3):  # cancelled in its first step (the sleep(0) fast path), or later
+        health = Health()
+        deliver = FailOpenDelivery(COMPONENT, Consumer(turns=turns, cancel=True), health, timeout=5.0)
+        assert await deliver([1]) is None
+        assert "pipeline-cancelled" in problems(health)
+        await deliver.drain(1.0)
+
+
+async def test_a_hook_cancelled_while_waiting_leaves_its_batch_running() -> None:
+    for turns in (1, 3):  # cancelled on the fast path's loop turn, or while waiting on the deadline
+        health, release = Health(), asyncio.Event()
+        consumer = Consumer(release=release)
+        deliver = FailOpenDelivery(COMPONENT, consumer, health, timeout=5.0)
+        hook = asyncio.ensure_future(deliver([4]))
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        hook.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hook
+        assert hook.cancelled()  # the hook's own cancellation is not swallowed
+        release.set()
+        await deliver.drain(5.0)
+        assert consumer.consumed == [4] and problems(health) == {}

@@ -18,8 +18,7 @@ import pytest
 from aep_collector.pipeline.control import RESPOND
 from aep_collector.pipeline.registry import build_registry
 from aep_collector.pipeline.validate import StreamValidator, envelope_errors
-from aep_collector.processors.mapping import kimi_code, vscode
-from aep_collector.receivers.hook_vendors import codex, qwen_code
+from aep_collector.receivers.hook_vendors import codex, kimi_code, qwen_code, vscode
 from aep_sdk.control import ControlSender
 
 from tests.helpers import ROOT, base_config, read_jsonl, running

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aep_collector.pipeline.registry import build_registry
 from aep_collector.pipeline.validate import StreamValidator, envelope_errors
-from aep_collector.processors.mapping import antigravity, kimi_code
+from aep_collector.receivers.hook_vendors import antigravity, kimi_code
 
 from tests.conftest import corpus
 from tests.helpers import base_config, read_jsonl, running

@@ -162,3 +162,54 @@ async def test_a_batch_for_one_session_is_one_write_of_whole_lines(tmp_path, mon
     await exp.shutdown()
     assert len(writes) == 2 and all(w.endswith(b"\n") for w in writes)
     assert [e["seq"] for e in lines(tmp_path / "logs" / "claude-code" / "s1.jsonl")] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("other_open", [True, False], ids=["other-has-it-open", "other-opens-it-then"])
+async def test_short_write_never_cuts_another_appenders_record(tmp_path, monkeypatch, other_open):
+    """Two exporters append to one session file (two pipelines' exporters on one directory, or two
+    collectors): a short write of one must leave the other's record whole, on its own line, whether
+    the other had the file open already or opens it (repairing the torn tail) after the short write."""
+    mine, host = await make(tmp_path)
+    other, _ = await make(tmp_path)
+    mine.export_now([ev("s1", 0)])
+    if other_open:
+        other.export_now([ev("s1", 98)])
+    real_write = os.write
+    state = {"armed": True}
+
+    def short_write(fd, data):
+        if not state["armed"]:
+            return real_write(fd, data)
+        state["armed"] = False
+        written = real_write(fd, data[: len(data) // 2])  # the disk fills mid-line...
+        other.export_now([ev("s1", 99, agent="claude-code")])  # ...and another appender lands after it
+        return written
+
+    monkeypatch.setattr(os, "write", short_write)
+    mine.export_now([ev("s1", 1)])
+    monkeypatch.setattr(os, "write", real_write)
+    mine.export_now([ev("s1", 2)])
+    await mine.shutdown()
+    await other.shutdown()
+    text = (tmp_path / "logs" / "claude-code" / "s1.jsonl").read_text()
+    assert [json.loads(x)["seq"] for x in text.splitlines() if x.strip()] == [0] + [98] * other_open + [99, 2]
+    assert host.health.snapshot()["dropped"]["exporter/jsonl"] == 1
+
+
+async def test_short_write_keeps_the_whole_lines_it_wrote(tmp_path, monkeypatch):
+    """A batch's lines go out in one write: the lines a short write completed are on disk and are
+    not taken back (an accepted event is never lost for want of the next one's room)."""
+    exp, host = await make(tmp_path)
+    real_write = os.write
+    first = len(json.dumps(ev("s1", 1), separators=(",", ":")).encode()) + 1
+
+    def short_write(fd, data):
+        return real_write(fd, data[: first + 7])  # line 1 whole, line 2 torn
+
+    monkeypatch.setattr(os, "write", short_write)
+    exp.export_now([ev("s1", 1), ev("s1", 2)])
+    monkeypatch.setattr(os, "write", real_write)
+    exp.export_now([ev("s1", 3)])
+    await exp.shutdown()
+    assert [e["seq"] for e in lines(tmp_path / "logs" / "claude-code" / "s1.jsonl")] == [1, 3]
+    assert host.health.snapshot()["dropped"]["exporter/jsonl"] == 1

@@ -17,6 +17,7 @@ from aep_collector.processors.mapping import (
     claude_code,
     codex,
     gemini_cli,
+    load_vendor,
     qwen_code,
     vscode,
 )
@@ -338,31 +339,6 @@ def test_the_vendors_reuse_the_shared_handlers() -> None:
     assert qwen_code.HOOKS["PostToolUseFailure"] is claude_code.HOOKS["PostToolUseFailure"] is hf.tool_use_failure
 
 
-# --- replies -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("agent", sorted(VENDORS))
-def test_neutral_replies(agent: str) -> None:
-    assert VENDORS[agent].NEUTRAL_REPLY == {}
-
-
-@pytest.mark.parametrize("decision", ["allow", "deny", "ask"])
-def test_vscode_pretool_reply(decision: str) -> None:
-    assert vscode.pretool_reply(decision, "policy says so") == {"hookSpecificOutput": {
-        "hookEventName": "PreToolUse", "permissionDecision": decision, "permissionDecisionReason": "policy says so"}}
-    assert vscode.pretool_reply(decision, None) == {"hookSpecificOutput": {
-        "hookEventName": "PreToolUse", "permissionDecision": decision}}
-
-
-def test_vscode_pretool_reply_refuses_unknown_decisions() -> None:
-    with pytest.raises(ValueError):
-        vscode.pretool_reply("defer", None)
-
-
-def test_gemini_is_observe_only() -> None:
-    assert not hasattr(gemini_cli, "permission_reply")
-
-
 def test_qwen_repeated_prompt_submit_continues_the_open_run() -> None:
     # Qwen Code 0.24.4 (live tier): after a tool result it fires UserPromptSubmit again with
     # prompt "" and the same prompt_id; that is the open run continuing, not a second run.
@@ -398,3 +374,19 @@ def test_post_tool_use_keeps_duration_ms(agent: str) -> None:
     assert d["type"] == "tool.completed" and d["data"]["duration_ms"] == 72
     assert "duration_ms" not in one({**body, "duration_ms": -1})["data"]
     assert "duration_ms" not in one({**body, "duration_ms": True})["data"]
+
+
+@pytest.mark.parametrize("agent", ["vscode", "kimi-code"])
+def test_a_held_pretooluse_card_takes_the_receivers_key_and_options(agent: str) -> None:
+    # The gate is the receiver's: it holds the card under its key and applies the answer against
+    # its options, so both reach the mapping on the held Signal.
+    mod = load_vendor(agent)
+    options = [{"id": "go", "label": "Go"}, {"id": "stop", "label": "Stop"}]
+    payload = {"hook_event_name": "PreToolUse", "session_id": "s1", "tool_name": "Bash",
+               "tool_input": {"command": "ls"}, "tool_use_id": "c1", "tool_call_id": "c1"}
+    held = Signal(agent, "PreToolUse", payload, hold="gate:c1@1", options=options)
+    (card,) = [d for d in mod.map_signal(held, mod.new_state()) if d["type"] == "attention.requested"]
+    assert card["_attention_key"] == "gate:c1@1" and card["data"]["options"] == options
+    assert card["data"]["respond_via"] == ["control"] and card["session"] == "s1"
+    unheld = Signal(agent, "PreToolUse", payload)
+    assert not [d for d in mod.map_signal(unheld, mod.new_state()) if d["type"] == "attention.requested"]

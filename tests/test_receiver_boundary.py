@@ -3,8 +3,10 @@
 A receiver answers the vendor (what it gets back lives with the receiver); a mapping turns a
 signal into drafts. The walk reads every module of receivers/ with ``ast`` and fails on any
 other import from ``aep_collector.processors``. ``NOT_YET`` names the imports still to move (the
-hook family's keys, card forms and the reply builders the control tests pin on the mapping
-modules); it only shrinks: an entry that is gone must be deleted here too.
+bus family's moment parsing); it only shrinks: an entry that is gone must be deleted here too.
+The hook family (Claude Code and ``hook_vendors/``) is off it: keys both sides build are
+``pipeline.control`` functions, and what a mapping alone draws (Claude Code's forms, the hook
+names) is read through ``load_vendor``.
 """
 
 from __future__ import annotations
@@ -17,12 +19,6 @@ RECEIVERS = ROOT / "receivers"
 ALLOWED = {("aep_collector.processors.mapping", "load_vendor")}
 """The vendor registry lookup: the one thing a receiver may take from processors/."""
 NOT_YET: dict[str, set[tuple[str, str]]] = {
-    "hook_vendors/antigravity.py": {("aep_collector.processors.mapping", "antigravity")},
-    "hook_vendors/codex.py": {("aep_collector.processors.mapping", "codex")},
-    "hook_vendors/gemini_cli.py": {("aep_collector.processors.mapping", "gemini_cli")},
-    "hook_vendors/kimi_code.py": {("aep_collector.processors.mapping", "kimi_code")},
-    "hook_vendors/qwen_code.py": {("aep_collector.processors.mapping", "qwen_code")},
-    "hook_vendors/vscode.py": {("aep_collector.processors.mapping", "vscode")},
     "plugin_vendors/bus.py": {("aep_collector.processors.mapping", "plugin_bus")},
 }
 

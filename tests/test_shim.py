@@ -22,8 +22,16 @@ from typing import Any
 import pytest
 from aep_collector.pipeline import shim
 from aep_collector.pipeline.registry import build_registry
-from aep_collector.processors.mapping import antigravity, codex, gemini_cli, kimi_code, qwen_code, vscode
-from aep_collector.receivers.hook_vendors import surface
+from aep_collector.processors.mapping import antigravity as antigravity_mapping
+from aep_collector.receivers.hook_vendors import (
+    antigravity,
+    codex,
+    gemini_cli,
+    kimi_code,
+    qwen_code,
+    surface,
+    vscode,
+)
 from aep_collector.receivers.hook_vendors.antigravity import AntigravityConfig
 from aep_collector.receivers.hook_vendors.codex import CodexConfig
 from aep_collector.receivers.hook_vendors.gemini_cli import GeminiCliConfig
@@ -35,7 +43,7 @@ from aiohttp import web
 
 from tests.helpers import ROOT, base_config, read_jsonl, running
 
-MAPPINGS = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vscode": vscode,
+RECEIVERS = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vscode": vscode,
             "kimi-code": kimi_code, "antigravity": antigravity}
 CONFIGS = {"codex": CodexConfig, "gemini-cli": GeminiCliConfig, "qwen-code": QwenCodeConfig, "vscode": VscodeConfig,
            "kimi-code": KimiCodeConfig, "antigravity": AntigravityConfig}
@@ -48,7 +56,7 @@ def expected_neutral(vendor: str, event: str | None) -> bytes:
         return json.dumps(antigravity.neutral_reply(event or "")).encode()
     if vendor == "kimi-code" and event in kimi_code.SILENT_HOOKS:
         return b""
-    return json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
+    return json.dumps(RECEIVERS[vendor].NEUTRAL_REPLY).encode()
 
 
 def table() -> dict[str, shim.Vendor]:
@@ -79,11 +87,11 @@ async def run_shim(args: list[str], stdin: bytes, env: dict[str, str] | None = N
 # --- the table ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("vendor", sorted(MAPPINGS))
-def test_neutral_literals_equal_the_mapping_constants(vendor: str) -> None:
+@pytest.mark.parametrize("vendor", sorted(RECEIVERS))
+def test_neutral_literals_equal_the_receiver_constants(vendor: str) -> None:
     v = table()[vendor]
-    assert v.neutral == json.dumps(MAPPINGS[vendor].NEUTRAL_REPLY).encode()
-    for hook in (*antigravity.HOOKS, "SomeFutureHook", "pretooluse", "STOP", "UserPromptSubmit"):
+    assert v.neutral == json.dumps(RECEIVERS[vendor].NEUTRAL_REPLY).encode()
+    for hook in (*antigravity_mapping.HOOKS, "SomeFutureHook", "pretooluse", "STOP", "UserPromptSubmit"):
         assert shim.neutral(v, hook) == expected_neutral(vendor, hook), hook
 
 
@@ -92,7 +100,7 @@ def test_antigravity_pinned_bytes() -> None:
         assert shim.neutral(table()["antigravity"], hook) == raw
 
 
-@pytest.mark.parametrize("vendor", sorted(MAPPINGS))
+@pytest.mark.parametrize("vendor", sorted(RECEIVERS))
 def test_ports_and_waits_follow_the_receivers(vendor: str) -> None:
     v, cfg = table()[vendor], CONFIGS[vendor]()
     assert cfg.endpoint == f"127.0.0.1:{v.port}"
@@ -104,7 +112,7 @@ def test_ports_and_waits_follow_the_receivers(vendor: str) -> None:
 
 
 def test_env_names() -> None:
-    assert [shim.env_name(v) for v in sorted(MAPPINGS)] == [
+    assert [shim.env_name(v) for v in sorted(RECEIVERS)] == [
         "AEP_ANTIGRAVITY_URL", "AEP_CODEX_URL", "AEP_GEMINI_CLI_URL", "AEP_KIMI_CODE_URL", "AEP_QWEN_CODE_URL",
         "AEP_VSCODE_URL"]
 
@@ -183,8 +191,8 @@ def test_a_whole_invocation_loads_nothing_heavy_either(shim_copy: Path) -> None:
 
 
 def vendor_events() -> list[tuple[str, str | None]]:
-    out: list[tuple[str, str | None]] = [(v, None) for v in sorted(MAPPINGS) if v != "antigravity"]
-    out += [("antigravity", h) for h in (*antigravity.HOOKS, "SomeFutureHook")]
+    out: list[tuple[str, str | None]] = [(v, None) for v in sorted(RECEIVERS) if v != "antigravity"]
+    out += [("antigravity", h) for h in (*antigravity_mapping.HOOKS, "SomeFutureHook")]
     out += [("codex", "PermissionRequest"), ("vscode", "PreToolUse"), ("kimi-code", "PreToolUse"),
             ("kimi-code", "UserPromptSubmit")]
     return out

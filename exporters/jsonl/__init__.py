@@ -5,8 +5,9 @@ Retention (off by default): a session file past ``rotate_bytes`` or older than `
 closed as ``<session>@<UTC time>.jsonl`` (``aep_collector.pipeline.jsonl_files`` names and reads them), closed
 files are gzip-compressed, and past ``max_total_bytes`` the oldest closed files are deleted.
 Each event is one line written with a single ``write`` on an ``O_APPEND`` descriptor, so a reader
-never sees a torn line followed by more events; a short write is truncated back, and a torn last
-line left by a crash is cut off (and kept beside the file) the first time the file is opened.
+never sees a torn line followed by more events; a short write's torn fragment is cut back (or
+blanked in place when another appender wrote after it), and a torn last line left by a crash is
+cut off (and kept beside the file) the first time the file is opened.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ class JsonlExporter:
         touched: list[int] = []
         failed = 0
         for path, lines in groups:
+            kept = 0
             try:
                 data = lines[0] if len(lines) == 1 else b"".join(lines)
                 fd = self._fds.get(path)
@@ -160,12 +162,13 @@ class JsonlExporter:
                     fd = self._maybe_rotate(path, fd, len(data))
                 written = os.write(fd, data)
                 if written != len(data):
-                    self._cut_short_write(fd, written)
+                    kept = self._cut_short_write(path, fd, data, written)
+                    raise OSError(errno.ENOSPC, "short write (disk full?)")
                 touched.append(fd)
                 if cfg.rotate_age and path not in self._born:
                     self._born[path] = _event_time(lines[0])
             except OSError as exc:
-                failed += len(lines)
+                failed += len(lines) - kept
                 self._fail(exc, f"{path}: {exc.strerror or exc}")
                 self._close(path)
         if failed:
@@ -195,13 +198,35 @@ class JsonlExporter:
             return False
         return st.f_bavail * st.f_frsize >= self.config.min_free_bytes
 
-    def _cut_short_write(self, fd: int, written: int) -> None:
-        """Cut back a short write and raise. write(2) either fails having written nothing (OSError)
-        or returns how much it wrote: only a short write leaves half a line, cut back from the size
-        it produced (so no fstat per event)."""
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, os.fstat(fd).st_size - written)  # never leave half a line
-        raise OSError(errno.ENOSPC, "short write (disk full?)")
+    def _cut_short_write(self, path: str, fd: int, data: bytes, written: int) -> int:
+        """Undo the torn line a short write left; return how many of ``data``'s lines stay.
+
+        write(2) either fails having written nothing (OSError) or returns how much it wrote. The
+        whole lines it wrote stay (accepted events, on disk). Only our torn fragment is undone, and
+        only if it is still ours: another appender (a second exporter or collector on this
+        directory) may have written after it, or cut it while repairing the tail on opening. The
+        O_APPEND write left our offset just past the fragment, whoever wrote since (no fstat per
+        event). At the end of the file the fragment is cut; with a record after it, it is blanked
+        in place (spaces and a newline), so that record keeps its own line and nothing of it is cut.
+        """
+        keep = data.rfind(b"\n", 0, written) + 1
+        if keep:
+            self._dirty.add(fd)  # fsynced when the failed file is closed
+        fragment = data[keep:written]
+        if fragment:
+            with contextlib.suppress(OSError):
+                end = os.lseek(fd, 0, os.SEEK_CUR)
+                start = end - len(fragment)
+                other = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    if start >= 0 and os.pread(other, len(fragment), start) == fragment:
+                        if os.fstat(other).st_size == end:
+                            os.ftruncate(other, start)
+                        else:
+                            os.pwrite(other, b" " * (len(fragment) - 1) + b"\n", start)
+                finally:
+                    os.close(other)
+        return data.count(b"\n", 0, keep)
 
     def _open(self, path: str) -> int:
         fd = self._fds.get(path)

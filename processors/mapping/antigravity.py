@@ -5,6 +5,7 @@ No payload names its own hook, so the hook name is ``Signal.name`` (the shim's a
 PostToolUse join result is a parameter. ``map_signal`` owns what the fixture calls runtime state:
 the bounded (conversationId, stepIdx) join table, session.started on first sight, the synthesized
 run (opened by the first PreInvocation, closed by Stop) and the envelope step of the open invocation.
+The byte-pinned replies Antigravity gets back are the receiver's (``aep_collector.receivers.hook_vendors.antigravity``).
 """
 
 from __future__ import annotations
@@ -18,21 +19,12 @@ from aep_collector.pipeline.model import Event, Signal
 
 from .drafting import digest, draft, get_dict, get_str
 
-__all__ = ["AGENT", "HOOKS", "NEUTRAL_REPLIES", "NEUTRAL_REPLY", "neutral_reply", "AntigravityState",
-           "new_state", "map_hook", "map_signal"]
+__all__ = ["AGENT", "HOOKS", "canonical_hook", "AntigravityState", "new_state", "map_hook", "map_signal"]
 
 AGENT = "antigravity"
 
 HOOKS = ("PreToolUse", "PostToolUse", "PreInvocation", "PostInvocation", "Stop")
 _CANONICAL = {h.lower(): h for h in HOOKS}
-
-# Byte-pinned observe-only replies (reference stack §1.11; design record "Observe-only"): the
-# vendor safely handles an empty decision string since CLI 1.0.16, so PreToolUse never grants,
-# blocks or prompts, and Stop never prolongs the loop ("continue"). Every other hook gets `{}`
-# (no injectSteps, no terminationBehavior).
-NEUTRAL_REPLIES: dict[str, dict[str, str]] = {"PreToolUse": {"decision": ""}, "Stop": {"decision": ""}}
-NEUTRAL_REPLY: dict[str, Any] = {}
-"""The reply for every hook not in ``NEUTRAL_REPLIES``; receivers should call ``neutral_reply(hook)``."""
 
 # Bounds on runtime state (design record: "entries clear on join and at Stop (bounded memory)").
 MAX_JOINS = 4096
@@ -40,11 +32,6 @@ MAX_CONVERSATIONS = 4096
 
 _NON_TOKEN = re.compile(r"[^a-z0-9_]+")
 _STOP_FINISHED = ("model_stop", "max_steps_exceeded")
-
-
-def neutral_reply(hook: str) -> dict[str, Any]:
-    """The fail-open reply body for ``hook`` (a fresh dict; serialize with ``json.dumps``)."""
-    return dict(NEUTRAL_REPLIES.get(canonical_hook(hook), NEUTRAL_REPLY))
 
 
 def canonical_hook(name: Any) -> str:

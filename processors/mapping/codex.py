@@ -17,10 +17,6 @@ from aep_collector.processors.mapping.drafting import get_str
 
 AGENT = "codex"
 
-# Codex hooks read stdout as JSON only on exit 0; an empty object decides nothing (every field of
-# its hook output wire schemas defaults), so the shim's fail-open reply is `{}`.
-NEUTRAL_REPLY: dict[str, Any] = {}
-
 
 def new_state() -> None:
     """Codex mapping is stateless: the vendor names every run and tool call itself."""

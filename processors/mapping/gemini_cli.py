@@ -16,9 +16,6 @@ from aep_collector.processors.mapping.drafting import draft, get_dict, get_str, 
 
 AGENT = "gemini-cli"
 
-# Gemini CLI hooks decide through exit code 2 or JSON on stdout; exit 0 with `{}` changes nothing.
-NEUTRAL_REPLY: dict[str, Any] = {}
-
 
 def new_state() -> None:
     """Gemini CLI mapping is stateless."""

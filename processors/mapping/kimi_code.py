@@ -4,7 +4,9 @@ Pinned by ``conformance/fixtures/mappings/kimi-code.json``: ``map_hook`` is the 
 (``hooks`` + ``fallback``). The fixture's kap-server web channel (``ws_modes``) is not mapped: no
 receiver speaks that WebSocket, and mapping code with no receiver is untested in practice.
 ``map_signal`` adds what the fixture calls runtime state: the per-prompt run synthesis with its
-stale-run drain, the permission pair's companions and the opt-in held PreToolUse gate.
+stale-run drain, the permission pair's companions and the card of the opt-in held PreToolUse gate.
+What Kimi Code gets back (neutral replies, the gate's options and reply) is the receiver's
+(``aep_collector.receivers.hook_vendors.kimi_code``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from aep_collector.pipeline.model import Event, Signal
 
 from .drafting import (
+    PERMISSION_OPTIONS,
     digest,
     draft,
     gate_card,
@@ -28,34 +31,9 @@ from .drafting import (
 )
 from .hook_vendors import Payload
 
-__all__ = ["AGENT", "NEUTRAL_REPLY", "SILENT_HOOKS", "neutral_reply", "GATE_OPTIONS", "KimiState", "new_state", "map_hook",
-           "map_signal", "gate_key", "gate_request", "gate_decision", "permission_key",
-           "pretool_reply"]
+__all__ = ["AGENT", "HOOKS", "KimiState", "new_state", "map_hook", "map_signal", "gate_request", "permission_key"]
 
 AGENT = "kimi-code"
-
-# Kimi parses exit-0 stdout as JSON; `{}` is structured output with no message and no
-# permissionDecision, i.e. "allow, nothing to add" (the reference stack's default reply too).
-NEUTRAL_REPLY: dict[str, Any] = {}
-# Except on UserPromptSubmit: Kimi Code 2.1.0 puts any non-empty stdout of that hook, `{}`
-# included, into the model's context as `<hook_result hook_event="UserPromptSubmit">{}</hook_result>`
-# (seen live in the request the model received). Empty stdout adds nothing.
-SILENT_HOOKS = frozenset({"UserPromptSubmit"})
-
-
-def neutral_reply(hook: str) -> dict[str, Any] | None:
-    """The fail-open reply body for ``hook``; ``None`` means an empty body (nothing on stdout)."""
-    return None if hook in SILENT_HOOKS else dict(NEUTRAL_REPLY)
-
-# Annex A.6: the held gate offers parity with the vendor's native four-way decision, mapped down
-# onto the binary hook reply (allow/allow_session = no objection; deny/cancel = block).
-GATE_OPTIONS: list[dict[str, str]] = [
-    {"id": "allow", "label": "Allow"},
-    {"id": "allow_session", "label": "Allow for this session"},
-    {"id": "deny", "label": "Deny"},
-    {"id": "cancel", "label": "Cancel"},
-]
-_GATE_BLOCKS = {"deny", "cancel"}
 
 # Bounds on runtime state: a daemon lives for weeks, sessions and unanswered prompts accumulate.
 MAX_SESSIONS = 4096
@@ -234,7 +212,9 @@ HOOKS: dict[str, Callable[[Payload], Event]] = {
     "PostCompact": _compaction("session.compacted", "estimated_token_count"),
     "Notification": _notification,
 }
-"""Kimi's hook surface, one handler per hook (the hook family's table style)."""
+"""Kimi's hook surface (the 16 events of Annex A.6), one handler per hook (the hook family's table
+style). The receiver registers exactly these: Kimi refuses the WHOLE config for an event name it
+does not know."""
 
 
 def map_hook(name: str, payload: Any) -> Event:
@@ -250,16 +230,6 @@ def map_hook(name: str, payload: Any) -> Event:
 # --- opt-in held PreToolUse gate (AEP_KIMI_CONTROL=1) ----------------------------------------------
 
 
-def gate_key(signal: Signal) -> str:
-    """The attention key of one held PreToolUse: its call (id, else tool + input digest) and its moment.
-
-    Unique per hold, so a re-sent call opens its own card; the receiver computes the same key.
-    """
-    p = signal.payload if isinstance(signal.payload, dict) else {}
-    call = get_str(p, "tool_call_id") or f"{get_str(p, 'tool_name') or 'tool'}:{digest(p.get('tool_input'))}"
-    return f"gate:{call}@{signal.received_ns}"
-
-
 def permission_key(payload: Any, signal: Signal) -> str:
     """The key pairing an observed PermissionRequest with its PermissionResult: the tool call id.
 
@@ -270,33 +240,15 @@ def permission_key(payload: Any, signal: Signal) -> str:
     return f"permission:{call}" if call else f"permission:unpaired@{signal.received_ns}"
 
 
-def gate_request(payload: Any, key: str | None = None) -> Event:
-    """The answerable permission request a held PreToolUse raises (options, respond_via control)."""
+def gate_request(payload: Any, key: str | None = None, options: list[dict[str, str]] | None = None) -> Event:
+    """The answerable permission request a held PreToolUse raises (the receiver's options, respond_via control)."""
     p = payload if isinstance(payload, dict) else {}
     tool_name = get_str(p, "tool_name")
     detail = get_str(get_dict(p, "tool_input"), "command")
-    d = draft("attention.requested", gate_card(tool_name or "tool", detail, GATE_OPTIONS), tool_name,
+    d = draft("attention.requested", gate_card(tool_name or "tool", detail, options or PERMISSION_OPTIONS), tool_name,
               _attention_key=key)
     d["session"] = get_str(p, "session_id")
     return d
-
-
-def gate_decision(option: str) -> str:
-    """A gate option id -> the binary hook decision; anything unrecognized refuses (AEP-0008)."""
-    return "allow" if option in ("allow", "allow_session") else "deny"
-
-
-def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
-    """The PreToolUse reply body for a binary gate decision (``allow`` or ``deny``)."""
-    if decision == "allow":
-        # Allow is "no hook objection" only: Kimi's own permission flow still runs downstream.
-        return dict(NEUTRAL_REPLY)
-    if decision != "deny":
-        raise ValueError(f"decision must be 'allow' or 'deny', not {decision!r}")
-    # Only the literal permissionDecision "deny" blocks; the reason is rendered by the vendor
-    # (kimi-code agent-core-v2 externalHooks/internal/runHook.ts, HookSpecificOutputSchema).
-    return {"hookSpecificOutput": {"permissionDecision": "deny",
-                                   "permissionDecisionReason": reason or "Denied by operator"}}
 
 
 # --- runtime state -----------------------------------------------------------------------------------
@@ -375,7 +327,7 @@ def map_signal(signal: Signal, state: KimiState) -> list[Event]:
     drafts.append(main)
 
     if name == "PreToolUse" and signal.hold is not None:
-        drafts.append(gate_request(payload, gate_key(signal)))  # the receiver holds the reply on it
+        drafts.append(gate_request(payload, signal.hold, signal.options))  # held under the receiver's key
     elif name == "PermissionResult" and type_ in ("attention.answered", "attention.resolved"):
         requested_ns = state.pending.pop(get_str(payload, "tool_call_id") or "", None)
         latency = None if requested_ns is None else max(0, (signal.received_ns - requested_ns) // 1_000_000)

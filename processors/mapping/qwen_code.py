@@ -17,10 +17,6 @@ from aep_collector.processors.mapping.drafting import draft, get_str
 
 AGENT = "qwen-code"
 
-# Qwen Code hooks docs ("Hook Output Structure"): exit 0 with a JSON object whose every field is
-# optional; `{}` asks for nothing and decides nothing.
-NEUTRAL_REPLY: dict[str, Any] = {}
-
 
 MAX_OPEN_PROMPTS = 10_000
 """Sessions whose open ``prompt_id`` is remembered (least recently used forgotten)."""

@@ -4,7 +4,8 @@ The 8-event Preview surface. ``session_id`` is optional (missing -> the ``unknow
 synthesized per UserPromptSubmit/Stop, ``tool_use_id`` pairs tools. Stated absences: there is no
 SessionEnd, no PostToolUse failure twin and no StopFailure, so this module never emits
 ``session.ended``, ``tool.failed`` or ``run.failed``: such hook names, should they appear, take the
-fallback. ``transcript_path`` and the envelope ``timestamp`` are never forwarded.
+fallback. ``transcript_path`` and the envelope ``timestamp`` are never forwarded. What VS Code gets
+back (the gate's options and reply) is the receiver's (``aep_collector.receivers.hook_vendors.vscode``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,9 @@ from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
 from aep_collector.processors.mapping import hook_vendors as hf
-from aep_collector.processors.mapping.drafting import digest, draft, gate_card, get_str
+from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, draft, gate_card, get_str
 
 AGENT = "vscode"
-
-# VS Code hooks reference (code.visualstudio.com/docs/agents/reference/hooks-reference): exit 0
-# with the common output format, every field optional; `{}` lets the agent proceed unchanged.
-NEUTRAL_REPLY: dict[str, Any] = {}
 
 
 def new_state() -> None:
@@ -55,7 +52,7 @@ def map_signal(signal: Signal, state: None) -> list[Event]:
     name, payload = hf.hook_call(signal)
     drafts = hf.map_table(AGENT, HOOKS, name, payload)
     if name == "PreToolUse" and signal.hold is not None:
-        card = gate_request(payload, gate_key(signal))
+        card = gate_request(payload, signal.hold, signal.options)  # held under the receiver's key
         card["session"] = hf.session_of(payload)
         drafts.append(card)
     return drafts
@@ -63,43 +60,11 @@ def map_signal(signal: Signal, state: None) -> list[Event]:
 
 # --- opt-in held PreToolUse gate (reference stack §1.5, AEP_VSCODE_CONTROL) --------------------------
 
-# The vendor's own three-way PreToolUse decision: ask escalates into VS Code's approval flow.
-GATE_OPTIONS: list[dict[str, str]] = [
-    {"id": "allow", "label": "Allow"},
-    {"id": "deny", "label": "Deny"},
-    {"id": "ask", "label": "Ask in VS Code"},
-]
 
-
-def gate_key(signal: Signal) -> str:
-    """The attention key of one held PreToolUse: its call (id, else tool + input digest) and its moment.
-
-    Unique per hold, so a re-sent call opens its own card; the receiver computes the same key.
-    """
-    p = hf.payload_of(signal)
-    call = get_str(p, "tool_use_id") or f"{get_str(p, 'tool_name') or 'unknown'}:{digest(p.get('tool_input'))}"
-    return f"gate:{call}@{signal.received_ns}"
-
-
-def gate_request(payload: Any, key: str | None = None) -> Event:
-    """The answerable permission card a held PreToolUse raises (options allow/deny/ask, respond_via control)."""
+def gate_request(payload: Any, key: str | None = None, options: list[dict[str, str]] | None = None) -> Event:
+    """The answerable permission card a held PreToolUse raises (the receiver's options, respond_via control)."""
     p = payload if isinstance(payload, dict) else {}
     tool = get_str(p, "tool_name") or "unknown"
     detail, description = hf.permission_detail(p.get("tool_input"))
-    return draft("attention.requested", gate_card(tool, detail, GATE_OPTIONS, description), tool,
+    return draft("attention.requested", gate_card(tool, detail, options or PERMISSION_OPTIONS, description), tool,
                  _attention_key=key)
-
-
-def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
-    """The held PreToolUse gate's reply (VS Code hooks reference, "PreToolUse output").
-
-    ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision":
-    "allow"|"deny"|"ask", "permissionDecisionReason"?}}``; ``ask`` escalates into VS Code's own
-    approval flow and a deny reason is shown to the model.
-    """
-    if decision not in ("allow", "deny", "ask"):
-        raise ValueError(f"PreToolUse decision must be 'allow', 'deny' or 'ask', not {decision!r}")
-    out: dict[str, Any] = {"hookEventName": "PreToolUse", "permissionDecision": decision}
-    if reason:
-        out["permissionDecisionReason"] = reason
-    return {"hookSpecificOutput": out}

@@ -24,7 +24,7 @@ from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
 from aep_collector.receivers.hook_replies import permission_reply
-from aep_collector.receivers.registration import hook_url, shim_command
+from aep_collector.receivers.registration import hook_url, mapped_hooks, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
 
@@ -37,13 +37,6 @@ CANCEL_MESSAGE = "Run cancelled via AEP control"
 # Claude Code's common hook output: stop the agent loop (control.cancel, AEP-0004 §5).
 STOP_REPLY: dict[str, Any] = {"continue": False, "stopReason": CANCEL_MESSAGE}
 
-# Every hook Annex A.1 maps, registered by `aep-collector hooks claude-code`.
-HOOKS = (
-    "SessionStart", "SessionEnd", "UserPromptSubmit", "Stop", "StopFailure", "PreToolUse",
-    "PostToolUse", "PostToolUseFailure", "PermissionDenied", "PermissionRequest", "Elicitation",
-    "ElicitationResult", "SubagentStart", "SubagentStop", "PreCompact", "PostCompact",
-    "TaskCreated", "TaskCompleted", "Notification", "TeammateIdle",
-)
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
                         "PermissionDenied"})
 HELD_HOOKS = frozenset({"PermissionRequest", "Elicitation"})
@@ -243,7 +236,7 @@ def settings_block(url: str | None = None, attention_timeout: float = 55.0,
     url = url or hook_url(None, DECLARATION.endpoint)
     held = int(attention_timeout) + 30
     hooks: dict[str, Any] = {}
-    for name in HOOKS:
+    for name in mapped_hooks(AGENT):  # every hook Annex A.1 maps: the mapping's table
         handler: dict[str, Any] = {"type": "http", "url": url}
         if commands and name in commands:
             handler = {"type": "command", "command": commands[name]}
@@ -272,7 +265,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
 DECLARATION = VendorDeclaration(
     agent=AGENT, receiver_type="claude_code", port=8377, config_class=ClaudeCodeConfig,
     surface=lambda cfg, component: ClaudeCodeSurface(cfg, component),
-    mapping=MAPPING, registration=registration, hooks=HOOKS, held_hooks=HELD_HOOKS,
+    mapping=MAPPING, registration=registration, held_hooks=HELD_HOOKS,
     neutral_reply=NEUTRAL_REPLY,
     description="Claude Code native http hooks (POST /hook)",
 )

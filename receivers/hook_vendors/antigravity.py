@@ -15,14 +15,23 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.processors.mapping import antigravity
+from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.hook_http import HookReceiverConfig
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import HookHandling, declare
+from aep_collector.receivers.registration import mapped_hooks
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "antigravity"
-HOOKS = antigravity.HOOKS
+MAPPING = "aep_collector.processors.mapping.antigravity"
+# Byte-pinned observe-only replies (reference stack §1.11; design record "Observe-only"): the
+# vendor safely handles an empty decision string since CLI 1.0.16, so PreToolUse never grants,
+# blocks or prompts, and Stop never prolongs the loop ("continue"). Every other hook gets `{}`
+# (no injectSteps, no terminationBehavior).
+NEUTRAL_REPLIES: dict[str, dict[str, str]] = {"PreToolUse": {"decision": ""}, "Stop": {"decision": ""}}
+NEUTRAL_REPLY: dict[str, Any] = {}
+"""The reply for every hook not in ``NEUTRAL_REPLIES``; the surface calls ``neutral_reply(hook)``."""
+_BY_NAME = {hook.lower(): reply for hook, reply in NEUTRAL_REPLIES.items()}
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse"})
 
 
@@ -33,13 +42,23 @@ class AntigravityConfig(HookReceiverConfig):
     endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
+def neutral_reply(hook: str) -> dict[str, Any]:
+    """The fail-open reply body for ``hook``, its name in any case (a fresh dict; serialize with ``json.dumps``)."""
+    return dict(_BY_NAME.get(hook.strip().lower(), NEUTRAL_REPLY))
+
+
+def canonical(name: str) -> str:
+    """The documented spelling of a ``?hook=`` name: the mapping's ``canonical_hook`` (it maps by it too)."""
+    return str(load_vendor(VENDOR).canonical_hook(name))
+
+
 def exact_neutral(hook: str) -> bytes:
     """Reference stack §1.11 pins the bytes: ``{"decision": ""}`` (with the space) on PreToolUse
     and Stop, ``{}`` elsewhere; json.dumps' default separators give exactly that."""
-    return json.dumps(antigravity.neutral_reply(hook)).encode()
+    return json.dumps(neutral_reply(hook)).encode()
 
 
-HANDLING = HookHandling(name_keys=(), neutral=exact_neutral, canonical=antigravity.canonical_hook)
+HANDLING = HookHandling(name_keys=(), neutral=exact_neutral, canonical=canonical)
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
@@ -51,7 +70,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     30). An unknown key is dropped silently and a malformed file loads nothing.
     """
     events: dict[str, Any] = {}
-    for name in HOOKS:
+    for name in mapped_hooks(VENDOR):
         command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg)
         handler = {"type": "command", "command": command, "timeout": timeout}
         events[name] = [{"matcher": "*", "hooks": [handler]}] if name in TOOL_HOOKS else [handler]
@@ -60,9 +79,10 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks antigravity --install"])
 
 
-DECLARATION = declare(antigravity, HANDLING, AntigravityConfig, 8395, registration, HOOKS,
+DECLARATION = declare(VENDOR, MAPPING, HANDLING, AntigravityConfig, 8395, registration,
                       "Antigravity hooks.json command hooks via aep-collector-hook (POST /hook?hook=)",
                       needs_event=True,  # its payloads never name their hook
+                      neutral_reply=NEUTRAL_REPLY,
                       # Reference stack §1.11 pins the bytes on the hooks whose reply is not `{}`.
-                      neutral_by_event={h: exact_neutral(h) for h in HOOKS if exact_neutral(h) != b"{}"})
+                      neutral_by_event={h: exact_neutral(h) for h in NEUTRAL_REPLIES})
 FACTORY = DECLARATION.factory()

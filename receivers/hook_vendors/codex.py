@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.processors.mapping import codex
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
@@ -19,11 +18,15 @@ from aep_collector.receivers.hook_vendors.surface import (
     HookHandling,
     declare,
 )
+from aep_collector.receivers.registration import mapped_hooks
 from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"
-HOOKS = tuple(codex.HOOKS)  # the ten hooks Annex A.2 maps, and SessionEnd (fired by Codex 0.169)
+MAPPING = "aep_collector.processors.mapping.codex"
+# Codex hooks read stdout as JSON only on exit 0; an empty object decides nothing (every field of
+# its hook output wire schemas defaults), so the shim's fail-open reply is `{}`.
+NEUTRAL_REPLY: dict[str, Any] = {}
 HELD_HOOKS = frozenset({"PermissionRequest"})
 
 
@@ -43,7 +46,8 @@ HANDLING = HookHandling(permission_reply=permission_reply,
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
-    """``~/.codex/hooks.json`` (``$CODEX_HOME``), every mapped hook through the shim.
+    """``~/.codex/hooks.json`` (``$CODEX_HOME``), every mapped hook through the shim (the ten Annex
+    A.2 maps, and SessionEnd, fired by Codex 0.169).
 
     Format (developers.openai.com/codex/hooks; Codex 0.169.0 reads it): ``hooks.<Event>`` is a
     list of groups ``{matcher?, hooks: [{type: "command", command, timeout}]}``; timeout in
@@ -53,7 +57,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     """
     hold = cfg.attention_timeout if cfg is not None else CodexConfig.attention_timeout
     hooks = {}
-    for name in HOOKS:
+    for name in mapped_hooks(VENDOR):
         command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         hooks[name] = [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
     return Wiring(VENDOR, [json_target("hooks.json", {"hooks": hooks}, "CODEX_HOME:.codex")], [
@@ -65,7 +69,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "Codex runs the hooks of both files"])
 
 
-DECLARATION = declare(codex, HANDLING, CodexConfig, 8378, registration, HOOKS,
+DECLARATION = declare(VENDOR, MAPPING, HANDLING, CodexConfig, 8378, registration,
                       "Codex command hooks via aep-collector-hook (POST /hook); held PermissionRequest",
-                      held_hooks=HELD_HOOKS)
+                      held_hooks=HELD_HOOKS, neutral_reply=NEUTRAL_REPLY)
 FACTORY = DECLARATION.factory()

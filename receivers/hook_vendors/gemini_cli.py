@@ -9,15 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.processors.mapping import gemini_cli
 from aep_collector.receivers.hook_http import HookReceiverConfig
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import HookHandling, declare
+from aep_collector.receivers.registration import mapped_hooks
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "gemini-cli"
+MAPPING = "aep_collector.processors.mapping.gemini_cli"
 # AfterModel fires per streamed chunk: mapped when sent, but not registered by default (§1.3).
-HOOKS = tuple(h for h in gemini_cli.HOOKS if h != "AfterModel")
+UNREGISTERED = frozenset({"AfterModel"})
+# Gemini CLI hooks decide through exit code 2 or JSON on stdout; exit 0 with `{}` changes nothing.
+NEUTRAL_REPLY: dict[str, Any] = {}
 
 
 @dataclass
@@ -39,7 +42,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     builds need ``hooksConfig.enabled``.
     """
     hooks = {}
-    for name in HOOKS:
+    for name in mapped_hooks(VENDOR, UNREGISTERED):
         command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg)
         hooks[name] = [{"hooks": [{"type": "command", "name": "aep-collector", "command": command,
                                "timeout": timeout * 1000}]}]
@@ -51,6 +54,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or add it to ~/.gemini/trustedFolders.json as {\"/abs/project\": \"TRUST_FOLDER\"}"])
 
 
-DECLARATION = declare(gemini_cli, HANDLING, GeminiCliConfig, 8379, registration, HOOKS,
-                      "Gemini CLI command hooks via aep-collector-hook (POST /hook); observe-only")
+DECLARATION = declare(VENDOR, MAPPING, HANDLING, GeminiCliConfig, 8379, registration,
+                      "Gemini CLI command hooks via aep-collector-hook (POST /hook); observe-only",
+                      neutral_reply=NEUTRAL_REPLY)
 FACTORY = DECLARATION.factory()

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.processors.mapping import kimi_code
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -20,15 +19,12 @@ from aep_collector.receivers.hook_vendors.surface import (
     HookHandling,
     declare,
 )
+from aep_collector.receivers.registration import mapped_hooks
 from aep_collector.receivers.tool_gate import GateConfig
 from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "kimi-code"
-# The 16 events of Kimi's external-hooks surface (Annex A.6). Kimi refuses the WHOLE config for an
-# event name it does not know, so exactly these are registered.
-HOOKS = ("SessionStart", "SessionEnd", "UserPromptSubmit", "Stop", "StopFailure", "Interrupt", "PreToolUse",
-         "PostToolUse", "PostToolUseFailure", "PermissionRequest", "PermissionResult", "SubagentStart",
-         "SubagentStop", "PreCompact", "PostCompact", "Notification")
+MAPPING = "aep_collector.processors.mapping.kimi_code"
 HELD_HOOKS = frozenset({"PreToolUse"})
 # Kimi Code 2.1.0 kills a PostToolUse hook's whole process group ~0.1-0.2 s after starting it (the
 # tool call's signal ends; seen live: a `sleep 0.2` hook never finished, a setsid'ed one did).
@@ -38,6 +34,46 @@ HELD_HOOKS = frozenset({"PreToolUse"})
 DETACHED_HOOKS = frozenset({"PostToolUse", "PostToolUseFailure"})
 NEW_SESSION = ("/bin/sh -c 'command -v setsid >/dev/null 2>&1 && exec setsid \"$@\"; exec \"$@\"' "
                "aep-new-session")
+
+
+# Kimi parses exit-0 stdout as JSON; `{}` is structured output with no message and no
+# permissionDecision, i.e. "allow, nothing to add" (the reference stack's default reply too).
+NEUTRAL_REPLY: dict[str, Any] = {}
+# Except on UserPromptSubmit: Kimi Code 2.1.0 puts any non-empty stdout of that hook, `{}`
+# included, into the model's context as `<hook_result hook_event="UserPromptSubmit">{}</hook_result>`
+# (seen live in the request the model received). Empty stdout adds nothing.
+SILENT_HOOKS = frozenset({"UserPromptSubmit"})
+# Annex A.6: the held gate offers parity with the vendor's native four-way decision, mapped down
+# onto the binary hook reply (allow/allow_session = no objection; deny/cancel = block).
+GATE_OPTIONS: list[dict[str, str]] = [
+    {"id": "allow", "label": "Allow"},
+    {"id": "allow_session", "label": "Allow for this session"},
+    {"id": "deny", "label": "Deny"},
+    {"id": "cancel", "label": "Cancel"},
+]
+
+
+def neutral_reply(hook: str) -> dict[str, Any] | None:
+    """The fail-open reply body for ``hook``; ``None`` means an empty body (nothing on stdout)."""
+    return None if hook in SILENT_HOOKS else dict(NEUTRAL_REPLY)
+
+
+def gate_decision(option: str) -> str:
+    """A gate option id -> the binary hook decision; anything unrecognized refuses (AEP-0008)."""
+    return "allow" if option in ("allow", "allow_session") else "deny"
+
+
+def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
+    """The PreToolUse reply body for a binary gate decision (``allow`` or ``deny``)."""
+    if decision == "allow":
+        # Allow is "no hook objection" only: Kimi's own permission flow still runs downstream.
+        return dict(NEUTRAL_REPLY)
+    if decision != "deny":
+        raise ValueError(f"decision must be 'allow' or 'deny', not {decision!r}")
+    # Only the literal permissionDecision "deny" blocks; the reason is rendered by the vendor
+    # (kimi-code agent-core-v2 externalHooks/internal/runHook.ts, HookSpecificOutputSchema).
+    return {"hookSpecificOutput": {"permissionDecision": "deny",
+                                   "permissionDecisionReason": reason or "Denied by operator"}}
 
 
 @dataclass
@@ -51,15 +87,16 @@ class KimiCodeConfig(GateConfig):
 
 
 HANDLING = HookHandling(
-    neutral=kimi_code.neutral_reply,  # an empty body on UserPromptSubmit (Kimi would show `{}` to the model)
+    neutral=neutral_reply,  # an empty body on UserPromptSubmit (Kimi would show `{}` to the model)
     session_end=frozenset({"SessionEnd"}),
-    gate=Gate(options=kimi_code.GATE_OPTIONS, key=kimi_code.gate_key, decide=kimi_code.gate_decision,
-              reply=kimi_code.pretool_reply, call_id_key="tool_call_id"),
+    gate=Gate(options=GATE_OPTIONS, decide=gate_decision, reply=pretool_reply, call_id_key="tool_call_id"),
 )
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
     """``[[hooks]]`` tables for ``~/.kimi-code/config.toml``, all 16 events through the shim.
+
+    Exactly the mapping's table (Annex A.6): Kimi refuses the WHOLE config for an event name it does not know.
 
     Format (moonshotai.github.io/kimi-code customization/hooks, "Configuration"): each table has
     only ``event``, ``matcher``, ``command``, ``timeout`` (integer seconds 1-600, default 30); no
@@ -67,7 +104,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     """
     hold = cfg.attention_timeout if cfg is not None else KimiCodeConfig.attention_timeout
     lines: list[str] = []
-    for name in HOOKS:
+    for name in mapped_hooks(VENDOR):
         command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         if name in DETACHED_HOOKS:
             command = NEW_SESSION + " " + command
@@ -78,9 +115,9 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "below a [[hooks]] table belongs to that table; or run: aep-collector hooks kimi-code --install"])
 
 
-DECLARATION = declare(kimi_code, HANDLING, KimiCodeConfig, 8398, registration, HOOKS,
+DECLARATION = declare(VENDOR, MAPPING, HANDLING, KimiCodeConfig, 8398, registration,
                       "Kimi Code shell hooks via aep-collector-hook (POST /hook); opt-in PreToolUse gate",
-                      held_hooks=HELD_HOOKS, detached=DETACHED_HOOKS,
+                      held_hooks=HELD_HOOKS, detached=DETACHED_HOOKS, neutral_reply=NEUTRAL_REPLY,
                       # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context.
-                      neutral_by_event={h: b"" for h in kimi_code.SILENT_HOOKS})
+                      neutral_by_event={h: b"" for h in SILENT_HOOKS})
 FACTORY = DECLARATION.factory()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.processors.mapping import qwen_code
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
@@ -19,12 +18,15 @@ from aep_collector.receivers.hook_vendors.surface import (
     declare,
     vendor_timeout,
 )
-from aep_collector.receivers.registration import hook_url
+from aep_collector.receivers.registration import hook_url, mapped_hooks
 from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"
-HOOKS = tuple(qwen_code.HOOKS)
+MAPPING = "aep_collector.processors.mapping.qwen_code"
+# Qwen Code hooks docs ("Hook Output Structure"): exit 0 with a JSON object whose every field is
+# optional; `{}` asks for nothing and decides nothing.
+NEUTRAL_REPLY: dict[str, Any] = {}
 HELD_HOOKS = frozenset({"PermissionRequest"})
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
                         "PermissionDenied"})
@@ -54,7 +56,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     target = hook_url(url, cfg.endpoint if cfg is not None else DECLARATION.endpoint)
     hold = cfg.attention_timeout if cfg is not None else QwenCodeConfig.attention_timeout
     hooks: dict[str, Any] = {}
-    for name in HOOKS:
+    for name in mapped_hooks(VENDOR):
         handler = {"type": "http", "url": target, "name": "aep-collector",
                    "timeout": vendor_timeout(hold) if name in HELD_HOOKS else shim_hooks.SHORT_TIMEOUT}
         entry: dict[str, Any] = {"hooks": [handler]}
@@ -66,7 +68,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks qwen-code --install"])
 
 
-DECLARATION = declare(qwen_code, HANDLING, QwenCodeConfig, 8380, registration, HOOKS,
+DECLARATION = declare(VENDOR, MAPPING, HANDLING, QwenCodeConfig, 8380, registration,
                       "Qwen Code native http hooks (POST /hook); held PermissionRequest",
-                      held_hooks=HELD_HOOKS)
+                      held_hooks=HELD_HOOKS, neutral_reply=NEUTRAL_REPLY)
 FACTORY = DECLARATION.factory()

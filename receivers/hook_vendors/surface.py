@@ -4,14 +4,17 @@
 Codex, Gemini CLI, Qwen Code, VS Code agent, Kimi Code and Antigravity all hand the shared
 ``HookServer`` one JSON object per hook firing. What differs is data: where the hook name is
 (the payload's ``hook_event_name``, or ``?hook=`` for Antigravity), the neutral reply, and the
-control posture. Two held loops:
+control posture. What a vendor gets back (neutral replies, decision bodies, the gate's options and
+how an option becomes the vendor's decision) is its receiver module's; the mapping turns the
+signal into drafts and tags a held card with the key the receiver holds it on. Two held loops:
 
 * the permission card (Codex, Qwen Code), here: a ``PermissionRequest`` is held while a control
   route is live, as Claude Code's is (reference stack §1.2, §1.4);
 * the opt-in PreToolUse gate (VS Code agent, Kimi Code): the shared ``aep_collector.receivers.tool_gate.ToolGate``
   (also Hermes' and pi's), off by default; on, a PreToolUse whose tool name matches
   ``gate_tools`` is held as a permission card; a commanded deny also emits
-  ``tool.denied{by: "policy"}`` cause-linked to the answer (§1.5, §1.6), built here.
+  ``tool.denied{by: "policy"}`` cause-linked to the answer (§1.5, §1.6), built here. The gate's
+  key and options reach the mapping on the held ``Signal`` (``hold``, ``options``).
 
 Gemini CLI and Antigravity are observe-only: no control leg at all.
 """
@@ -23,9 +26,9 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
+from aep_collector.pipeline.canonical import digest
 from aep_collector.pipeline.control import RESPOND, Hold, card_key, permission_key
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event, Signal
@@ -62,8 +65,7 @@ class Gate:
     """The vendor side of the PreToolUse gate (the shared ``aep_collector.receivers.tool_gate.ToolGate`` holds it)."""
 
     options: list[dict[str, str]]
-    key: Callable[[Signal], str]
-    """The attention key the mapping tags the gate card with (its ``gate_key``)."""
+    """What the card offers (the mapping draws it with them, ``Signal.options``)."""
     decide: Callable[[str], str]
     """Applied option id -> the vendor's decision (``allow``, ``deny``, ``ask``)."""
     reply: Reply
@@ -92,14 +94,14 @@ class HookHandling:
     gate: Gate | None = None
 
 
-def declare(mapping: ModuleType, handling: HookHandling, config_class: type, port: int,
-            registration: Callable[[str | None, Any], Any], hooks: tuple[str, ...], description: str,
-            **facts: Any) -> VendorDeclaration:
-    """A hook-family vendor's declaration: identity and receiver type from its mapping module
-    (``AGENT``; the module's name is the receiver type), the shared surface with ``handling``;
-    ``facts``: the rest of the ``VendorDeclaration`` (held hooks, neutral replies, shim facts)."""
-    declaration = VendorDeclaration.of_mapping(
-        mapping, port=port, config_class=config_class, registration=registration, hooks=hooks,
+def declare(agent: str, mapping: str, handling: HookHandling, config_class: type, port: int,
+            registration: Callable[[str | None, Any], Any], description: str, **facts: Any) -> VendorDeclaration:
+    """A hook-family vendor's declaration: ``agent`` and its mapping module's dotted path (whose last
+    name is the receiver type), the shared surface with ``handling``; ``facts``: the rest of the
+    ``VendorDeclaration`` (held hooks, neutral replies, shim facts)."""
+    declaration = VendorDeclaration(
+        agent=agent, receiver_type=mapping.rsplit(".", 1)[-1], mapping=mapping, port=port,
+        config_class=config_class, registration=registration,
         surface=lambda config, component: HookVendorSurface(declaration, handling, config, component),
         description=description, **facts)
     return declaration
@@ -230,13 +232,23 @@ class HookVendorSurface:
                     self.denied.popitem(last=False)
             return _policy_denial(self.agent, side, signal.payload, applied.text or DENY_MESSAGE, request, answered)
 
-        applied = await gate.decide(signal, side.key(signal), self.gate_validator, follow=denial)
+        applied = await gate.decide(signal, gate_key(signal, side.call_id_key), self.gate_validator, follow=denial)
         if applied is None:
             return self.neutral(signal)  # unanswered frees the hook with no decision (fail-open)
         decision = side.decide(applied.option)
         if decision != "deny":
             return side.reply(decision)
         return side.reply("deny", applied.text or DENY_MESSAGE)
+
+
+def gate_key(signal: Signal, call_id_key: str) -> str:
+    """The attention key of one held PreToolUse: its call (id, else tool + input digest) and its moment.
+
+    Unique per hold, so a re-sent call opens its own card; the mapping tags the card with it (``Signal.hold``).
+    """
+    p = signal.payload
+    call = get_str(p, call_id_key) or f"{get_str(p, 'tool_name') or 'unknown'}:{digest(p.get('tool_input'))}"
+    return f"gate:{call}@{signal.received_ns}"
 
 
 _AFTER_TOOL = frozenset({"PostToolUse", "PostToolUseFailure"})

@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from aep_collector.processors.mapping import vscode
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
     ATTENTION_LIMIT,
@@ -21,12 +20,37 @@ from aep_collector.receivers.hook_vendors.surface import (
     HookHandling,
     declare,
 )
+from aep_collector.receivers.registration import mapped_hooks
 from aep_collector.receivers.tool_gate import GateConfig
 from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "vscode"
-HOOKS = tuple(vscode.HOOKS)  # the 8-event Preview surface
+MAPPING = "aep_collector.processors.mapping.vscode"
 HELD_HOOKS = frozenset({"PreToolUse"})
+# VS Code hooks reference (code.visualstudio.com/docs/agents/reference/hooks-reference): exit 0
+# with the common output format, every field optional; `{}` lets the agent proceed unchanged.
+NEUTRAL_REPLY: dict[str, Any] = {}
+# The vendor's own three-way PreToolUse decision: ask escalates into VS Code's approval flow.
+GATE_OPTIONS: list[dict[str, str]] = [
+    {"id": "allow", "label": "Allow"},
+    {"id": "deny", "label": "Deny"},
+    {"id": "ask", "label": "Ask in VS Code"},
+]
+
+
+def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
+    """The held PreToolUse gate's reply (VS Code hooks reference, "PreToolUse output").
+
+    ``{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision":
+    "allow"|"deny"|"ask", "permissionDecisionReason"?}}``; ``ask`` escalates into VS Code's own
+    approval flow and a deny reason is shown to the model.
+    """
+    if decision not in ("allow", "deny", "ask"):
+        raise ValueError(f"PreToolUse decision must be 'allow', 'deny' or 'ask', not {decision!r}")
+    out: dict[str, Any] = {"hookEventName": "PreToolUse", "permissionDecision": decision}
+    if reason:
+        out["permissionDecisionReason"] = reason
+    return {"hookSpecificOutput": out}
 
 
 @dataclass
@@ -42,13 +66,12 @@ class VscodeConfig(GateConfig):
 HANDLING = HookHandling(
     # The reference-hooks docs name `hook_event_name`; some VS Code builds spell it camelCase.
     name_keys=("hook_event_name", "hookEventName"),
-    gate=Gate(options=vscode.GATE_OPTIONS, key=vscode.gate_key, decide=lambda option: option,
-              reply=vscode.pretool_reply, call_id_key="tool_use_id"),
+    gate=Gate(options=GATE_OPTIONS, decide=lambda option: option, reply=pretool_reply, call_id_key="tool_use_id"),
 )
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
-    """A ``.github/hooks/aep-collector.json`` hooks file, every event through the shim.
+    """A ``.github/hooks/aep-collector.json`` hooks file, every event (the 8-event Preview surface) through the shim.
 
     Format (code.visualstudio.com/docs/agents/reference/hooks-reference, "Hook command
     properties"): ``hooks.<Event>`` is a list of ``{type: "command", command, timeout}``, timeout in
@@ -57,7 +80,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     """
     hold = cfg.attention_timeout if cfg is not None else VscodeConfig.attention_timeout
     hooks = {}
-    for name in HOOKS:
+    for name in mapped_hooks(VENDOR):
         command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
         hooks[name] = [{"type": "command", "command": command, "timeout": timeout}]
     text = json.dumps({"hooks": hooks}, indent=2) + "\n"
@@ -67,7 +90,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "VS Code also reads .claude/settings.json hooks: a workspace wired for Claude Code reports there too"])
 
 
-DECLARATION = declare(vscode, HANDLING, VscodeConfig, 8381, registration, HOOKS,
+DECLARATION = declare(VENDOR, MAPPING, HANDLING, VscodeConfig, 8381, registration,
                       "VS Code agent hooks via aep-collector-hook (POST /hook); opt-in PreToolUse gate",
-                      held_hooks=HELD_HOOKS)
+                      held_hooks=HELD_HOOKS, neutral_reply=NEUTRAL_REPLY)
 FACTORY = DECLARATION.factory()
