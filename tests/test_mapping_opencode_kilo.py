@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.envelope import COMMAND_TYPE, SEVERITIES, TYPE_GRAMMAR, Stamper
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor, kilocode, load_vendor, opencode, plugin_bus
 from aep_collector.receivers.plugin_vendors import bus_replies
+from aep_collector.receivers.plugin_vendors.bus_moments import as_moment
 from aep_sdk.gen import PAYLOAD_MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,10 +83,11 @@ def test_signal_path_matches_pin(agent: str, name: str, case: dict[str, Any]) ->
 
 @pytest.mark.parametrize(("agent", "name", "case"), [c for c in cases("moments") if c.values[1] not in STATEFUL])
 def test_signal_name_alone_finds_the_moment(agent: str, name: str, case: dict[str, Any]) -> None:
-    # A payload that lost its `kind` still maps: the signal name is the fallback discriminant.
+    # A POST that lost its `kind` still maps: the receiver decodes it by the signal name.
     mod = VENDORS[agent][0]
     signal = signal_for(agent, case["input"])
     signal.payload.pop("kind")
+    signal.payload = as_moment(signal.name, signal.payload)
     expected = strip(case["expected"])
     assert [project(d) for d in mod.map_signal(signal, mod.new_state())] == ([] if expected is None else [expected])
 
@@ -310,7 +313,7 @@ def test_bus_settle_pairs_with_its_card_and_a_late_echo_is_dropped(mod: Any, ask
     else:
         card = bus(mod.AGENT, ask, id="v1", sessionID="s1", type="bash", questions=[])
     (req,) = proc([card])
-    assert req["type"] == "attention.requested" and req["_attention_key"] == mod.attention_key(tag, "v1")
+    assert req["type"] == "attention.requested" and req["_attention_key"] == attention_key(tag, "v1")
     (res,) = proc([bus(mod.AGENT, settle, sessionID="s1", **{key: "v1"})])
     assert res["type"] == "attention.resolved" and res["subject"] == req["id"] and res["cause"] == req["id"]
     # The card is closed: a second settle (our loop already answered, then the vendor echoed) is an orphan.

@@ -2,11 +2,10 @@
 
 A receiver answers the vendor (what it gets back lives with the receiver); a mapping turns a
 signal into drafts. The walk reads every module of receivers/ with ``ast`` and fails on any
-other import from ``aep_collector.processors``. ``NOT_YET`` names the imports still to move (the
-bus family's moment parsing); it only shrinks: an entry that is gone must be deleted here too.
-The hook family (Claude Code and ``hook_vendors/``) is off it: keys both sides build are
-``pipeline.control`` functions, and what a mapping alone draws (Claude Code's forms, the hook
-names) is read through ``load_vendor``.
+other import from ``aep_collector.processors``. Keys both sides build are ``pipeline.control``
+functions; what a mapping alone knows (Claude Code's forms, the hook names, the OpenCode family's
+identity rule and cards) is read through ``load_vendor``; decoding what a vendor sent (the
+OpenCode family's ``bus_moments``) and every reply live in ``receivers/``.
 """
 
 from __future__ import annotations
@@ -18,9 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RECEIVERS = ROOT / "receivers"
 ALLOWED = {("aep_collector.processors.mapping", "load_vendor")}
 """The vendor registry lookup: the one thing a receiver may take from processors/."""
-NOT_YET: dict[str, set[tuple[str, str]]] = {
-    "plugin_vendors/bus.py": {("aep_collector.processors.mapping", "plugin_bus")},
-}
 
 
 def _package(path: Path) -> list[str]:
@@ -58,7 +54,4 @@ def test_receivers_import_from_processors_only_the_vendor_registry_lookup() -> N
         extra = processors_imports(path) - ALLOWED
         if extra:
             seen[path.relative_to(RECEIVERS).as_posix()] = extra
-    unexpected = {f: sorted(v - NOT_YET.get(f, set())) for f, v in seen.items() if v - NOT_YET.get(f, set())}
-    assert not unexpected, f"receivers/ must not import from processors/ (reply side lives here): {unexpected}"
-    moved = {f: sorted(v - seen.get(f, set())) for f, v in NOT_YET.items() if v - seen.get(f, set())}
-    assert not moved, f"these imports are gone: delete them from NOT_YET: {moved}"
+    assert not seen, f"receivers/ must not import from processors/ (reply side lives here): {seen}"

@@ -10,10 +10,10 @@ forwarded by the plugin).
 from __future__ import annotations
 
 from . import plugin_bus
-from .plugin_bus import REPLY_ROUTE_OPTIONS, attention_key, diff_todos, new_state
+from .plugin_bus import REPLY_ROUTE_OPTIONS, diff_todos, new_state, session_of
 
 __all__ = ["AGENT", "FAMILY", "REPLY_ROUTE_OPTIONS", "new_state", "map_signal", "map_moment", "diff_todos",
-           "attention_key"]
+           "session_of"]
 
 AGENT = "kilocode"
 FAMILY = plugin_bus.BusFamily(agent=AGENT, reply_routes=True)

@@ -8,10 +8,10 @@ The in-process plugin forwards bus events, ``tool.execute.before/after`` and the
 from __future__ import annotations
 
 from . import plugin_bus
-from .plugin_bus import REPLY_ROUTE_OPTIONS, attention_key, diff_todos, new_state
+from .plugin_bus import REPLY_ROUTE_OPTIONS, diff_todos, new_state, session_of
 
 __all__ = ["AGENT", "FAMILY", "REPLY_ROUTE_OPTIONS", "new_state", "map_signal", "map_moment", "diff_todos",
-           "attention_key"]
+           "session_of"]
 
 AGENT = "opencode"
 # OpenCode 1.18.33 asks on the bus (permission.asked / permission.replied {requestID, reply}), seen

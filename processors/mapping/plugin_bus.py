@@ -15,11 +15,15 @@ surface                 ``Signal.name``                      ``Signal.payload`` 
 ``permission.ask``      ``permission.ask``                   ``{"kind": "permission.ask", "permission"}``
 ======================  ===================================  ==========================================
 
-The payload's own ``kind`` decides the moment (it is the fixture's discriminant and survives any
-receiver renaming); ``Signal.name`` is only the fallback when a payload arrives without ``kind``.
+The receiver decodes every POST into its moment (``aep_collector.receivers.plugin_vendors.bus_moments``:
+hook names as ``kind``, bare bus events, payloads named by ``?name=``), so ``Signal.payload`` is a
+moment and its ``kind`` (the fixture's discriminant) decides; this module never reads the wire.
+``session_of`` is the fixtures' ``identity.session_from``; the receiver asks it too (through the
+vendor registry lookup) to find a moment's holds.
 
 What the plugin gets back (the reply contract, the reply routes) is the receiver's:
-``aep_collector.receivers.plugin_vendors.bus_replies``.
+``aep_collector.receivers.plugin_vendors.bus_replies``; the receiver checks an answer against the
+options and fields of the card this module raised (``map_moment``).
 
 Asks and their settles share an ``_attention_key`` (``attention_key(kind, vendor id)``); the mapping
 processor's attention book pairs them, drops a vendor echo of a card the control loop already
@@ -46,19 +50,13 @@ from .drafting import (
     tool_ref,
 )
 
-# Kilo >=7.4.6 reply enum, verbatim (kilocode.json `permission_asked`; Permission.Reply in the fork).
+# Kilo >=7.4.6 reply enum, verbatim (kilocode.json `permission_asked`; Permission.Reply in the fork):
+# the card's options, which the receiver's reply route answers with.
 REPLY_ROUTE_OPTIONS: list[dict[str, str]] = [
     {"id": "once", "label": "Allow once"},
     {"id": "always", "label": "Always allow"},
     {"id": "reject", "label": "Reject"},
 ]
-
-HOOK_KINDS = {
-    "tool.execute.before": "tool.before",
-    "tool.execute.after": "tool.after",
-    "permission.ask": "permission.ask",
-}
-KINDS = frozenset({"bus", "tool.before", "tool.after", "permission.ask"})
 
 # Reference stack §1.7: the machinery/UI plane rides x.{vendor}.* at debug.
 _DEBUG_PREFIXES = ("message.", "file.", "lsp.", "tui.", "installation.", "server.")
@@ -121,27 +119,6 @@ def bus_fallback(agent: str, bus_type: Any) -> str:
     return f"x.{agent}." + ".".join(segs)
 
 
-def as_moment(name: str, payload: Any) -> dict[str, Any]:
-    """The fixture-shaped moment for a signal: the payload's own ``kind`` first, else the signal name."""
-    body = payload if isinstance(payload, dict) else {}
-    kind = body.get("kind") if isinstance(body.get("kind"), str) else None
-    kind = HOOK_KINDS.get(kind, kind) if kind is not None else None
-    if kind in KINDS:
-        return {**body, "kind": kind}
-    hook = HOOK_KINDS.get(name)
-    if hook == "permission.ask":
-        perm = body.get("permission") if isinstance(body.get("permission"), dict) else body
-        return {"kind": hook, "permission": perm}
-    if hook is not None:
-        return {"kind": hook, "input": get_dict(body, "input"), "output": get_dict(body, "output")}
-    event = body.get("event")
-    if isinstance(event, dict):
-        return {"kind": "bus", "event": event}
-    if isinstance(body.get("type"), str):
-        return {"kind": "bus", "event": body}
-    return {"kind": "bus", "event": {"type": name, "properties": get_dict(body, "properties")}}
-
-
 def session_of(moment: dict[str, Any]) -> str | None:
     """identity.session_from: properties.sessionID | properties.info.sessionID | properties.info.id | ..."""
     kind = moment.get("kind")
@@ -176,7 +153,7 @@ class BusFamily:
     def map_moment(self, moment: Any) -> Event | None:
         """One fixture moment (``{kind, ...}``) -> one draft, or None (deliberately nothing)."""
         m = moment if isinstance(moment, dict) else {}
-        kind = HOOK_KINDS.get(m["kind"], m["kind"]) if isinstance(m.get("kind"), str) else None
+        kind = m.get("kind")
         session = session_of(m)
         if kind == "tool.before":
             return self._tool_before(get_dict(m, "input"), m.get("output"), session)
@@ -189,10 +166,11 @@ class BusFamily:
     # -- stateful mapping -------------------------------------------------------------------------
 
     def map_signal(self, signal: Signal, state: BusState) -> list[Event]:
-        """A plugin POST -> drafts, applying run synthesis, todo diffs, callID pairing and dedupe."""
-        moment = as_moment(signal.name, signal.payload)
+        """A plugin moment -> drafts, applying run synthesis, todo diffs, callID pairing and dedupe."""
+        # The receiver's decoding (receivers/plugin_vendors/bus_moments.py); never trust a shape.
+        moment = signal.payload if isinstance(signal.payload, dict) else {}
         session = session_of(moment)
-        kind = moment["kind"]
+        kind = moment.get("kind")
         if kind == "tool.before":
             return self._paired_before(moment, session, signal.received_ns, state)
         if kind == "tool.after":

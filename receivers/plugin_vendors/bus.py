@@ -1,10 +1,13 @@
 """The OpenCode-family surface (OpenCode and its fork Kilo Code): plugin moments and their held loops.
 
-The in-process plugin POSTs exactly the mapping's moment shapes (``aep_collector.processors.mapping.plugin_bus``):
+The in-process plugin POSTs the mapping's moment shapes (the fixture inputs):
 ``{kind: "bus", event}`` from the ``event`` hook, ``{kind: "tool.before"|"tool.after", input,
 output}`` from ``tool.execute.before/after`` and ``{kind: "permission.ask", permission}`` from the
 hold-open ``permission.ask`` hook. A payload without ``kind`` is named by ``?name=`` or a ``{name,
-payload}`` wrapper (a bus type, or a hook name such as ``tool.execute.before``).
+payload}`` wrapper (a bus type, or a hook name such as ``tool.execute.before``). ``bus_moments``
+decodes every POST into its moment once, here; ``Signal.payload`` is that moment. The session a
+moment belongs to is the mapping's identity rule (``session_of``, ``identity.session_from`` of the
+fixtures), read through the vendor registry lookup like the OTLP receiver's.
 
 Control. ``permission.ask`` is held on the shared loop while a control route is live; the reply
 is ``{"status": "allow"|"deny"}``, which the plugin applies to the hook's ``output.status``;
@@ -26,12 +29,12 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import aiohttp
-from aep_collector.pipeline.control import RESPOND, Hold
+from aep_collector.pipeline.control import RESPOND, Hold, attention_key
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.payload import get_dict, get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import load_vendor, plugin_bus
+from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
@@ -39,6 +42,7 @@ from aep_collector.receivers.tool_gate import HeldConfig
 from aiohttp import web
 
 from . import bus_replies, install
+from .bus_moments import HOOK_NAMES, as_moment
 from .bus_replies import NEUTRAL_REPLY
 from .moments import need_name, unwrap
 
@@ -46,7 +50,6 @@ log = logging.getLogger("aep.receiver.bus")
 
 SERVER_URL_HEADER = "X-AEP-Server-Url"
 DIRECTORY_HEADER = "X-AEP-Directory"
-_HOOK_NAMES = {kind: hook for hook, kind in plugin_bus.HOOK_KINDS.items()}  # tool.before -> tool.execute.before
 _SETTLES = {"permission.replied": "permission", "question.replied": "question", "question.rejected": "question"}
 _KEPT = 1024  # sessions whose vendor server address is remembered
 
@@ -76,6 +79,8 @@ class BusSurface:
 
     def __init__(self, mapping: ModuleType, config: Any, component: str) -> None:
         self.mapping = mapping
+        """The vendor's mapping (registry lookup): its identity rule ``session_of`` and the cards it
+        raises (``map_moment``), whose options and fields an answer is checked against."""
         self.agent: str = mapping.AGENT
         self.config = config
         self.component = component
@@ -118,11 +123,12 @@ class BusSurface:
                             f"event.type must be a string (a bus event type), got {type(bus_type).__name__}")
         if kind == "bus":
             name = get_str(get_dict(body, "event"), "type") or given
-        elif isinstance(kind, str) and kind in _HOOK_NAMES:
-            name = _HOOK_NAMES[kind]
+        elif isinstance(kind, str) and kind in HOOK_NAMES:
+            name = HOOK_NAMES[kind]
         else:
             name = given
-        signal = Signal(agent=self.agent, name=need_name(name, "kind (or event.type)"), payload=body)
+        name = need_name(name, "kind (or event.type)")
+        signal = Signal(agent=self.agent, name=name, payload=as_moment(name, body))
         # The plugin percent-encodes both (a header value is Latin-1; a directory may not be).
         url = loopback_url(unquote(request.headers.get(SERVER_URL_HEADER, "")))
         if url is not None:
@@ -135,11 +141,11 @@ class BusSurface:
 
     def awaits_reply(self, signal: Signal) -> bool:
         """The plugin reads only the held ``permission.ask`` reply; every other moment may be batched."""
-        return signal.name == _HOOK_NAMES["permission.ask"]
+        return signal.name == HOOK_NAMES["permission.ask"]
 
     async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
-        moment = plugin_bus.as_moment(signal.name, signal.payload)
-        session = plugin_bus.session_of(moment)
+        moment = signal.payload  # decoded by ``signal`` (bus_moments.as_moment)
+        session = self.mapping.session_of(moment)
         self._remember_server(signal, session)
         if moment["kind"] == "permission.ask":
             return await self._held_ask(signal, get_dict(moment, "permission"))
@@ -152,7 +158,7 @@ class BusSurface:
         if bus_type in _SETTLES:
             props = get_dict(event, "properties")
             vendor_id = get_str(props, "permissionID") or get_str(props, "requestID")
-            key = plugin_bus.attention_key(_SETTLES[bus_type], vendor_id)
+            key = attention_key(_SETTLES[bus_type], vendor_id)
             if key in self.delivering:
                 return NEUTRAL_REPLY  # the echo of the answer we are delivering; our legs say it
             await deliver([signal])
@@ -169,7 +175,7 @@ class BusSurface:
     # -- the held permission.ask hook ------------------------------------------------------------
 
     async def _held_ask(self, signal: Signal, perm: dict[str, Any]) -> Any:
-        key = plugin_bus.attention_key("permission", get_str(perm, "id"))
+        key = attention_key("permission", get_str(perm, "id"))
         # A plugin that aborted its fetch dismisses it; the hook output carries only status, so
         # any guidance text is visible on the stream alone.
         end = await self.loop.hold_permission(signal, key)
@@ -197,25 +203,29 @@ class BusSurface:
             signal.respond_via = ["oob"]
             await deliver([signal])
             return NEUTRAL_REPLY
+        # An answer is checked against what the card offers: the vendor's reply enum, or the form.
+        card = get_dict(self.mapping.map_moment({"kind": "bus", "event": event}), "data")
+        options: list[dict[str, str]] = card.get("options") or []
         if event.get("type") == "permission.asked":
-            key = plugin_bus.attention_key("permission", vendor_id)
-            validate = permission_validator(self.mapping.REPLY_ROUTE_OPTIONS)
+            key = attention_key("permission", vendor_id)
+            validate = permission_validator(options)
             fields: list[dict[str, Any]] | None = None
         else:
-            key = plugin_bus.attention_key("question", vendor_id)
-            card = self.mapping.map_moment({"kind": "bus", "event": event}) or {}
-            fields = get_dict(card, "data").get("fields") or []
+            key = attention_key("question", vendor_id)
+            fields = card.get("fields") or []
             validate = form_validator(fields, legacy=len(fields) == 1)
         hold = await self.loop.request(signal, validate, key, vendor_ui=True)  # Kilo prompts in parallel
         if hold is not None:
             # The plugin's event hook is observation: answer it now and settle in the background.
-            task = asyncio.ensure_future(self._settle_over_route(hold, props, session, vendor_id, server, fields))
+            task = asyncio.ensure_future(self._settle_over_route(hold, props, session, vendor_id, server, options,
+                                                                 fields))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         return NEUTRAL_REPLY
 
     async def _settle_over_route(self, hold: Hold, props: dict[str, Any], session: str, vendor_id: str,
-                                 server: tuple[str, str | None], fields: list[dict[str, Any]] | None) -> None:
+                                 server: tuple[str, str | None], options: list[dict[str, str]],
+                                 fields: list[dict[str, Any]] | None) -> None:
         # The plugin's POST was answered at once and its connection may close: the answer goes to
         # Kilo's server, so a closed plugin connection is not a vendor hanging up (never gone).
         outcome = await self.loop.wait(hold, gone=_never)
@@ -225,7 +235,7 @@ class BusSurface:
         self.delivering.add(hold.key)
         try:
             if fields is None:
-                applied = permission_choice(outcome.answer, self.mapping.REPLY_ROUTE_OPTIONS, refusing="reject")
+                applied = permission_choice(outcome.answer, options, refusing="reject")
                 path = bus_replies.permission_route(session, vendor_id)
                 body: dict[str, Any] = bus_replies.permission_route_body(applied.option, applied.text)
                 answer = recorded(applied)  # any text is delivered as the reject message (kilocode.json)
