@@ -6,9 +6,14 @@ Counted with ``valgrind --tool=callgrind``: unlike time, an instruction count is
 busy machine. Start-up (interpreter, imports, warm-up) is removed by differencing: the same
 workload runs with N and 2N events and the figure is (I(2N) - I(N)) / N. The workload is the
 hook inputs pinned in the corpus mapping fixtures (Codex, Qwen Code, Gemini CLI, VS Code), cycled,
-with the session id varied over a fixed set. ``--stages`` repeats the differencing with the
-pipeline cut after each stage. ``--root`` measures another checkout (the baseline below was
-measured that way). Needs valgrind; exits 2 without it.
+with the session id varied over a fixed set. The signals are built before the counted loop, the
+2N run's count in both runs: building a Signal is the receiver's work, and building a different
+number in each run moved the one full garbage collection (the whole start-up heap, ~52k objects)
+between runs. At ``--events 300`` the mapping and runs cuts had it in their 2N run only, the
+capture cut in both, so a cut could read higher than the one after it; built alike, every cut
+has it at the same point of both runs. ``--stages`` repeats the differencing with the pipeline
+cut after each stage. ``--root`` measures another checkout, also one from before the namespace move (the
+baseline below was measured that way). Needs valgrind; exits 2 without it.
 
 Under callgrind a process runs ~50x slower, so nearly every event falls in a new millisecond:
 the counts take the "new millisecond" path of anything cached per millisecond (ULIDs), which is
@@ -35,11 +40,13 @@ from result import emit
 ROOT = Path(__file__).resolve().parent.parent
 
 # Measured once with this script (--root on a worktree of that commit, --events 2000, on the
-# project's 2-core machine; a run at --events 1000 gave 213,293, so expect ~1 % spread), the
-# count issue 16 halves. Not a timing: the count does not depend on the machine's speed or load
-# (it does on the Python build: this is the project machine's CPython 3.11).
+# project's 2-core machine), the count issue 16 halves. 206,484 since the signals are built outside
+# the counted loop (re-measured that way at b4ee06d, same scope as every figure this script prints
+# now); with the signals in the loop it read 215,060 (213,293 at --events 1000, so expect ~1 %
+# spread). Not a timing: the count does not depend on the machine's speed or load (it does on the
+# Python build: this is the project machine's CPython 3.11).
 BASELINE_COMMIT = "b4ee06d"
-BASELINE = 215_060
+BASELINE = 206_484
 TARGET = BASELINE // 2
 
 VENDORS = ("codex", "qwen-code", "gemini-cli", "vscode")
@@ -62,22 +69,70 @@ def workload_inputs() -> list[tuple[str, dict]]:
     return out
 
 
-def inner(events: int, stage: str, sessions: int) -> None:
-    """The measured process: warm up, then push `events` signals through the cut pipeline."""
-    import asyncio
+def use_root(root: Path) -> str:
+    """Make the measured process import the collector from ``root``, not from the installed copy.
 
-    from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
-    from aep_collector.pipeline.component import CreateSettings
-    from aep_collector.pipeline.envelope import Stamper
-    from aep_collector.pipeline.host import Host
-    from aep_collector.pipeline.model import Signal
-    from aep_collector.processors.capture import CaptureConfig, CaptureProcessor
-    from aep_collector.processors.mapping import MappingProcessor
-    from aep_collector.processors.runs import RunsProcessor
+    An editable install maps ``aep_collector`` to its own checkout whatever ``PYTHONPATH`` says,
+    so ``--root`` puts a finder for ``root`` first. A checkout from before the namespace move
+    (top-level ``pipeline``, ``processors``, ``exporters``; the baseline) is imported as it was then.
+    Returns the prefix the bench's imports take there.
+    """
+    import importlib.machinery
+    import importlib.util
+
+    if "from aep_collector." not in (root / "processors" / "mapping" / "__init__.py").read_text():
+        sys.path.insert(0, str(root))
+        return ""
+    dirs = {"aep_collector": root, "aep_collector.api": root / "pipeline" / "api"}
+
+    class RootFinder:
+        @staticmethod
+        def find_spec(fullname: str, path: object = None, target: object = None) -> object:
+            where = dirs.get(fullname)
+            if where is None:
+                return None
+            init = where / "__init__.py"
+            if init.exists():
+                return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(where)])
+            spec = importlib.machinery.ModuleSpec(fullname, None, is_package=True)
+            spec.submodule_search_locations = [str(where)]
+            return spec
+
+    sys.meta_path.insert(0, RootFinder)  # type: ignore[arg-type]
+    return "aep_collector."
+
+
+def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int = 0) -> None:
+    """The measured process: warm up, then push `events` signals through the cut pipeline.
+
+    The signals are built before the counted loop, ``built`` of them (the 2N run's count in both
+    runs, so building them cancels out of the difference): constructing a Signal is the
+    receiver's work, not the in-process path's.
+    """
+    import asyncio
+    import importlib
+
+    prefix = use_root(root)
+
+    def load(module: str, *names: str) -> list:
+        mod = importlib.import_module(prefix + module)
+        return [getattr(mod, n) for n in names]
+
+    JsonlConfig, JsonlExporter = load("exporters.jsonl", "JsonlConfig", "JsonlExporter")
+    [CreateSettings] = load("pipeline.component", "CreateSettings")
+    [Stamper] = load("pipeline.envelope", "Stamper")
+    [Host] = load("pipeline.host", "Host")
+    [Signal] = load("pipeline.model", "Signal")
+    CaptureConfig, CaptureProcessor = load("processors.capture", "CaptureConfig", "CaptureProcessor")
+    [MappingProcessor] = load("processors.mapping", "MappingProcessor")
+    [RunsProcessor] = load("processors.runs", "RunsProcessor")
+    measured = Path(sys.modules[MappingProcessor.__module__].__file__ or "").resolve()
+    if not measured.is_relative_to(root.resolve()):
+        raise SystemExit(f"measuring {measured}, not the checkout at {root}")
 
     inputs = workload_inputs()
 
-    def signals(n: int, offset: int) -> list[Signal]:
+    def signals(n: int, offset: int) -> list:
         out = []
         for i in range(offset, offset + n):
             agent, inp = inputs[i % len(inputs)]
@@ -109,7 +164,7 @@ def inner(events: int, stage: str, sessions: int) -> None:
             warm = signals(max(2 * len(inputs), 2 * sessions), 0)
             for s in warm:
                 step([s])
-            work = signals(events, len(warm))
+            work = signals(max(built, events), len(warm))[:events]
             for s in work:  # batch 1, as a hook delivers
                 step([s])
             await jsonl.shutdown()
@@ -117,14 +172,14 @@ def inner(events: int, stage: str, sessions: int) -> None:
     asyncio.run(run())
 
 
-def count(events: int, stage: str, sessions: int, root: Path) -> int:
-    """Instructions of one whole process running `events` events."""
+def count(events: int, stage: str, sessions: int, root: Path, built: int) -> int:
+    """Instructions of one whole process running `events` events (of `built` built)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cg.out"
-        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONPATH=str(root))
+        env = dict(os.environ, PYTHONHASHSEED="0")
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-line=no",
                sys.executable, str(Path(__file__).resolve()), "--inner", str(events), "--stage", stage,
-               "--sessions", str(sessions)]
+               "--sessions", str(sessions), "--root", str(root), "--built", str(built)]
         r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
         if r.returncode != 0:
             raise SystemExit(f"callgrind run failed ({r.returncode}):\n{r.stderr[-2000:]}")
@@ -135,7 +190,8 @@ def count(events: int, stage: str, sessions: int, root: Path) -> int:
 
 
 def per_event(events: int, stage: str, sessions: int, root: Path) -> float:
-    return (count(2 * events, stage, sessions, root) - count(events, stage, sessions, root)) / events
+    built = 2 * events
+    return (count(built, stage, sessions, root, built) - count(events, stage, sessions, root, built)) / events
 
 
 def main() -> int:
@@ -145,11 +201,11 @@ def main() -> int:
     ap.add_argument("--stages", action="store_true", help="also count with the pipeline cut after each stage")
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout to measure (default: this one)")
     ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--built", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--stage", default="jsonl", choices=STAGES, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.inner is not None:
-        sys.path.insert(0, os.environ.get("PYTHONPATH", str(ROOT)))
-        inner(args.inner, args.stage, args.sessions)
+        inner(args.inner, args.stage, args.sessions, args.root.resolve(), args.built)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind not found: instruction counts need valgrind --tool=callgrind", file=sys.stderr)

@@ -213,6 +213,19 @@ class Bloom:
         return all(self.array[p >> 3] & (1 << (p & 7)) for p in self._positions(key))
 
 
+class _Lane:
+    """One session's stamping state: its next ``seq`` and the envelope parts fixed for the session."""
+
+    __slots__ = ("next", "source", "epoch", "high")
+
+    def __init__(self, start: int, source: str, epoch: int, high: list[int]) -> None:
+        self.next = start
+        self.source = source
+        self.epoch = epoch
+        self.high = high
+        """The agent's high-water mark (one cell shared by its lanes), kept above every seq assigned."""
+
+
 class Stamper:
     """Stamps drafts into envelopes. One per service, shared by every pipeline.
 
@@ -225,8 +238,10 @@ class Stamper:
         self.epochs = EpochStore(state_dir)
         self.ids = Ulid()
         self.max_sessions = max_sessions
-        self._seq: OrderedDict[tuple[str, str], int] = OrderedDict()
-        self._high: dict[str, int] = {}
+        # Per-session lanes, least recently used first (the seq state bound evicts from the front).
+        self._lanes: OrderedDict[tuple[str, str], _Lane] = OrderedDict()
+        self._last_lane: _Lane | None = None  # the lane at the end of _lanes, if any: no move needed
+        self._high: dict[str, list[int]] = {}
         self._released = Bloom()
         self._types: dict[Any, int] = {}
         self._sources: dict[tuple[str, str | None], str] = {}
@@ -241,28 +256,55 @@ class Stamper:
         ``max_sessions``) resumes at the agent's high-water mark, which is above every seq the
         agent has assigned in this epoch: gaps are legal (AEP-0001 §7), going backwards is not.
         """
+        return self._take_seq(self._lane(agent, session))
+
+    def _lane(self, agent: str, session: str) -> _Lane:
+        """The session's lane, now the most recently used one (created if the session is new)."""
         key = (agent, session)
-        value = self._seq.pop(key, None)
-        if value is None:
-            # New sessions start at 0; one we released may come back, so it resumes above every
-            # seq assigned so far (a Bloom filter: a false positive only costs a gap).
-            value = self._high.get(agent, 0) if key in self._released else 0
-        self._seq[key] = value + 1
-        if value + 1 > self._high.get(agent, 0):
-            self._high[agent] = value + 1
-        if len(self._seq) > self.max_sessions:
-            old, _ = self._seq.popitem(last=False)
+        lane = self._lanes.get(key)
+        if lane is None:
+            return self._new_lane(key)
+        if lane is not self._last_lane:
+            self._lanes.move_to_end(key)
+            self._last_lane = lane
+        return lane
+
+    def _new_lane(self, key: tuple[str, str]) -> _Lane:
+        agent = key[0]
+        high = self._high.get(agent)
+        if high is None:
+            high = self._high[agent] = [0]
+        epoch = self._epoch.get(agent)
+        if epoch is None:
+            epoch = self._epoch[agent] = self.epochs.epoch(agent)
+        # New sessions start at 0; one we released may come back, so it resumes above every seq
+        # assigned so far (a Bloom filter: a false positive only costs a gap).
+        lane = _Lane(high[0] if key in self._released else 0, self._sources.get(key) or self._source(*key),
+                     epoch, high)
+        self._lanes[key] = lane
+        self._last_lane = lane
+        if len(self._lanes) > self.max_sessions:
+            old, _ = self._lanes.popitem(last=False)
             self._released.add(old)
+        return lane
+
+    @staticmethod
+    def _take_seq(lane: _Lane) -> int:
+        value = lane.next
+        lane.next = value + 1
+        high = lane.high
+        if value + 1 > high[0]:
+            high[0] = value + 1
         return value
 
     def release(self, agent: str, session: str) -> None:
         """Free a session's counter (after ``session.ended``); a late event resumes above it."""
-        if self._seq.pop((agent, session), None) is not None:
+        if self._lanes.pop((agent, session), None) is not None:
             self._released.add((agent, session))
 
     @property
     def sessions(self) -> int:
-        return len(self._seq)
+        return len(self._lanes)
 
     def _type_kind(self, etype: Any) -> int:
         """0 session event, 1 agent-scoped, 2 command (session, no seq); cached per type."""
@@ -280,7 +322,8 @@ class Stamper:
         if secs != self._time_sec:
             self._time_sec = secs
             self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-        return f"{self._time_prefix}.{int((ts - secs) * 1000):03d}Z"
+        ms = int((ts - secs) * 1000)
+        return self._time_prefix + (_MS_SUFFIX[ms] if ms >= 0 else f".{ms:03d}Z")
 
     def _source(self, agent: str, session: str | None) -> str:
         key = (agent, session)
@@ -295,15 +338,84 @@ class Stamper:
     def stamp(self, draft: Event, now: float | None = None) -> Event:
         """Return the envelope for ``draft`` (internal ``_`` hints dropped).
 
-        The hot path of every event: per-type, per-second and per-session parts (kind, time
-        prefix, ``source``, epoch) are cached, and a draft holding only core attributes skips the
-        extension scan, so a stamp is a few dict look-ups and the envelope's own inserts.
+        The hot path of every event. The usual draft (a session event holding only ``type``,
+        ``agent``, ``session``, ``subject``, ``run``, ``id``, ``capture``, ``data``) is stamped with
+        one look-up of its session's lane (seq, ``source``, epoch) and the envelope built in one
+        dict display, in the key order of the general path (``_stamp_general``), which every
+        other draft takes.
         """
         if "aep" in draft and "id" in draft and "source" in draft:
             return _public(draft)  # already stamped (a redelivered ack): never re-stamp
         get = draft.get
-        # The usual draft holds no step, cause, traceparent, severity, hint or extension: one
-        # C-level check instead of a look-up each.
+        etype = get("type")
+        kind = self._types.get(etype)
+        # keys() <= frozenset walks the draft's keys in C without building a set.
+        if kind != 0 or not draft.keys() <= _USUAL_KEYS:
+            return self._stamp_general(draft, now)
+        agent = get("agent")
+        if not isinstance(agent, str) or not agent:
+            raise StampError(f"draft of type {etype} has no agent")
+        ts = time.time() if now is None else now
+        # An id minted earlier (attention correlation needs the request id before stamping) is kept.
+        uid = get("id")
+        if uid is None or not (isinstance(uid, str) and uid):
+            uid = self.ids.new_unlocked(int(ts * 1000))
+        secs = int(ts)
+        if secs != self._time_sec:
+            self._time_sec = secs
+            self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+        ms = int((ts - secs) * 1000)
+        stamp_time = self._time_prefix + (_MS_SUFFIX[ms] if ms >= 0 else f".{ms:03d}Z")
+        session = get("session") or UNKNOWN_SESSION
+        if type(session) is not str:
+            session = str(session)
+        key = (agent, session)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._new_lane(key)
+        elif lane is not self._last_lane:  # a hook stream mostly repeats its session: no move then
+            self._lanes.move_to_end(key)
+            self._last_lane = lane
+        seq = lane.next
+        lane.next = seq + 1
+        high = lane.high
+        if seq >= high[0]:
+            high[0] = seq + 1
+        subject = get("subject")
+        run = get("run")
+        # One display per shape (subject, run present or not): the dict is sized once, no resize.
+        if run is None or run == "":
+            if subject is None or subject == "":
+                ev = {"aep": AEP_VERSION, "id": uid, "type": etype, "time": stamp_time, "source": lane.source,
+                      "agent": agent, "session": session, "seq": seq, "epoch": lane.epoch}
+            else:
+                ev = {"aep": AEP_VERSION, "id": uid, "type": etype,
+                      "subject": subject if type(subject) is str else str(subject), "time": stamp_time,
+                      "source": lane.source, "agent": agent, "session": session, "seq": seq, "epoch": lane.epoch}
+        else:
+            if type(run) is not str:
+                run = str(run)
+            if subject is None or subject == "":
+                ev = {"aep": AEP_VERSION, "id": uid, "type": etype, "time": stamp_time, "source": lane.source,
+                      "agent": agent, "session": session, "run": run, "seq": seq, "epoch": lane.epoch}
+            else:
+                ev = {"aep": AEP_VERSION, "id": uid, "type": etype,
+                      "subject": subject if type(subject) is str else str(subject), "time": stamp_time,
+                      "source": lane.source, "agent": agent, "session": session, "run": run, "seq": seq,
+                      "epoch": lane.epoch}
+        if etype == "session.ended":
+            self.release(agent, session)
+        capture = get("capture")
+        if capture is not None and capture != "":
+            ev["capture"] = capture
+        data = get("data")
+        if data is not None:
+            ev["data"] = data
+        return ev
+
+    def _stamp_general(self, draft: Event, now: float | None) -> Event:
+        """``stamp`` for any draft: agent-scoped and command types, optionals, extension attributes."""
+        get = draft.get
         usual = _USUAL_KEYS.issuperset(draft)
         etype = get("type")
         kind = self._types.get(etype)
@@ -313,7 +425,6 @@ class Stamper:
         if not isinstance(agent, str) or not agent:
             raise StampError(f"draft of type {etype} has no agent")
         ts = time.time() if now is None else now
-        # An id minted earlier (attention correlation needs the request id before stamping) is kept.
         pre = get("id")
         ev: dict[str, Any] = {"aep": AEP_VERSION,
                               "id": pre if isinstance(pre, str) and pre else self.ids.new_unlocked(int(ts * 1000)),
@@ -321,12 +432,7 @@ class Stamper:
         subject = get("subject")
         if subject is not None and subject != "":
             ev["subject"] = subject if type(subject) is str else str(subject)
-        secs = int(ts)
-        if secs != self._time_sec:
-            self._time_sec = secs
-            self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-        ms = int((ts - secs) * 1000)
-        ev["time"] = self._time_prefix + (_MS_SUFFIX[ms] if ms >= 0 else f".{ms:03d}Z")
+        ev["time"] = self._time(ts)
         if kind == 1:
             ev["source"] = self._sources.get((agent, None)) or self._source(agent, None)
             ev["agent"] = agent
@@ -334,7 +440,9 @@ class Stamper:
             session = get("session") or UNKNOWN_SESSION
             if type(session) is not str:
                 session = str(session)
-            ev["source"] = self._sources.get((agent, session)) or self._source(agent, session)
+            lane = self._lane(agent, session) if kind == 0 else None
+            ev["source"] = lane.source if lane is not None else (
+                self._sources.get((agent, session)) or self._source(agent, session))
             ev["agent"] = agent
             ev["session"] = session
             run = get("run")
@@ -344,12 +452,9 @@ class Stamper:
                 step = get("step")
                 if step is not None and step != "":
                     ev["step"] = step if type(step) is str else str(step)
-            if kind == 0:
-                ev["seq"] = self.next_seq(agent, session)
-                epoch = self._epoch.get(agent)
-                if epoch is None:
-                    epoch = self._epoch[agent] = self.epochs.epoch(agent)
-                ev["epoch"] = epoch
+            if lane is not None:
+                ev["seq"] = self._take_seq(lane)
+                ev["epoch"] = lane.epoch
                 if etype == "session.ended":
                     self.release(agent, session)
         if usual:

@@ -129,3 +129,22 @@ def test_a_draft_that_cannot_be_gated_loses_its_data() -> None:
     draft = {"type": "run.started", "agent": "a", "data": {"trigger": Unpicklable()}, "_capture": {}, "_hold": "h"}
     assert proc([draft]) == [{"type": "run.started", "agent": "a", "_hold": "h", "capture": "none"}]
     assert proc.failures == 1
+
+
+def test_a_policy_changed_after_gating_is_honoured_not_the_kept_routes() -> None:
+    """The processor keeps per-type routes: a policy replaced after events were gated must not leak
+    past its new ceiling through them, and the policy in use cannot be edited in place."""
+    import dataclasses
+
+    proc = CaptureProcessor(CaptureConfig(ceiling="full", overrides={}))
+    draft = {"type": "tool.requested", "agent": "codex", "session": "s",
+             "data": {"tool": {"name": "Bash"}, "input": {"command": "cat notes.txt"}}}
+    assert proc([dict(draft)])[0]["data"]["input"] == {"command": "cat notes.txt"}
+    proc.policy = CapturePolicy(ceiling="none", overrides={})
+    out = proc([dict(draft)])[0]
+    assert out["capture"] == "none" and "data" not in out
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        proc.policy.ceiling = "full"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        proc.policy.overrides["tool"] = "full"  # type: ignore[index]
+    assert "data" not in proc([dict(draft)])[0]

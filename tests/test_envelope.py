@@ -115,6 +115,20 @@ def test_ulids_are_unique_and_sorted_within_a_millisecond():
     assert len(set(ids)) == 1000 and ids == sorted(ids)
 
 
+def test_ulids_stay_sorted_across_milliseconds_clock_steps_back_and_carries():
+    """The stamper's fast path (``new_unlocked``): a new millisecond, the same one, a clock stepping
+    back, and an increment carrying out of the last 4 characters all keep ids strictly increasing."""
+    gen = Ulid()
+    ms, ids = 1_700_000_000_000, []
+    for step in [0, 0, 1, 0, -5, -5, 1024, 0, -2000, 3, 1 << 20] * 30:
+        ms += step
+        ids.append(gen.new_unlocked(ms))
+        if len(ids) % 7 == 0:  # next increment carries: the last id's final 20 random bits all ones
+            gen._last_id, gen._low = gen._last_id[:22] + "ZZZZ", -1
+            ids[-1] = gen._last_id
+    assert ids == sorted(ids) and len(set(ids)) == len(ids) and all(len(i) == 26 for i in ids)
+
+
 def test_rfc3339_ms():
     assert rfc3339_ms(0.5) == "1970-01-01T00:00:00.500Z"
 

@@ -111,12 +111,32 @@ class CaptureProcessor:
     def __init__(self, config: CaptureConfig | None = None, component: str = "processor/capture") -> None:
         self.config = config or CaptureConfig()
         self.config.validate()
-        self.policy = self.config.policy()
-        self.redactor = self.config.redactor()
-        self.failures = 0
         self.routes: dict[Any, Any] = {}  # per-type capture decisions (``apply_cap``)
+        self._policy = self.config.policy()
+        self._redactor = self.config.redactor()
+        self.failures = 0
         self.component = component
         self.health: Any = None
+
+    # The routes hold decisions made under the policy and the redactor: replacing either drops them,
+    # so no event is capped by a ceiling no longer in force (the policy itself is immutable).
+    @property
+    def policy(self) -> CapturePolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: CapturePolicy) -> None:
+        self.routes = {}
+        self._policy = policy
+
+    @property
+    def redactor(self) -> Redactor:
+        return self._redactor
+
+    @redactor.setter
+    def redactor(self, redactor: Redactor) -> None:
+        self.routes = {}
+        self._redactor = redactor
 
     async def start(self, host: Any) -> None:
         """Failures are counted and shown in ``/healthz`` and the metrics, not only logged."""
@@ -130,7 +150,7 @@ class CaptureProcessor:
             elif "aep" in item and "id" in item and "source" in item:  # stamped (``_is_stamped``)
                 # An envelope someone else already capped (a redelivered ack, a forwarded event): we
                 # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)).
-                out.append(downlevel(item, self.policy.level_for(str(item.get("type", "")))))
+                out.append(downlevel(item, self._policy.level_for(str(item.get("type", "")))))
             else:
                 out.append(self.cap(item))
         return out
@@ -138,7 +158,7 @@ class CaptureProcessor:
     def cap(self, draft: Event) -> Event:
         """``cap_draft`` under this processor's policy; a draft it cannot cap loses its data."""
         try:
-            return apply_cap(draft, self.policy, self.redactor, self.routes)
+            return apply_cap(draft, self._policy, self._redactor, self.routes)
         except Exception as exc:  # fail closed: the moment survives, its content never leaks
             self.failures += 1
             log.error("capture of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)

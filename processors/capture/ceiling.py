@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from .redact import SECRET, Redactor, is_credential_key
@@ -86,14 +87,19 @@ def category_of(event_type: str) -> str:
     return parts[0]
 
 
-@dataclass
+@dataclass(frozen=True)
 class CapturePolicy:
-    """The configured ceiling plus per-category, per-glob or per-type overrides (AEP-0003 §9.1)."""
+    """The configured ceiling plus per-category, per-glob or per-type overrides (AEP-0003 §9.1).
+
+    Immutable (the overrides too): its levels are memoized here and its decisions kept by the
+    capture processor, so a different policy is a new one, never an edit of one in use.
+    """
 
     ceiling: str = DEFAULT_CEILING
-    overrides: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_OVERRIDES))
+    overrides: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_OVERRIDES))
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "overrides", MappingProxyType(dict(self.overrides)))
         check_level(self.ceiling, "capture ceiling")
         for key, level in self.overrides.items():
             if not isinstance(key, str) or not _OVERRIDE_KEY.match(key):
@@ -105,11 +111,10 @@ class CapturePolicy:
 
     def level_for(self, event_type: str) -> str:
         """The level events of ``event_type`` are gated at: the most specific override, else the ceiling."""
-        # Memoized per type (hot path); a policy edited after construction starts a fresh memo.
-        memo = self.__dict__.get("_memo")
-        if memo is None or memo[0] != self.ceiling or memo[1] != self.overrides:
-            memo = self.__dict__["_memo"] = (self.ceiling, dict(self.overrides), {})
-        levels = memo[2]
+        # Memoized per type (hot path); the policy cannot change under its memo.
+        levels = self.__dict__.get("_memo")
+        if levels is None:
+            levels = self.__dict__["_memo"] = {}
         level = levels.get(event_type)
         if level is None:
             level = self._level_for(event_type)
