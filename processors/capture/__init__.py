@@ -152,22 +152,29 @@ class CaptureProcessor:
                 # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)).
                 out.append(downlevel(item, self._policy.level_for(str(item.get("type", "")))))
             else:
-                out.append(self.cap(item))
+                try:  # ``cap``, inlined: this runs for every draft
+                    out.append(apply_cap(item, self._policy, self._redactor, self.routes))
+                except Exception as exc:
+                    out.append(self._failed(item, exc))
         return out
 
     def cap(self, draft: Event) -> Event:
         """``cap_draft`` under this processor's policy; a draft it cannot cap loses its data."""
         try:
             return apply_cap(draft, self._policy, self._redactor, self.routes)
-        except Exception as exc:  # fail closed: the moment survives, its content never leaks
-            self.failures += 1
-            log.error("capture of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)
-            if self.health is not None:
-                self.health.count(self.component, "failed")
-                self.health.incident(self.component, "gating-failed", f"{type(exc).__name__} (data dropped)")
-            kept = {k: v for k, v in draft.items() if k != "data" and k not in CAPTURE_HINTS}
-            kept["capture"] = "none"
-            return kept
+        except Exception as exc:
+            return self._failed(draft, exc)
+
+    def _failed(self, draft: Event, exc: Exception) -> Event:
+        """Fail closed: the moment survives, its content never leaks."""
+        self.failures += 1
+        log.error("capture of %s failed: %s: %.200s", draft.get("type"), type(exc).__name__, exc)
+        if self.health is not None:
+            self.health.count(self.component, "failed")
+            self.health.incident(self.component, "gating-failed", f"{type(exc).__name__} (data dropped)")
+        kept = {k: v for k, v in draft.items() if k != "data" and k not in CAPTURE_HINTS}
+        kept["capture"] = "none"
+        return kept
 
 
 FACTORY = Factory(

@@ -292,19 +292,23 @@ class _Plan:
     def __init__(self, ann: Annotations, path: str, inherited: int, budget: list[int]) -> None:
         self.ann, self.path, self.inherited, self.budget = ann, path, inherited, budget
         self.token = _class_at(ann, path) == TOKEN
-        self.keys: dict[Any, tuple[int, _Plan, bool, bool]] = {}
+        self.keys: dict[Any, tuple[int, _Plan, bool, bool, bool | None]] = {}
         self.items: tuple[int, _Plan] | None = None
         budget[0] -= 1
 
-    def key(self, key: Any) -> tuple[int, _Plan, bool, bool]:
-        """(level, plan of the value, is a digest key, names a credential) for ``key`` of a dict here."""
+    def key(self, key: Any) -> tuple[int, _Plan, bool, bool, bool | None]:
+        """(level, plan of the value, is a digest key, names a credential, screen) for ``key`` of a
+        dict here; screen: None when a string value is kept as it is, else whether the screen
+        takes it as token-classed (a string kept at metadata, not a digest, passes the screen)."""
         sub = f"{self.path}.{key}" if self.path else key
         digest_key = isinstance(key, str) and key.endswith(DIGEST_SUFFIX)
         if digest_key:
             level = max(self.inherited, METADATA)  # AEP-0003 §9.3: digests are structural
         else:
             level = _level_at(self.ann, sub, self.inherited)
-        entry = (level, _Plan(self.ann, sub, level, self.budget), digest_key, _credential(key))
+        child = _Plan(self.ann, sub, level, self.budget)
+        entry = (level, child, digest_key, _credential(key),
+                 child.token if level <= METADATA and not digest_key else None)
         if self.budget[0] > 0:
             self.keys[key] = entry
         return entry
@@ -333,7 +337,7 @@ def _apply(value: Any, plan: _Plan, limit: int, on_redacted: Callable[[Any], Any
             entry = keys.get(key)
             if entry is None:
                 entry = plan.key(key)
-            level, child, digest_key, credential = entry
+            level, child, digest_key, credential, token = entry
             if level > limit:
                 continue
             if credential and scrub and item is not None:
@@ -343,8 +347,7 @@ def _apply(value: Any, plan: _Plan, limit: int, on_redacted: Callable[[Any], Any
             # values are strings and numbers): a string kept at metadata passes the screen.
             kind = item.__class__
             if kind is str:
-                kept = screen(item, child.token) if screen is not None and level <= METADATA and not digest_key \
-                    else item
+                kept = item if token is None or screen is None else screen(item, token)
             elif item is None or kind is int or kind is bool or kind is float:
                 kept = item
             else:
@@ -364,6 +367,11 @@ def _apply(value: Any, plan: _Plan, limit: int, on_redacted: Callable[[Any], Any
     if isinstance(value, str) and screen is not None and plan.inherited <= METADATA:
         return screen(value, plan.token)
     return value if isinstance(value, _ATOMS) else copy.deepcopy(value)
+
+
+def _declares_twins(ann: Annotations) -> bool:
+    """True when some path is ``full`` with its ``_redacted`` twin at ``redacted`` (what ``_twins`` looks for)."""
+    return any(cls == "full" and ann.get(path + TWIN_SUFFIX) == "redacted" for path, cls in ann.items())
 
 
 def _twins(value: Any, path: str, ann: Annotations, make: Callable[[Any], Any]) -> Any:
@@ -522,7 +530,10 @@ def cap_draft(draft: dict[str, Any], policy: CapturePolicy, redactor: Redactor |
 
 
 Route = list[Any]
-"""What gating a draft of one (type, declared level, hint) needs: ``[level, screen, (ann, plan) or None]``."""
+"""What capping a draft of one (type, declared level, hint) needs: ``[level, screen, (ann, plan) or
+None, whether the annotations declare any ``_redacted`` twin (None: not asked yet)]``. Kept under
+the type alone for a draft with neither a declared level nor a hint (most), else under
+``(type, declared, hint items)``."""
 _ROUTES_LIMIT = 4096
 
 
@@ -545,22 +556,40 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
     key: Any = None
     route = None
     if routes is not None and not event_type.startswith("message."):  # message.*: data-dependent
-        try:
-            key = (event_type, declared, tuple(hint.items()) if isinstance(hint, dict) else None)
+        if hint is None and declared is None:
+            key = event_type  # a str never equals the tuple keys below
             route = routes.get(key)
-        except TypeError:  # an unhashable hint value: decided anew (it still fails closed inside)
-            key = None
+        else:
+            try:
+                key = (event_type, declared, tuple(hint.items()) if isinstance(hint, dict) else None)
+                route = routes.get(key)
+            except TypeError:  # an unhashable hint value: decided anew (it still fails closed inside)
+                key = None
     if route is None:
         level = rank(policy.level_for(event_type))
         if declared in LEVELS and rank(declared) < level:
             level = rank(declared)  # a draft already at a lower level is never up-levelled
-        route = [level, _screen(level, detector), None]
+        route = [level, _screen(level, detector), None, None]
         if key is not None and len(routes) < _ROUTES_LIMIT:  # type: ignore[arg-type]
             routes[key] = route  # type: ignore[index]
-    level, screen, merged = route
+    level, screen, merged, twins = route
     out["capture"] = LEVELS[level]
     if screen is not None:
-        _screen_envelope(out, screen, detector)  # before `none` returns: the envelope always leaves
+        # The envelope's free-form attributes under the same rule as ``data`` (structure.py),
+        # before `none` returns: the envelope always leaves. Identifiers keep their shape; only a
+        # detector hit is replaced, by the same stand-in at every level below full, so the stream
+        # still correlates.
+        for name in ENVELOPE_TOKEN:
+            value = out.get(name)
+            if isinstance(value, str):
+                out[name] = screen(value, True)
+        known = detector.verdicts.get  # the detector's memo first: ids repeat on every event
+        for name in ENVELOPE_IDS:
+            value = out.get(name)
+            if isinstance(value, str):
+                hit = known(value)
+                if hit or (hit is None and detector.sensitive(value)):
+                    out[name] = opaque(value)
     data = out.get("data")
     if level == NONE or not isinstance(data, dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
@@ -572,7 +601,12 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
     ann, plan = merged
     red = detector if level == REDACTED else None
     if red is not None:
-        data = _twins(data, "", ann, red.value)
+        if twins is None:
+            twins = _declares_twins(ann)
+            if key is not None:
+                route[3] = twins
+        if twins:  # else ``_twins`` adds nothing: its copy of ``data`` equals ``data``
+            data = _twins(data, "", ann, red.value)
     # An empty payload gates to a fresh empty one: no walk needed (a sixth of the hook events).
     data = _apply(data, plan, level, red.value if red is not None else None, level < FULL, screen) if data else {}
     if event_type == "attention.requested":
@@ -619,23 +653,6 @@ def _screen(level: int, detector: Redactor) -> Screen | None:
                 memo[value] = out
         return out
     return to_structure
-
-
-def _screen_envelope(out: dict[str, Any], screen: Screen, detector: Redactor) -> None:
-    """The envelope's free-form attributes under the same rule as ``data`` (structure.py)."""
-    for key in ENVELOPE_TOKEN:
-        value = out.get(key)
-        if isinstance(value, str):
-            out[key] = screen(value, True)
-    known = detector.verdicts.get  # the detector's memo first: ids repeat on every event
-    for key in ENVELOPE_IDS:
-        # Identifiers keep their shape; only a detector hit is replaced, by the same stand-in at
-        # every level below full, so the stream still correlates.
-        value = out.get(key)
-        if isinstance(value, str):
-            hit = known(value)
-            if hit or (hit is None and detector.sensitive(value)):
-                out[key] = opaque(value)
 
 
 def _cap_answer_values(data: dict[str, Any], fields: Any, level: int, red: Redactor | None) -> None:

@@ -72,6 +72,7 @@ class MappingProcessor:
         self.config = config or MappingConfig()
         self.states: dict[str, Any] = {}
         self._modules: dict[str, ModuleType] = {}
+        self._routes: dict[str, tuple[Any, Any, str]] = {}
         self.failures = 0
         self._logged: set[tuple[str, str, str]] = set()
         self.attention = AttentionBook()
@@ -88,16 +89,26 @@ class MappingProcessor:
             self.states[agent] = mod.new_state()
         return mod
 
+    def _route(self, agent: str) -> tuple[Any, Any, str]:
+        """(``map_signal``, state, ``AGENT``) of an agent's mapping, looked up once per agent."""
+        mod = self.module(agent)
+        route = self._routes[agent] = (mod.map_signal, self.states[agent], mod.AGENT)
+        return route
+
     def __call__(self, batch: Batch) -> Batch:
         drafts: list[Event]
         passthrough: Batch = []
-        if len(batch) == 1 and isinstance(batch[0], Signal):
-            drafts = self.map_one(batch[0])  # a hook delivers its call alone
+        if len(batch) == 1 and isinstance(batch[0], Signal):  # a hook delivers its call alone
+            drafts, booked = self._map(batch[0])
+            if not booked:
+                # Nothing for the attention book: ``apply`` would return the same drafts in the
+                # same order, so its walk (and its list) are skipped. The common case.
+                return drafts  # type: ignore[return-value]  # a fresh list of drafts
         else:
             drafts = []
             for item in batch:
                 if isinstance(item, Signal):
-                    drafts.extend(self.map_one(item))
+                    drafts.extend(self._map(item)[0])
                 elif isinstance(item, dict):
                     drafts.append(item)  # e.g. lifecycle legs a held control loop emits
                 else:
@@ -116,26 +127,38 @@ class MappingProcessor:
         return out
 
     def map_one(self, signal: Signal) -> list[Event]:
+        """The drafts of one signal, before the attention book."""
+        return self._map(signal)[0]
+
+    def _map(self, signal: Signal) -> tuple[list[Event], bool]:
+        """(``map_one``, whether any draft is for the attention book: it carries
+        ``_attention_key`` or ends a session). One walk of the drafts decides both."""
         try:
-            agent = signal.agent
-            mod = self._modules.get(agent) or self.module(agent)
-            drafts = mod.map_signal(signal, self.states[agent])
+            route = self._routes.get(signal.agent) or self._route(signal.agent)
+            drafts = route[0](signal, route[1])
         except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
-            return [self._failure(signal, exc)]
-        respond_via = signal.respond_via
-        name = mod.AGENT
+            return [self._failure(signal, exc)], False
+        if drafts.__class__ is not list:
+            drafts = list(drafts)  # a plug-in may hand back any iterable; the batch is a list
+        booked = False
+        name = route[2]
         for d in drafts:
-            d.setdefault("agent", name)
-            if d.get("type") == "attention.requested":
+            if "agent" not in d:
+                d["agent"] = name
+            etype = d.get("type")
+            if "_attention_key" in d or etype == "session.ended":
+                booked = True
+            if etype == "attention.requested":
                 if signal.hold is not None:
                     d["_hold"] = signal.hold
                 # The receiver knows whether a control route is live; the pure mapping cannot.
+                respond_via = signal.respond_via
                 if respond_via is not None and isinstance(d.get("data"), dict) and "respond_via" in d["data"]:
                     d["data"]["respond_via"] = list(respond_via)
                     # A held request says when the hold gives up (operators see the time left).
                     if signal.expires_at and "control" in respond_via:
                         d["data"].setdefault("expires_at", signal.expires_at)
-        return drafts
+        return drafts, booked
 
     def _failure(self, signal: Signal, exc: Exception) -> Event:
         self.failures += 1

@@ -50,13 +50,17 @@ HOOKS: dict[str, hf.Handler] = {
 }
 
 
+_SESSION_SCOPED = ("SessionStart", "SessionEnd")  # never inside a run, whatever turn_id says
+
+
 def map_hook(name: str, payload: Any) -> list[Event]:
     """One Codex hook firing -> drafts, each in the run its ``turn_id`` names."""
-    session_scoped = name in ("SessionStart", "SessionEnd")  # never inside a run, whatever turn_id says
-    run = get_str(payload, "turn_id") if isinstance(payload, dict) and not session_scoped else None
+    run = get_str(payload, "turn_id") if isinstance(payload, dict) and name not in _SESSION_SCOPED else None
     return hf.map_table(AGENT, HOOKS, name, payload, run=run)
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:
     """Map a received Codex hook call; its permission card is keyed for the attention book."""
-    return hf.key_permissions(map_hook(*hf.hook_call(signal)), signal)
+    name, payload = hf.hook_call(signal)  # ``map_hook`` inlined (per event), keying in the same walk
+    run = None if name in _SESSION_SCOPED else get_str(payload, "turn_id")
+    return hf.map_table(AGENT, HOOKS, name, payload, run=run, keyed=signal)

@@ -72,8 +72,13 @@ def map_table(
     payload: Any,
     state: Any = None,
     run: str | None = None,
+    keyed: Signal | None = None,
 ) -> list[Event]:
-    """Dispatch one hook through a vendor table; unknown hooks take the fallback, never a core type."""
+    """Dispatch one hook through a vendor table; unknown hooks take the fallback, never a core type.
+
+    With ``keyed`` (the signal mapped), its permission cards are tagged as ``key_permissions``
+    tags them, in the same walk of the drafts.
+    """
     body: Payload = payload if isinstance(payload, dict) else {}
     handler = table.get(name)
     out = handler(body, state) if handler is not None else fallback(agent, name)
@@ -84,11 +89,14 @@ def map_table(
     if not (isinstance(session, str) and session):
         session = None  # as session_of: only a non-empty string names a session
     for d in drafts:
-        if d["type"].startswith("agent."):
-            continue  # AEP-0001: agent-scoped events carry no session, run or step
-        d.setdefault("session", session)
-        if run is not None:
-            d.setdefault("run", run)
+        etype = d["type"]
+        if not etype.startswith("agent."):  # AEP-0001: agent-scoped events carry no session, run or step
+            if "session" not in d:
+                d["session"] = session
+            if run is not None and "run" not in d:
+                d["run"] = run
+        if keyed is not None and etype == "attention.requested" and d["data"].get("kind") == "permission":
+            d["_attention_key"] = card_key(keyed)
     return drafts
 
 
@@ -99,7 +107,11 @@ def fallback(agent: str, name: str) -> Event:
 
 def merge_capture(d: Event, **levels: str) -> Event:
     """Mark vendor free-text fields of ``d`` with their capture minimum (only those present)."""
-    marks = {path: level for path, level in levels.items() if _has_path(d["data"], path)}
+    data = d["data"]
+    # A plain key (every caller's) is one membership test; only a dotted path takes the walk.
+    plain = isinstance(data, dict)
+    marks = {path: level for path, level in levels.items()
+             if (path in data if plain and "." not in path else _has_path(data, path))}
     if marks:
         d.setdefault("_capture", {}).update(marks)
     return d

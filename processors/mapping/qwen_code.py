@@ -92,13 +92,16 @@ def map_hook(name: str, payload: Any) -> list[Event]:
     return hf.map_table(AGENT, HOOKS, name, payload)
 
 
+_RUN_ENDS = ("Stop", "StopFailure", "SessionEnd")
+
+
 def map_signal(signal: Signal, state: QwenState | None) -> list[Event]:
     """Map a received Qwen Code hook call; its permission card is keyed for the attention book."""
     name, payload = hf.hook_call(signal)
     if state is not None:
-        session = hf.session_of(payload) or ""
-        if name == "UserPromptSubmit" and state.continues(session, get_str(payload, "prompt_id")):
-            return []  # the open run continuing after a tool result, not a new run
-        if name in ("Stop", "StopFailure", "SessionEnd"):
-            state.open.pop(session, None)
-    return hf.key_permissions(hf.map_table(AGENT, HOOKS, name, payload), signal)
+        if name == "UserPromptSubmit":
+            if state.continues(hf.session_of(payload) or "", get_str(payload, "prompt_id")):
+                return []  # the open run continuing after a tool result, not a new run
+        elif name in _RUN_ENDS:
+            state.open.pop(hf.session_of(payload) or "", None)
+    return hf.map_table(AGENT, HOOKS, name, payload, keyed=signal)

@@ -61,6 +61,9 @@ class RunState:
         self.ended: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.finished: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # (agent, session, run)
         self.max_sessions = max_sessions
+        # The keys of ``open`` that name a lane: while there are none (nearly always), a session's
+        # end closes its one lane-less key instead of scanning every open run for its session.
+        self.laned: set[tuple[str, ...]] = set()
 
     def finish(self, key: tuple[str, str, str]) -> bool:
         """Record a run terminal; False if this run had already reached one."""
@@ -95,11 +98,22 @@ class RunState:
     def set(self, key: tuple[str, ...], run: str) -> None:
         self.open[key] = run
         self.open.move_to_end(key)
+        if key[2]:
+            self.laned.add(key)
         while len(self.open) > self.max_sessions:
-            self.open.popitem(last=False)
+            self.laned.discard(self.open.popitem(last=False)[0])
 
     def close(self, key: tuple[str, ...]) -> None:
         self.open.pop(key, None)
+        self.laned.discard(key)
+
+    def close_session(self, agent: str, session: str) -> None:
+        """Close every open run of a session, whatever its lane."""
+        if self.laned:
+            for k in [k for k in self.open if k[0] == agent and k[1] == session]:
+                self.close(k)
+        else:
+            self.open.pop((agent, session, ""), None)
 
 
 class RunsProcessor:
@@ -124,7 +138,8 @@ class RunsProcessor:
         opened, finished = state.open, state.finished
         kinds = self._kinds
         for item in batch:
-            if not isinstance(item, dict) or item.get("_runs") == "none":
+            # ``item.get("_runs") == "none"`` with no call when the hint is absent (nearly always).
+            if not isinstance(item, dict) or ("_runs" in item and item["_runs"] == "none"):
                 append(item)
                 continue
             etype = item.get("type", "")
@@ -136,8 +151,11 @@ class RunsProcessor:
                 continue
             agent = item["agent"]
             session = item.get("session") or "unknown"
-            lane = item.get("_lane")
-            key = (agent, session, str(lane) if lane else "")
+            if "_lane" in item:
+                lane = item["_lane"]
+                key = (agent, session, str(lane) if lane else "")
+            else:
+                key = (agent, session, "")
             current = opened.get(key)  # RunState.get, inlined: this runs for every event
             if current is not None:
                 opened.move_to_end(key)
@@ -171,8 +189,7 @@ class RunsProcessor:
                 if run == current:
                     state.close(key)
             else:  # session.ended
-                for k in [k for k in opened if k[:2] == key[:2]]:
-                    state.close(k)  # the end of a session is not part of any run
+                state.close_session(agent, session)  # the end of a session is not part of any run
                 if not state.end((agent, session)):
                     item["type"] = f"x.{_vendor_token(agent)}.session.ended_again"
             append(item)
