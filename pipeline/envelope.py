@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from .atomic import atomic_write
 from .model import Event
 
 AEP_VERSION = "0.1"
@@ -182,12 +183,7 @@ class EpochStore:
                 with contextlib.suppress(FileNotFoundError, ValueError, TypeError):
                     previous = int(json.loads(path.read_text())["epoch"])
                 value = max(previous + 1, 0)
-                tmp = path.with_suffix(f".tmp{os.getpid()}")
-                with open(tmp, "w") as fh:
-                    fh.write(json.dumps({"agent": agent, "epoch": value}))
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, path)
+                atomic_write(path, json.dumps({"agent": agent, "epoch": value}), durable=True)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return value

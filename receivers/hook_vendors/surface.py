@@ -164,7 +164,6 @@ class HookVendorSurface:
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         query = request.query.get("hook")
         name = next((v for k in self.handling.name_keys if (v := get_str(payload, k))), None)
-        attrs: dict[str, Any] = {}
         if name is None and query is not None:
             name = query.strip()
             if not _HOOK_NAME.fullmatch(name):
@@ -172,7 +171,6 @@ class HookVendorSurface:
                             "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
             if self.handling.canonical is not None:
                 name = self.handling.canonical(name)
-            attrs["hook"] = name
         if name is None:
             if not self.handling.name_keys:
                 # Antigravity payloads never name their hook; the shim passes its EVENT argument.
@@ -180,7 +178,7 @@ class HookVendorSurface:
                             "POST /hook?hook=<EventName> (aep-collector-hook passes its EVENT argument)")
             raise HookError(400, "invalid-payload",
                         f"{self.handling.name_keys[0]} is missing or not a string (or pass ?hook=<EventName>)")
-        return Signal(agent=self.agent, name=name, payload=payload, attrs=attrs)
+        return Signal(agent=self.agent, name=name, payload=payload)
 
     def neutral(self, signal: Signal | None) -> Any:
         if self.handling.neutral is not None:
