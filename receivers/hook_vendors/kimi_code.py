@@ -32,8 +32,9 @@ HELD_HOOKS = frozenset({"PreToolUse"})
 # (`setsid`, where the system has it; else as before). The shim then answers at once and posts
 # from a detached child (pipeline/shim.py `detached`).
 DETACHED_HOOKS = frozenset({"PostToolUse", "PostToolUseFailure"})
-MAX_DETACHED_GRACE = 30.0
-"""Seconds: a lost PostToolUse never holds run.finished longer than this."""
+MAX_DETACHED_GRACE = 5.0
+"""Seconds: a lost PostToolUse never holds run.finished (and the Stop's reply) longer than this;
+below the shim's 6 s wait for a hook's reply, so the record still comes before the reply."""
 NEW_SESSION = ("/bin/sh -c 'command -v setsid >/dev/null 2>&1 && exec setsid \"$@\"; exec \"$@\"' "
                "aep-new-session")
 
@@ -88,7 +89,7 @@ class KimiCodeConfig(GateConfig):
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
     detached_grace: float = 1.5
     """Seconds a Stop whose session has a PostToolUse still unreported (posted detached, it can come
-    second) waits for it before run.finished goes in; the vendor is answered at once. 0: no wait."""
+    second) waits for it before run.finished goes in; the Stop's reply follows. 0: no wait."""
 
     def validate(self) -> None:
         super().validate()

@@ -3,10 +3,11 @@
 A vendor that fires its after-tool hook fire-and-forget (the shim answers at once and posts from a
 detached child, ``VendorDeclaration.detached``) can have its run-ending hook (Stop) reach the
 collector first. AEP-0002: a run's events come before its terminal; an event after it is outside
-the run. So a Stop of a session with a call still unreported is answered at once (the vendor never
-waits) and enters the pipeline when the session's open calls are reported, or after ``grace``
-seconds, or as soon as any other hook of the session arrives (the vendor has moved on; it must not
-wait either), or at shutdown. A report later than that is still delivered, outside the ended run.
+the run. So a Stop of a session with a call still unreported enters the pipeline when the
+session's open calls are reported, or after ``grace`` seconds, or as soon as any other hook of the
+session arrives, or at shutdown; its reply waits for that (a durable record before the reply, as
+for every hook: the wait is the detached report's few milliseconds, at most ``grace``). A report
+later than that is still delivered, outside the ended run.
 """
 
 from __future__ import annotations
@@ -61,13 +62,15 @@ class LateCalls:
             if held is not None:
                 held.reported.set()
 
-    def hold(self, session: str, signal: Signal, deliver: Deliver) -> bool:
-        """Hold a run-ending ``signal`` if the session has an unreported call; False: deliver it now."""
+    async def hold(self, session: str, signal: Signal, deliver: Deliver) -> bool:
+        """Hold a run-ending ``signal`` while the session has an unreported call and return once it
+        is delivered; False (at once): nothing to wait for, deliver it now."""
         if self.grace <= 0 or not self.open.get(session) or session in self.held:
             return False
         held = _Held(signal, deliver)
         self.held[session] = held
         held.task = asyncio.ensure_future(self._wait(session, held))
+        await held.delivered.wait()
         return True
 
     async def release(self, session: str) -> None:

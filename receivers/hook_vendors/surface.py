@@ -159,7 +159,10 @@ class HookVendorSurface:
             await self.late.close()  # a held run end goes in before the server stops
 
     def health_extra(self) -> dict[str, Any]:
-        return self.gate.health() if self.gate is not None else {}
+        extra = self.gate.health() if self.gate is not None else {}
+        if self.late is not None:  # run ends waiting for a detached tool report (late_calls)
+            extra = {**extra, "held_run_ends": len(self.late.held)}
+        return extra
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         query = request.query.get("hook")
@@ -194,8 +197,8 @@ class HookVendorSurface:
             call_id = get_str(payload, self.handling.call_id_key or "")
             if name not in self.declaration.detached:
                 await late.release(session)  # a held run end goes before anything else of its session
-                if name in self.handling.ends_run and late.hold(session, signal, deliver):
-                    return self.neutral(signal)  # answered at once: the vendor never waits for it
+                if name in self.handling.ends_run and await late.hold(session, signal, deliver):
+                    return self.neutral(signal)  # in the pipeline behind the session's late reports
                 if name == "PreToolUse" and call_id is not None:
                     late.opened(session, call_id)
         if name == "PermissionRequest" and self.handling.permission_reply is not None:
