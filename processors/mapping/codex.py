@@ -18,13 +18,7 @@ from aep_collector.processors.mapping.drafting import get_str
 AGENT = "codex"
 
 
-def new_state() -> None:
-    """Codex mapping is stateless: the vendor names every run and tool call itself."""
-    return None
-
-
-def _session_started(payload: hf.Payload, _state: Any) -> Event:
-    return hf.session_started(AGENT, payload)
+new_state = hf.no_state
 
 
 def _run_started(payload: hf.Payload, _state: Any) -> Event:
@@ -34,7 +28,7 @@ def _run_started(payload: hf.Payload, _state: Any) -> Event:
 
 
 HOOKS: dict[str, hf.Handler] = {
-    "SessionStart": _session_started,
+    "SessionStart": hf.session_start_handler(AGENT),
     "SessionEnd": hf.session_ended,
     "UserPromptSubmit": _run_started,
     "Stop": hf.run_finished,

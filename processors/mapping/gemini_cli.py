@@ -10,20 +10,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from aep_collector.pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event
 from aep_collector.processors.mapping import hook_vendors as hf
 from aep_collector.processors.mapping.drafting import draft, get_dict, get_str, hook_fallback
 
 AGENT = "gemini-cli"
 
 
-def new_state() -> None:
-    """Gemini CLI mapping is stateless."""
-    return None
-
-
-def _session_started(payload: hf.Payload, _state: Any) -> Event:
-    return hf.session_started(AGENT, payload)
+new_state = hf.no_state
 
 
 def _after_tool(payload: hf.Payload, _state: Any) -> Event:
@@ -45,7 +39,7 @@ def _model_plane(severity: str | None, payload: hf.Payload, _state: Any) -> Even
 
 
 HOOKS: dict[str, hf.Handler] = {
-    "SessionStart": _session_started,
+    "SessionStart": hf.session_start_handler(AGENT),
     "SessionEnd": hf.session_ended,
     "BeforeAgent": hf.run_started,
     # The response text is message-stream territory (AEP-0007): not captured on the terminal.
@@ -62,12 +56,5 @@ HOOKS: dict[str, hf.Handler] = {
 }
 
 
-def map_hook(name: str, payload: Any) -> list[Event]:
-    """One Gemini CLI hook firing -> drafts."""
-    return hf.map_table(AGENT, HOOKS, name, payload)
-
-
-def map_signal(signal: Signal, state: None) -> list[Event]:
-    """Map a received Gemini CLI hook call."""
-    name, payload = hf.hook_call(signal)
-    return hf.map_table(AGENT, HOOKS, name, payload)  # map_hook without the extra call
+map_hook, map_signal = hf.table_mapping(AGENT, HOOKS)
+"""One Gemini CLI hook firing (by name, or as a received Signal) -> drafts."""

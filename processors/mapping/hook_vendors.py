@@ -100,6 +100,30 @@ def map_table(
     return drafts
 
 
+def no_state() -> None:
+    """``new_state`` of a stateless vendor: the vendor names every run and tool call itself."""
+    return None
+
+
+def table_mapping(agent: str, table: Mapping[str, Handler]) -> tuple[
+        Callable[[str, Any], list[Event]], Callable[[Signal, Any], list[Event]]]:
+    """``map_hook`` and ``map_signal`` of a vendor whose hooks ``table`` maps in full, stateless."""
+
+    def map_hook(name: str, payload: Any) -> list[Event]:
+        return map_table(agent, table, name, payload)
+
+    def map_signal(signal: Signal, state: None) -> list[Event]:
+        name, payload = hook_call(signal)
+        return map_table(agent, table, name, payload)  # map_hook without the extra call
+
+    return map_hook, map_signal
+
+
+def session_start_handler(agent: str) -> Handler:
+    """The SessionStart table entry of ``agent`` (``session_started`` under its client name)."""
+    return lambda payload, _state: session_started(agent, payload)
+
+
 def fallback(agent: str, name: str) -> Event:
     """AEP-0001 §6: an unmapped hook lands at ``x.{agent}.session.{snake}`` with ``{}`` data."""
     return draft(hook_fallback(agent, name), {})

@@ -9,15 +9,10 @@ forwarded by the plugin).
 
 from __future__ import annotations
 
-from . import plugin_bus
-from .plugin_bus import REPLY_ROUTE_OPTIONS, diff_todos, new_state, session_of
-
-__all__ = ["AGENT", "FAMILY", "REPLY_ROUTE_OPTIONS", "new_state", "map_signal", "map_moment", "diff_todos",
-           "session_of"]
+from .plugin_bus import BusFamily
+from .plugin_bus import new_state as new_state
+from .plugin_bus import session_of as session_of
 
 AGENT = "kilocode"
-FAMILY = plugin_bus.BusFamily(agent=AGENT, reply_routes=True)
-map_moment = FAMILY.map_moment
-"""One fixture moment (``{kind, ...}``) -> one draft, or None."""
-map_signal = FAMILY.map_signal
-"""A plugin POST -> drafts, with runs, todo diffs, callID pairing and dedupe from the ``BusState``."""
+FAMILY = BusFamily(agent=AGENT, reply_routes=True)
+map_moment, map_signal = FAMILY.map_moment, FAMILY.map_signal  # see BusFamily

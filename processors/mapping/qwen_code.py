@@ -53,10 +53,6 @@ def new_state() -> QwenState:
     return QwenState()
 
 
-def _session_started(payload: hf.Payload, _state: Any) -> Event:
-    return hf.session_started(AGENT, payload)
-
-
 def _todo(type_: str, payload: hf.Payload, _state: Any) -> Event | None:
     # Fixture TodoCreated_validation: every todo write fires twice; the validation firing is the
     # silent pre-moment, postWrite is the persisted fact. An absent or unknown phase emits.
@@ -70,7 +66,7 @@ def _todo(type_: str, payload: hf.Payload, _state: Any) -> Event | None:
 
 
 HOOKS: dict[str, hf.Handler] = {
-    "SessionStart": _session_started,
+    "SessionStart": hf.session_start_handler(AGENT),
     **hf.LIFECYCLE_HOOKS,
     "PermissionRequest": hf.permission_request,
     # Not in the fixture's sixteen: the newer vendor hook carries the Claude Code tool.denied rule.
@@ -87,9 +83,8 @@ HOOKS: dict[str, hf.Handler] = {
 }
 
 
-def map_hook(name: str, payload: Any) -> list[Event]:
-    """One Qwen Code hook firing -> drafts."""
-    return hf.map_table(AGENT, HOOKS, name, payload)
+map_hook, _ = hf.table_mapping(AGENT, HOOKS)
+"""One Qwen Code hook firing -> drafts."""
 
 
 _RUN_ENDS = ("Stop", "StopFailure", "SessionEnd")

@@ -19,17 +19,11 @@ from aep_collector.processors.mapping.drafting import PERMISSION_OPTIONS, draft,
 AGENT = "vscode"
 
 
-def new_state() -> None:
-    """VS Code mapping is stateless."""
-    return None
-
-
-def _session_started(payload: hf.Payload, _state: Any) -> Event:
-    return hf.session_started(AGENT, payload)
+new_state = hf.no_state
 
 
 HOOKS: dict[str, hf.Handler] = {
-    "SessionStart": _session_started,
+    "SessionStart": hf.session_start_handler(AGENT),
     "UserPromptSubmit": hf.run_started,
     "PreToolUse": hf.tool_requested,
     # Success only on this surface: tool.failed has no vendor moment (fixture PostToolUse $comment).
@@ -42,9 +36,8 @@ HOOKS: dict[str, hf.Handler] = {
 }
 
 
-def map_hook(name: str, payload: Any) -> list[Event]:
-    """One VS Code agent hook firing -> drafts (session None when the vendor sent none)."""
-    return hf.map_table(AGENT, HOOKS, name, payload)
+map_hook, _ = hf.table_mapping(AGENT, HOOKS)
+"""One VS Code agent hook firing -> drafts (session None when the vendor sent none)."""
 
 
 def map_signal(signal: Signal, state: None) -> list[Event]:

@@ -9,17 +9,16 @@ becomes Codex's ``hookSpecificOutput.decision``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
-    ATTENTION_LIMIT,
     HookHandling,
+    HookHeldConfig,
     declare,
 )
 from aep_collector.receivers.registration import mapped_hooks
-from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"
@@ -31,13 +30,10 @@ HELD_HOOKS = frozenset({"PermissionRequest"})
 
 
 @dataclass
-class CodexConfig(HeldConfig):
+class CodexConfig(HookHeldConfig):
     """Config of the ``codex`` receiver."""
 
     endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
-    attention_timeout: float = 55.0
-    """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
-    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
 HANDLING = HookHandling(permission_reply=permission_reply,

@@ -8,18 +8,17 @@ while a control route is live, exactly as Claude Code's; ``{}`` is neutral every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
-    ATTENTION_LIMIT,
     HookHandling,
+    HookHeldConfig,
     declare,
     vendor_timeout,
 )
 from aep_collector.receivers.registration import hook_url, mapped_hooks
-from aep_collector.receivers.tool_gate import HeldConfig
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"
@@ -33,13 +32,10 @@ TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "Perm
 
 
 @dataclass
-class QwenCodeConfig(HeldConfig):
+class QwenCodeConfig(HookHeldConfig):
     """Config of the ``qwen_code`` receiver."""
 
     endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
-    attention_timeout: float = 55.0
-    """Seconds a held PermissionRequest waits for an operator before ``{}`` (no decision)."""
-    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
 HANDLING = HookHandling(permission_reply=permission_reply,

@@ -26,7 +26,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from aep_collector.pipeline.canonical import digest
 from aep_collector.pipeline.control import RESPOND, Hold, card_key, permission_key
@@ -45,7 +45,7 @@ from aep_collector.receivers.hook_vendors.late_calls import LateCalls
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
 )
-from aep_collector.receivers.tool_gate import GateConfig, ToolGate
+from aep_collector.receivers.tool_gate import GateConfig, HeldConfig, ToolGate
 from aiohttp import web
 
 MAX_VENDOR_TIMEOUT = 600
@@ -53,7 +53,15 @@ MAX_VENDOR_TIMEOUT = 600
 HOLD_MARGIN = 10
 """Seconds a registered vendor-side timeout exceeds the hold window (VS Code 25 -> 35, Kimi 50 -> 60)."""
 ATTENTION_LIMIT = MAX_VENDOR_TIMEOUT - HOLD_MARGIN
-"""The ``attention_limit`` of every hook-family config that holds (``aep_collector.receivers.tool_gate.HeldConfig``)."""
+"""The ``attention_limit`` of every hook-family config that holds (``HookHeldConfig``)."""
+
+
+@dataclass
+class HookHeldConfig(HeldConfig):
+    """Keys of a hook-family receiver that holds a hook (a held PermissionRequest or gated
+    PreToolUse waits ``attention_timeout`` for an operator, then the vendor gets its neutral reply)."""
+
+    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 _HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 

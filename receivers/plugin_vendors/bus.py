@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from types import ModuleType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -291,12 +291,17 @@ class BusConfig(HeldConfig):
             raise ValueError("reply_route_timeout must be positive")
 
 
-def declare(agent: str, config_class: type[BusConfig], port: int, description: str) -> VendorDeclaration:
+def declare(agent: str, config_name: str, port: int, description: str) -> VendorDeclaration:
     """One OpenCode-family vendor: this surface, the shipped plug-in file, its own identity and port.
 
-    Its mapping is ``aep_collector.processors.mapping.<agent>``; the surface finds it through the
-    vendor registry lookup when the receiver is created.
+    Its config class (``config_name``, exported by the vendor's module) is ``BusConfig`` with the
+    ``endpoint`` default on ``port``. Its mapping is ``aep_collector.processors.mapping.<agent>``;
+    the surface finds it through the vendor registry lookup when the receiver is created.
     """
+    endpoint = f"127.0.0.1:{port}"
+    config_class = make_dataclass(config_name, [("endpoint", str, field(default=endpoint))], bases=(BusConfig,))
+    config_class.__doc__ = f"Config of the ``{agent}`` receiver (the other keys: ``BusConfig``)."
+    config_class.__module__ = f"aep_collector.receivers.plugin_vendors.{agent}"
     return VendorDeclaration(
         agent=agent, receiver_type=agent, port=port, config_class=config_class,
         surface=lambda cfg, component: BusSurface(load_vendor(agent), cfg, component),

@@ -9,20 +9,10 @@ Kilo >=7.4.6 asks on the bus instead (``permission.asked``, ``question.asked``);
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from .bus import BusConfig, declare
+from .bus import declare
 
 AGENT = "kilocode"
-
-
-@dataclass
-class KiloCodeConfig(BusConfig):
-    """Config of the ``kilocode`` receiver (the other keys: ``BusConfig``)."""
-
-    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
-
-
-DECLARATION = declare(AGENT, KiloCodeConfig, 8391,
+DECLARATION = declare(AGENT, "KiloCodeConfig", 8391,
                       "Kilo Code plugin (js/kilocode-plugin.js); held permission.ask and reply-route answers for an operator")
+KiloCodeConfig = DECLARATION.config_class
 FACTORY = DECLARATION.factory()

@@ -10,20 +10,10 @@ an operator's answer is POSTed to OpenCode's own server at the ``serverUrl`` the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from .bus import BusConfig, declare
+from .bus import declare
 
 AGENT = "opencode"
-
-
-@dataclass
-class OpenCodeConfig(BusConfig):
-    """Config of the ``opencode`` receiver (the other keys: ``BusConfig``)."""
-
-    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
-
-
-DECLARATION = declare(AGENT, OpenCodeConfig, 8390,
+DECLARATION = declare(AGENT, "OpenCodeConfig", 8390,
                       "OpenCode plugin (js/opencode-plugin.js); held permission.ask and reply-route answers for an operator")
+OpenCodeConfig = DECLARATION.config_class
 FACTORY = DECLARATION.factory()
