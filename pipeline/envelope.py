@@ -339,12 +339,14 @@ class Stamper:
         return len(self._lanes)
 
     def _type_kind(self, etype: Any) -> int:
-        """0 session event, 1 agent-scoped, 2 command (session, no seq); cached per type."""
+        """0 session event, 1 agent-scoped, 2 command (session, no seq), 3 ``session.ended`` (a
+        session event that releases the seq counter); cached per type."""
         kind = self._types.get(etype)
         if kind is None:
             if not isinstance(etype, str) or not TYPE_GRAMMAR.fullmatch(etype):
                 raise StampError(f"draft type {etype!r} does not match the AEP type grammar")
-            kind = 1 if etype.startswith("agent.") else 2 if COMMAND_TYPE.fullmatch(etype) else 0
+            kind = 1 if etype.startswith("agent.") else 2 if COMMAND_TYPE.fullmatch(etype) else \
+                3 if etype == "session.ended" else 0
             if len(self._types) < 10_000:  # vendor fallbacks are open-ended: a cache, bounded
                 self._types[etype] = kind
         return kind
@@ -371,25 +373,48 @@ class Stamper:
         """Return the envelope for ``draft`` (internal ``_`` hints dropped).
 
         The hot path of every event. The usual draft (a session event holding only ``type``,
-        ``agent``, ``session``, ``subject``, ``run``, ``id``, ``capture``, ``data``) is stamped with
-        one look-up of its session's lane (seq, ``source``, epoch) and the envelope built in one
-        dict display, in the key order of the general path (``_stamp_general``), which every
-        other draft takes.
+        ``agent``, ``session``, ``subject``, ``run``, ``id``, ``capture`` and ``data``, with
+        ``capture`` and ``data`` set) is stamped with one look-up of its session's lane (seq,
+        ``source``, epoch) and the envelope built in one dict display, in the key order of the
+        general path (``_stamp_general``), which every other draft takes (a stamped event too:
+        ``aep`` and ``source`` are not usual keys).
         """
-        if "aep" in draft and "id" in draft and "source" in draft:
-            return _public(draft)  # already stamped (a redelivered ack): never re-stamp
-        get = draft.get
-        etype = get("type")
-        kind = self._types.get(etype)
-        # keys() <= frozenset walks the draft's keys in C without building a set.
-        if kind != 0 or not draft.keys() <= _USUAL_KEYS:
+        # Subscripts are cheaper look-ups than get; a missing key or an unhashable type or agent goes
+        # the general way.
+        try:
+            etype = draft["type"]
+            capture = draft["capture"]
+            data = draft["data"]
+            agent = draft["agent"]
+            session = draft["session"]
+            if self._types.get(etype) != 0 or not capture or data is None or not session:
+                return self._stamp_general(draft, now)
+            if type(session) is not str:
+                session = str(session)
+            key = (agent, session)
+            lane = self._lanes.get(key)
+        except (KeyError, TypeError):
             return self._stamp_general(draft, now)
-        agent = get("agent")
-        if not isinstance(agent, str) or not agent:
-            raise StampError(f"draft of type {etype} has no agent")
+        # The five keys above are there: the draft is usual if its other keys are among the three
+        # optional usual ones (cheaper than a subset test of its keys).
+        n = len(draft)
+        if n == 5:
+            subject = run = uid = None
+        else:
+            if n != 5 + ("subject" in draft) + ("run" in draft) + ("id" in draft):
+                return self._stamp_general(draft, now)
+            get = draft.get
+            subject, run, uid = get("subject"), get("run"), get("id")
+        if lane is None:
+            # Only a non-empty str agent gets a lane, and only a str equals one: a hit needs no check.
+            if not isinstance(agent, str) or not agent:
+                raise StampError(f"draft of type {etype} has no agent")
+            lane = self._new_lane(key)
+        elif lane is not self._last_lane:  # a hook stream mostly repeats its session: no move then
+            self._lanes.move_to_end(key)
+            self._last_lane = lane
         ts = time.time() if now is None else now
         # An id minted earlier (attention correlation needs the request id before stamping) is kept.
-        uid = get("id")
         if uid is None or not (isinstance(uid, str) and uid):
             uid = self.ids.new_unlocked(int(ts * 1000))
         secs = int(ts)
@@ -398,55 +423,36 @@ class Stamper:
             self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
         ms = int((ts - secs) * 1000)
         stamp_time = self._time_prefix + (_MS_SUFFIX[ms] if ms >= 0 else f".{ms:03d}Z")
-        session = get("session") or UNKNOWN_SESSION
-        if type(session) is not str:
-            session = str(session)
-        key = (agent, session)
-        lane = self._lanes.get(key)
-        if lane is None:
-            lane = self._new_lane(key)
-        elif lane is not self._last_lane:  # a hook stream mostly repeats its session: no move then
-            self._lanes.move_to_end(key)
-            self._last_lane = lane
         seq = lane.next
         lane.next = seq + 1
         high = lane.high
         if seq >= high[0]:
             high[0] = seq + 1
-        subject = get("subject")
-        run = get("run")
         # One display per shape (subject, run present or not): the dict is sized once, no resize.
         if run is None or run == "":
             if subject is None or subject == "":
-                ev = {"aep": AEP_VERSION, "id": uid, "type": etype, "time": stamp_time, "source": lane.source,
-                      "agent": agent, "session": session, "seq": seq, "epoch": lane.epoch}
-            else:
-                ev = {"aep": AEP_VERSION, "id": uid, "type": etype,
-                      "subject": subject if type(subject) is str else str(subject), "time": stamp_time,
-                      "source": lane.source, "agent": agent, "session": session, "seq": seq, "epoch": lane.epoch}
-        else:
-            if type(run) is not str:
-                run = str(run)
-            if subject is None or subject == "":
-                ev = {"aep": AEP_VERSION, "id": uid, "type": etype, "time": stamp_time, "source": lane.source,
-                      "agent": agent, "session": session, "run": run, "seq": seq, "epoch": lane.epoch}
-            else:
-                ev = {"aep": AEP_VERSION, "id": uid, "type": etype,
-                      "subject": subject if type(subject) is str else str(subject), "time": stamp_time,
-                      "source": lane.source, "agent": agent, "session": session, "run": run, "seq": seq,
-                      "epoch": lane.epoch}
-        if etype == "session.ended":
-            self.release(agent, session)
-        capture = get("capture")
-        if capture is not None and capture != "":
-            ev["capture"] = capture
-        data = get("data")
-        if data is not None:
-            ev["data"] = data
-        return ev
+                return {"aep": AEP_VERSION, "id": uid, "type": etype, "time": stamp_time, "source": lane.source,
+                        "agent": agent, "session": session, "seq": seq, "epoch": lane.epoch, "capture": capture,
+                        "data": data}
+            return {"aep": AEP_VERSION, "id": uid, "type": etype,
+                    "subject": subject if type(subject) is str else str(subject), "time": stamp_time,
+                    "source": lane.source, "agent": agent, "session": session, "seq": seq, "epoch": lane.epoch,
+                    "capture": capture, "data": data}
+        if type(run) is not str:
+            run = str(run)
+        if subject is None or subject == "":
+            return {"aep": AEP_VERSION, "id": uid, "type": etype, "time": stamp_time, "source": lane.source,
+                    "agent": agent, "session": session, "run": run, "seq": seq, "epoch": lane.epoch,
+                    "capture": capture, "data": data}
+        return {"aep": AEP_VERSION, "id": uid, "type": etype,
+                "subject": subject if type(subject) is str else str(subject), "time": stamp_time,
+                "source": lane.source, "agent": agent, "session": session, "run": run, "seq": seq,
+                "epoch": lane.epoch, "capture": capture, "data": data}
 
     def _stamp_general(self, draft: Event, now: float | None) -> Event:
         """``stamp`` for any draft: agent-scoped and command types, optionals, extension attributes."""
+        if "aep" in draft and "id" in draft and "source" in draft:
+            return _public(draft)  # already stamped (a redelivered ack): never re-stamp
         get = draft.get
         usual = _USUAL_KEYS.issuperset(draft)
         etype = get("type")
@@ -472,7 +478,7 @@ class Stamper:
             session = get("session") or UNKNOWN_SESSION
             if type(session) is not str:
                 session = str(session)
-            lane = self._lane(agent, session) if kind == 0 else None
+            lane = self._lane(agent, session) if kind == 0 or kind == 3 else None
             ev["source"] = lane.source if lane is not None else (
                 self._sources.get((agent, session)) or self._source(agent, session))
             ev["agent"] = agent
@@ -487,7 +493,7 @@ class Stamper:
             if lane is not None:
                 ev["seq"] = self._take_seq(lane)
                 ev["epoch"] = lane.epoch
-                if etype == "session.ended":
+                if kind == 3:
                     self.release(agent, session)
         if usual:
             capture = get("capture")

@@ -11,6 +11,7 @@ from typing import Any
 from .envelope import Stamper, StampError
 from .host import Health
 from .model import Batch, Event, Signal
+from .wire import dumps_line
 
 log = logging.getLogger("aep.pipeline")
 
@@ -84,6 +85,12 @@ class Pipeline:
         self.durable = list(durable)
         self.queued = list(queued)
         self.component = f"pipeline/{name}"
+        # A consumer with ``takes_lines = True`` accepts the events' lines (``wire.dumps_line`` of
+        # each) beside them. With two or more (the JSONL record and a sending queue), the events
+        # are serialized once here, after the capture ceiling and stamping, and every consumer
+        # gets the same bytes instead of serializing the same event again.
+        takers = [e for _, e in self.durable] + self.queued
+        self._share_lines = sum(getattr(c, "takes_lines", False) is True for c in takers) >= 2
 
     async def consume(self, batch: Batch) -> list[Event]:
         for processor in self.processors:
@@ -108,16 +115,23 @@ class Pipeline:
 
     def deliver(self, events: list[Event], redelivery: bool = False) -> None:
         """Hand stamped events to the exporters; a redelivery skips the durable record it already has."""
+        lines = [dumps_line(e) for e in events] if self._share_lines else None
         if not redelivery:
             for cid, exporter in self.durable:
                 try:
-                    exporter.export_now(events)
+                    if lines is not None and getattr(exporter, "takes_lines", False) is True:
+                        exporter.export_now(events, lines)
+                    else:
+                        exporter.export_now(events)
                     self.health.count(cid, "exported", len(events))
                 except Exception as exc:
                     self.health.count(cid, "failed", len(events))
                     self.health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
         for q in self.queued:
-            q.put(events)
+            if lines is not None and getattr(q, "takes_lines", False) is True:
+                q.put(events, lines)
+            else:
+                q.put(events)
 
 
 class Fanout:

@@ -55,7 +55,7 @@ import orjson
 
 from .host import Health
 from .model import Event
-from .wire import dumps_bytes
+from .wire import dumps_line
 
 log = logging.getLogger("aep.sending_queue")
 
@@ -247,8 +247,14 @@ class SendingQueue:
 
     # -- the pipeline's side ---------------------------------------------------------------
 
-    def put(self, events: list[Event]) -> None:
-        """Append ``events`` to disk now; refuse (count, log) what the byte bound has no room for."""
+    takes_lines = True
+    """``put`` accepts the events' lines already serialized (see ``put``)."""
+
+    def put(self, events: list[Event], lines: list[bytes] | None = None) -> None:
+        """Append ``events`` to disk now; refuse (count, log) what the byte bound has no room for.
+
+        ``lines``, when given, are ``wire.dumps_line`` of each event, in order (the pipeline
+        serializes once for the JSONL record and this queue)."""
         if not self._opened:
             try:
                 self.open()
@@ -258,28 +264,29 @@ class SendingQueue:
         cfg = self.config
         used = self.pending_bytes
         low_cap = int(cfg.max_bytes * LOW_SHARE)
-        lines: list[bytes] = []
+        if lines is None:
+            lines = [dumps_line(event) for event in events]
+        kept: list[bytes] = []
         size = 0
         refused = 0
-        for event in events:
-            line = dumps_bytes(event) + b"\n"
+        for event, line in zip(events, lines, strict=True):
             cap = low_cap if event.get("severity", "info") in LOW_SEVERITIES else cfg.max_bytes
             if used + size + len(line) > cap:
                 refused += 1
                 continue
-            lines.append(line)
+            kept.append(line)
             size += len(line)
-        if lines:
+        if kept:
             if self.sizes[self.segments[-1]] >= self.segment_limit:
                 self._roll()
-            data = b"".join(lines)
+            data = b"".join(kept)
             try:
                 _write_all(self._fd, data, self.sizes[self.segments[-1]])  # type: ignore[arg-type]
             except OSError as exc:
-                self._refuse(len(lines), _cause(exc), f"{self._path(self.segments[-1])}: {exc.strerror or exc}")
+                self._refuse(len(kept), _cause(exc), f"{self._path(self.segments[-1])}: {exc.strerror or exc}")
             else:
                 self.sizes[self.segments[-1]] += len(data)
-                self.pending_events += len(lines)
+                self.pending_events += len(kept)
                 if cfg.fsync == "always":
                     with contextlib.suppress(OSError):
                         os.fsync(self._fd)  # type: ignore[arg-type]

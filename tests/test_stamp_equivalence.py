@@ -108,10 +108,14 @@ def test_evictions_resume_as_before(tmp_path, max_sessions):
     stamp_both(drafts, max_sessions=max_sessions, tmp_path=tmp_path)
 
 
-@pytest.mark.parametrize("draft", [{"type": "Bad", "agent": "a", "session": "s"},
-                                   {"type": "run.started", "session": "s"},
-                                   {"type": "run.started", "agent": "", "session": "s"},
-                                   {"type": "run.started", "agent": 3, "session": "s"}])
+REFUSED = [{"type": "Bad", "agent": "a", "session": "s"},
+           {"type": "run.started", "session": "s"},
+           {"type": "run.started", "agent": "", "session": "s"},
+           {"type": "run.started", "agent": 3, "session": "s"},
+           {"type": "run.started", "agent": ["a"], "session": "s"}]
+
+
+@pytest.mark.parametrize("draft", REFUSED + [dict(d, capture="metadata", data={}) for d in REFUSED])
 def test_refusals_as_before(tmp_path, draft):
     new, ref = Stamper(tmp_path / "n", "h"), ReferenceStamper(tmp_path / "r", "h")
     for s in (new, ref):

@@ -31,7 +31,7 @@ from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.jsonl_files import is_rotated, rotated_name
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.wire import dumps_bytes
+from aep_collector.pipeline.wire import dumps_line
 
 from .paths import AGENT_FILE, encode_name
 
@@ -84,6 +84,7 @@ class JsonlExporter:
     """Writes each event as one line of its session's file."""
 
     durable = True  # called inline by the pipeline: on disk before the hook is answered
+    takes_lines = True  # export_now accepts the events' lines, serialized once by the pipeline
 
     def __init__(self, settings: CreateSettings, config: JsonlConfig) -> None:
         self.id = f"exporter/{settings.id}"
@@ -95,6 +96,7 @@ class JsonlExporter:
         self._dirty: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._paths: dict[tuple[Any, Any], str] = {}
+        self._last_path: str | None = None  # the path at the end of _fds (most recently written), if any
         self._born: dict[str, float] = {}
         self._closed: asyncio.Queue[Path | None] | None = None
         self._retention_task: asyncio.Task[None] | None = None
@@ -130,34 +132,65 @@ class JsonlExporter:
     async def export(self, events: list[Event]) -> None:
         self.export_now(events)
 
-    def export_now(self, events: list[Event]) -> None:
+    def export_now(self, events: list[Event], lines: list[bytes] | None = None) -> None:
         """Append every event; raise nothing (a failure is reported in health, per cause).
 
+        ``lines``, when given, are the events' lines already serialized (``wire.dumps_line`` of
+        each event, in order: the pipeline serializes once for every consumer of the bytes).
         A batch's lines for one file go out in one ``write`` (order kept): still whole lines only,
         and one system call per session per batch instead of one per event. A batch of one (a
-        hook's) skips the grouping.
+        hook's) for a file already open, with no rotation, takes the short path first below.
         """
+        cfg = self.config
+        if len(events) == 1 and not (cfg.rotate_bytes or cfg.rotate_age):
+            event = events[0]
+            path = self._paths.get((event.get("agent", "unknown"), event.get("session"))) or self._file(event)
+            fd = self._fds.get(path)
+            if fd is not None:
+                if path is not self._last_path:  # the open-file LRU: a hook stream repeats its session
+                    self._fds.move_to_end(path)
+                    self._last_path = path
+                data = dumps_line(event) if lines is None else lines[0]
+                try:
+                    written = os.write(fd, data)
+                except OSError as exc:
+                    self._dropped(path, exc, 1)
+                    return
+                if written != len(data):
+                    kept = self._cut_short_write(path, fd, data, written)
+                    self._dropped(path, OSError(errno.ENOSPC, "short write (disk full?)"), 1 - kept)
+                    return
+                if self.health.problems.get(self.id):
+                    self._recover()
+                if cfg.fsync == "always":
+                    with contextlib.suppress(OSError):
+                        os.fsync(fd)
+                else:
+                    self._dirty.add(fd)
+                return
+        if lines is None:
+            lines = [dumps_line(event) for event in events]
         if len(events) == 1:
             event = events[0]
             path = self._paths.get((event.get("agent", "unknown"), event.get("session"))) or self._file(event)
-            groups: list[tuple[str, list[bytes]]] = [(path, [dumps_bytes(event) + b"\n"])]
+            groups: list[tuple[str, list[bytes]]] = [(path, lines)]
         else:
             by_path: dict[str, list[bytes]] = {}
-            for event in events:
-                by_path.setdefault(self._file(event), []).append(dumps_bytes(event) + b"\n")
+            for event, line in zip(events, lines, strict=True):
+                by_path.setdefault(self._file(event), []).append(line)
             groups = list(by_path.items())
-        cfg = self.config
         touched: list[int] = []
         failed = 0
-        for path, lines in groups:
+        for path, group in groups:
             kept = 0
             try:
-                data = lines[0] if len(lines) == 1 else b"".join(lines)
+                data = group[0] if len(group) == 1 else b"".join(group)
                 fd = self._fds.get(path)
                 if fd is None:
                     fd = self._open(path)
                 else:
                     self._fds.move_to_end(path)
+                    self._last_path = path
                 if cfg.rotate_bytes or cfg.rotate_age:
                     fd = self._maybe_rotate(path, fd, len(data))
                 written = os.write(fd, data)
@@ -166,24 +199,34 @@ class JsonlExporter:
                     raise OSError(errno.ENOSPC, "short write (disk full?)")
                 touched.append(fd)
                 if cfg.rotate_age and path not in self._born:
-                    self._born[path] = _event_time(lines[0])
+                    self._born[path] = _event_time(group[0])
             except OSError as exc:
-                failed += len(lines) - kept
-                self._fail(exc, f"{path}: {exc.strerror or exc}")
-                self._close(path)
+                failed += len(group) - kept
+                self._dropped(path, exc, 0)
         if failed:
             self.health.count(self.id, "dropped", failed)
         elif self.health.problems.get(self.id):
-            for cause in list(self.health.problems.get(self.id, {})):
-                # A write that fitted says nothing about a disk still at its limit.
-                if cause not in _FULL or self.has_room():
-                    self.health.recover(self.id, cause)
+            self._recover()
         if cfg.fsync == "always":
             for fd in touched:
                 with contextlib.suppress(OSError):
                     os.fsync(fd)
         else:
             self._dirty.update(touched)
+
+    def _dropped(self, path: str, exc: OSError, count: int) -> None:
+        """A write to ``path`` failed: report the cause and close the file; count ``count`` events dropped."""
+        self._fail(exc, f"{path}: {exc.strerror or exc}")
+        self._close(path)
+        if count:
+            self.health.count(self.id, "dropped", count)
+
+    def _recover(self) -> None:
+        """After a write that fitted: clear this exporter's problems, a full disk only once it has room."""
+        for cause in list(self.health.problems.get(self.id, {})):
+            # A write that fitted says nothing about a disk still at its limit.
+            if cause not in _FULL or self.has_room():
+                self.health.recover(self.id, cause)
 
     def _fail(self, exc: OSError, detail: str) -> None:
         cause = _cause(exc)
@@ -232,11 +275,13 @@ class JsonlExporter:
         fd = self._fds.get(path)
         if fd is not None:
             self._fds.move_to_end(path)
+            self._last_path = path
             return fd
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         repair_torn_tail(Path(path))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
         self._fds[path] = fd
+        self._last_path = path
         if self.config.rotate_age and os.fstat(fd).st_size:
             self._born[path] = _first_event_time(Path(path))
         while len(self._fds) > self.config.max_open_files:
