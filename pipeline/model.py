@@ -41,10 +41,13 @@ class Signal:
     name: str
     """The vendor's own name for the moment (hook event name, bus type, ``event.name``)."""
     payload: dict[str, Any]
-    """The vendor's payload exactly as received."""
-    attrs: dict[str, Any] = field(default_factory=dict)
-    """Receiver context the payload does not carry (query parameters, OTLP profile and mode, a
-    per-receiver switch); what a hold tells the mapping has typed fields below."""
+    """The vendor's payload as received (the OpenCode family's: the moment its POST decodes to)."""
+    mode: str | None = None
+    """Set by an OTLP receiver: its ``mode`` (``primary`` or ``companion``, receivers/otlp/README.md);
+    None, or anything else, maps as ``companion``. Fourth, so the receiver passes it positionally."""
+    attrs: dict[str, Any] | None = None
+    """Receiver-private context that no mapping reads (the OpenCode family's vendor server address);
+    None when there is none (no dict per signal). What a mapping reads is a typed field."""
     hold: str | None = None
     """Set by a receiver that will hold the vendor's reply open on the resulting attention request."""
     respond_via: list[str] | None = None
@@ -52,13 +55,16 @@ class Signal:
     ``["control"]`` while a control route is live, else ``["oob"]``); the mapping copies it onto
     the request's card. None: the mapping's own default stands."""
     expires_at: str | None = None
+    """Set with a live hold: when it gives up (RFC 3339), shown on the card as ``expires_at``."""
     options: list[dict[str, str]] | None = None
     """Set with a held gate: the options its permission card offers (the receiver applies the
     answer against them and builds the vendor's reply from it)."""
-    """Set with a live hold: when it gives up (RFC 3339), shown on the card as ``expires_at``."""
     tool_closed: bool = False
     """Set by a receiver whose operator tool gate already closed this tool call (its ``tool.denied`` was emitted),
     so the mapping keeps the vendor's late report of it off the tool lifecycle."""
+    deltas: bool | None = None
+    """Set by the pi receiver from its ``deltas`` config: map stream updates. None: the mapping
+    state's own default (``AEP_PI_DELTAS``)."""
     received_ns: int = field(default_factory=time.time_ns)
 
 

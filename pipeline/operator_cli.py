@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from .atomic import atomic_write
+
 # Exit codes: one per outcome a script may want to branch on.
 OK = 0
 REJECTED = 1
@@ -230,9 +232,7 @@ def save_cursor(seen: dict[str, tuple[int, int]]) -> None:
     path = cursor_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([{"session": s, "epoch": e, "seq": q} for s, (e, q) in seen.items()][-500:]))
-        tmp.replace(path)
+        atomic_write(path, json.dumps([{"session": s, "epoch": e, "seq": q} for s, (e, q) in seen.items()][-500:]))
     except OSError:
         pass  # resuming is a convenience; tailing goes on without it
 

@@ -6,13 +6,11 @@ the command line that runs it, and its waits.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aep_collector.pipeline import shim
+from aep_collector.pipeline.atomic import atomic_write
 from aep_collector.pipeline.component import Kind
 from aep_collector.pipeline.vendor import HELD_WAIT_MARGIN, VendorDeclaration
 from aep_collector.processors.mapping import load_vendor
@@ -126,18 +125,9 @@ def _write(target: Path, data: bytes) -> None:
     if target.is_file() and target.read_bytes() == data:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    # A temp file of its own: hooks run from the package write the table on first use, a burst of
-    # them at once, and a shared temp name let one writer rename another's half-written file.
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the copy from a vendor running as another user
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # Hooks run from the package write the table on first use, a burst of them at once: atomic_write
+    # gives each writer its own temp file. 0644: a vendor running as another user runs the copy too.
+    atomic_write(target, data, mode=0o644)
     # Bytecode is checked by mtime and size: a same-size rewrite within a second could run stale.
     for stale in (target.parent / "__pycache__").glob(target.stem + ".*.pyc"):
         stale.unlink(missing_ok=True)

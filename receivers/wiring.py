@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from aep_collector.pipeline.atomic import atomic_write
 from aep_collector.receivers.registration import HOOK_FILE, hook_dir
 
 BACKUP_SUFFIX = ".aep-backup"
@@ -222,13 +223,7 @@ def _write(path: Path, text: str, mode: int | None) -> None:
     if path.is_symlink():  # a dotfile kept elsewhere (stow, a dotfiles repo): write through the link
         path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".aep-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    if mode is not None:
-        os.chmod(tmp, mode)
-    elif path.exists():
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-    os.replace(tmp, path)
+    atomic_write(path, text, mode=mode)  # an existing file keeps its mode unless one is given
 
 
 @dataclass

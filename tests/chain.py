@@ -21,8 +21,9 @@ class Chain:
         self.processors = [MappingProcessor(), RunsProcessor(), CaptureProcessor(CaptureConfig(ceiling=ceiling))]
         self.stamper = Stamper(state_dir, host="test-host")
 
-    def feed(self, agent: str, name: str, payload: Any, **attrs: Any) -> list[dict[str, Any]]:
-        return self.feed_signal(Signal(agent=agent, name=name, payload=payload, attrs=attrs))
+    def feed(self, agent: str, name: str, payload: Any, **fields: Any) -> list[dict[str, Any]]:
+        """``fields``: the typed Signal fields a receiver would set (``hold``, ``mode``, ...)."""
+        return self.feed_signal(Signal(agent=agent, name=name, payload=payload, **fields))
 
     def feed_signal(self, signal: Signal) -> list[dict[str, Any]]:
         batch: list[Any] = [signal]

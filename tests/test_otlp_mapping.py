@@ -248,7 +248,7 @@ def test_the_mapping_processor_dispatches_the_receiver_key_to_the_profile(agent:
     fname = f"{agent}.json"
     name, case = entries(fname)[0]
     processor = MappingProcessor()
-    primary = processor([Signal(agent=agent, name=name, payload=case["input"], attrs={"mode": "primary"})])
+    primary = processor([Signal(agent=agent, name=name, payload=case["input"], mode="primary")])
     companion = processor([Signal(agent=agent, name=name, payload=case["input"])])  # default mode
     assert [d["agent"] for d in primary + companion] == [module, module]
     assert primary[0]["type"] == "session.started"
@@ -259,7 +259,7 @@ def test_the_mapping_processor_dispatches_the_receiver_key_to_the_profile(agent:
 def test_an_unrecognised_mode_degrades_to_companion() -> None:
     _, case = entries("codex-otel.json")[0]
     (d,) = codex_otel.map_signal(Signal(agent="codex-otel", name="x", payload=case["input"],
-                                        attrs={"mode": "Primary"}), codex_otel.new_state())
+                                        mode="Primary"), codex_otel.new_state())
     assert d["type"] == "x.codex.otel.conversation_starts"
 
 

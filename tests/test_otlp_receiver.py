@@ -176,7 +176,7 @@ async def test_real_sdk_exporter_delivers_every_vscode_fixture_record(transport:
         await asyncio.to_thread(emit_through_sdk, exporter, resource, [c["input"]["attributes"] for _, c in cases])
     assert [len(b) for b in sink.batches] == [1] * len(cases)  # SimpleLogRecordProcessor: one export each
     for signal, (_, case) in zip(sink.signals, cases, strict=True):
-        assert (signal.agent, signal.attrs) == ("vscode-otel", {"mode": mode})
+        assert (signal.agent, signal.mode, signal.attrs) == ("vscode-otel", mode, None)
         assert signal.name == case["input"]["attributes"]["event.name"]
         assert signal.payload["attributes"] == case["input"]["attributes"]
         assert signal.payload["resource"].items() >= resource.items()

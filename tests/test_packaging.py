@@ -44,6 +44,11 @@ def test_pip_install_then_run_with_no_flags_from_anywhere(tmp_path: Path) -> Non
     assert where.returncode == 0, where.stderr
     module_file, n_annotations = where.stdout.split()
     assert module_file.startswith(str(env_dir)) and int(n_annotations) > 40  # the installed copy, with its data
+    # Exactly one top-level package: every file the wheel installed into site-packages is under
+    # aep_collector/ (or its own dist-info); the scripts go to bin/ (``../../../bin``).
+    (record,) = Path(purelib).glob("aep_collector-*.dist-info/RECORD")
+    tops = {line.split(",")[0].split("/")[0] for line in record.read_text().splitlines() if line}
+    assert tops == {"aep_collector", record.parent.name, ".."}, tops
     for old in ("pipeline", "receivers", "processors", "exporters"):  # one top-level package only
         gone = subprocess.run([str(py), "-c", f"import {old}"], capture_output=True, text=True, cwd=cwd, env=env)
         assert gone.returncode == 1 and "ModuleNotFoundError" in gone.stderr, (old, gone.stderr)

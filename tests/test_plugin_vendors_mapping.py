@@ -83,7 +83,7 @@ def test_pi_held_tool_call_is_the_gate_request() -> None:
 def test_pi_deltas_come_from_the_signal_before_the_state(attr: Any, state_default: bool, want: list[str]) -> None:
     sig = Signal("pi", "message_update", copy.deepcopy(PI["message_update"]["input"]))
     if attr is not None:
-        sig.attrs["deltas"] = attr
+        sig.deltas = attr
     assert [d["type"] for d in pi.map_signal(sig, pi.new_state(deltas=state_default))] == want
 
 

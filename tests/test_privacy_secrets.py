@@ -83,7 +83,7 @@ def otel_inputs(agent: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def vendor_inputs(vendor: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """(signal name, payload, signal attrs) for every fixture input of a vendor or OTel profile."""
+    """(signal name, payload, typed Signal fields) for every fixture input of a vendor or OTel profile."""
     if vendor in VENDORS:
         return [(signal_name(vendor, k, p), p, {"respond_via": ["control"]}) for k, p in fixture_inputs(vendor)]
     agent, mode = vendor.rsplit(":", 1)
@@ -109,8 +109,8 @@ def chain(ceiling: str, overrides: dict[str, str], state: Path) -> Any:
     processors = [MappingProcessor(), RunsProcessor(), CaptureProcessor(CaptureConfig(ceiling=ceiling, overrides=overrides))]
     stamper = Stamper(state, "privacy-host")
 
-    def run(agent: str, name: str, payload: Any, attrs: dict[str, Any]) -> list[str]:
-        batch: list[Any] = [Signal(agent, name, payload, attrs=attrs)]
+    def run(agent: str, name: str, payload: Any, fields: dict[str, Any]) -> list[str]:
+        batch: list[Any] = [Signal(agent, name, payload, **fields)]
         for p in processors:
             batch = p(batch)
         return [dumps(stamper.stamp(d)) for d in batch if isinstance(d, dict)]

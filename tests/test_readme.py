@@ -24,6 +24,19 @@ def test_the_processor_example_runs():
     exec(compile(code, "README.md", "exec"), {})  # noqa: S102 - our own documentation
 
 
+def test_the_plugin_examples_run_on_the_api_alone():
+    # Issue #14: a plug-in imports only the typed API, and the README's examples say so by running.
+    section = README.split("## Writing a plug-in component", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) >= 2, "the exporter and the vendor example"
+    for code in blocks:
+        imports = re.findall(r"^from (aep_collector[\w.]*) import", code, re.M)
+        assert imports and set(imports) == {"aep_collector.api"}, imports
+        scope: dict = {}
+        exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - our own documentation
+        assert scope["FACTORY"].type in ("my_exporter", "quill")
+
+
 def test_every_receiver_type_is_documented():
     from aep_collector.pipeline.component import Kind
     from aep_collector.pipeline.registry import build_registry

@@ -55,3 +55,14 @@ def test_receivers_import_from_processors_only_the_vendor_registry_lookup() -> N
         if extra:
             seen[path.relative_to(RECEIVERS).as_posix()] = extra
     assert not seen, f"receivers/ must not import from processors/ (reply side lives here): {seen}"
+
+
+def test_no_mapping_reads_untyped_receiver_context() -> None:
+    # What a mapping reads of a receiver is a typed Signal field (hold, respond_via, mode, deltas, ...);
+    # ``Signal.attrs`` is receiver-private. Any ``.attrs`` read under processors/ fails here.
+    reads = []
+    for path in sorted((ROOT / "processors").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "attrs":
+                reads.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
+    assert not reads, f"mappings read Signal.attrs (make it a typed Signal field): {reads}"

@@ -196,4 +196,4 @@ def test_any_order_of_otlp_records_gives_a_valid_stream(receiver: str, data: st.
         flat = copy.deepcopy(records[i])
         name = flat["attributes"].get("event.name")
         check(chain, stream, Signal(agent=agent, name=name if isinstance(name, str) else "", payload=flat,
-                                    attrs={"mode": mode}), (receiver, mode, i))
+                                    mode=mode), (receiver, mode, i))

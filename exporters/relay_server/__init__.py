@@ -28,6 +28,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from aep_collector.pipeline.atomic import atomic_write
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event
@@ -135,9 +136,7 @@ class RelayServer:
                "pid": os.getpid(), "instance": self.instance}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc) + "\n", encoding="utf-8")
-            tmp.replace(path)
+            atomic_write(path, json.dumps(doc) + "\n")
             self.discovery_path = path
         except OSError as exc:
             host.health.fail(self.id, "discovery-file", f"cannot write {path}: {exc}")

@@ -91,7 +91,7 @@ class Profile:
         return map_record(self, flat, mode)
 
     def map_signal(self, signal: Signal, state: None = None) -> list[Event]:
-        """Map a receiver Signal (payload = flattened record, attrs["mode"])."""
+        """Map a receiver Signal (payload = flattened record, ``Signal.mode``)."""
         return map_signal(self, signal)
 
 
@@ -238,7 +238,7 @@ def map_record(profile: Profile, flat: Any, mode: str = COMPANION) -> list[Event
 
 
 def map_signal(profile: Profile, signal: Signal) -> list[Event]:
-    """``map_record`` over a receiver's Signal: payload = flattened record, attrs["mode"] = mode."""
-    mode = signal.attrs.get("mode", COMPANION) if isinstance(signal.attrs, dict) else COMPANION
-    # An unrecognised mode degrades to companion, the mode that never emits a core type.
+    """``map_record`` over a receiver's Signal: payload = flattened record, ``Signal.mode`` = mode."""
+    mode = signal.mode
+    # Unset or unrecognised degrades to companion, the mode that never emits a core type.
     return map_record(profile, signal.payload, mode if mode in MODES else COMPANION)

@@ -4,7 +4,7 @@ The extension forwards every moment as ``{session: {id, file, cwd}, event: {type
 session read in-process from ``ctx.sessionManager``. One run per AGENT LOOP (``agent_start`` ->
 ``agent_end``, typed by the last assistant ``stopReason``); ``turnIndex`` is the envelope step.
 Observe-only by non-subscription; stream updates are suppressed unless the deltas opt-in is on
-(the receiver's ``deltas`` config rides on every signal as ``attrs["deltas"]``; ``AEP_PI_DELTAS`` is
+(the receiver's ``deltas`` config rides on every signal as ``Signal.deltas``; ``AEP_PI_DELTAS`` is
 only the default of a state built without one). With the receiver's opt-in gate, the extension
 also forwards ``tool_call``; a held one (``Signal.hold`` set) becomes the gate's Allow/Deny request.
 """
@@ -307,8 +307,8 @@ def map_signal(signal: Signal, state: PiState) -> list[Event]:
         if signal.hold is None:
             return []
         return [gate_request(payload, signal.expires_at)]
-    deltas = signal.attrs.get("deltas")
-    if not isinstance(deltas, bool):
+    deltas = signal.deltas
+    if deltas is None:
         deltas = state.deltas
     if kind == "agent_start":
         if session in state.open_loops:

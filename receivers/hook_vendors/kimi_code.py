@@ -32,6 +32,9 @@ HELD_HOOKS = frozenset({"PreToolUse"})
 # (`setsid`, where the system has it; else as before). The shim then answers at once and posts
 # from a detached child (pipeline/shim.py `detached`).
 DETACHED_HOOKS = frozenset({"PostToolUse", "PostToolUseFailure"})
+MAX_DETACHED_GRACE = 5.0
+"""Seconds: a lost PostToolUse never holds run.finished (and the Stop's reply) longer than this;
+below the shim's 6 s wait for a hook's reply, so the record still comes before the reply."""
 NEW_SESSION = ("/bin/sh -c 'command -v setsid >/dev/null 2>&1 && exec setsid \"$@\"; exec \"$@\"' "
                "aep-new-session")
 
@@ -84,12 +87,22 @@ class KimiCodeConfig(GateConfig):
     attention_timeout: float = 50.0
     """Seconds a gated PreToolUse waits for an operator (registered hook timeout: 60)."""
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
+    detached_grace: float = 1.5
+    """Seconds a Stop whose session has a PostToolUse still unreported (posted detached, it can come
+    second) waits for it before run.finished goes in; the Stop's reply follows. 0: no wait."""
+
+    def validate(self) -> None:
+        super().validate()
+        if not 0 <= self.detached_grace <= MAX_DETACHED_GRACE:  # NaN fails too
+            raise ValueError(f"detached_grace must be between 0 and {MAX_DETACHED_GRACE:g} seconds")
 
 
 HANDLING = HookHandling(
     neutral=neutral_reply,  # an empty body on UserPromptSubmit (Kimi would show `{}` to the model)
     session_end=frozenset({"SessionEnd"}),
     gate=Gate(options=GATE_OPTIONS, decide=gate_decision, reply=pretool_reply, call_id_key="tool_call_id"),
+    # The detached PostToolUse can reach the collector after Stop: run.finished waits for it (late_calls).
+    ends_run=frozenset({"Stop"}), call_id_key="tool_call_id",
 )
 
 

@@ -41,6 +41,7 @@ from aep_collector.receivers.held import (
     permission_validator,
 )
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_vendors.late_calls import LateCalls
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
 )
@@ -92,6 +93,10 @@ class HookHandling:
     session_end: frozenset[str] = frozenset()
     """Hooks that end a session: pending holds are dismissed before they are delivered."""
     gate: Gate | None = None
+    ends_run: frozenset[str] = frozenset()
+    """Hooks ending a run: held behind the session's detached tool reports (``late_calls``)."""
+    call_id_key: str | None = None
+    """Payload key of the tool call id pairing a PreToolUse with its detached report."""
 
 
 def declare(agent: str, mapping: str, handling: HookHandling, config_class: type, port: int,
@@ -131,6 +136,9 @@ class HookVendorSurface:
         self.calls: dict[tuple[str, str], Hold] = {}
         self.denied: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Calls the gate denied (session, call id): their tool.denied closed them."""
+        self.late: LateCalls | None = None
+        if handling.ends_run and handling.call_id_key and declaration.detached:
+            self.late = LateCalls(getattr(config, "detached_grace", 0.0))
 
     # -- HookSurface ---------------------------------------------------------------------------
 
@@ -146,13 +154,19 @@ class HookVendorSurface:
         assert server.deliver is not None
         self.loop.bind(host, server.deliver, self.accepts(), server.consumer)
 
+    async def on_stop(self) -> None:
+        if self.late is not None:
+            await self.late.close()  # a held run end goes in before the server stops
+
     def health_extra(self) -> dict[str, Any]:
-        return self.gate.health() if self.gate is not None else {}
+        extra = self.gate.health() if self.gate is not None else {}
+        if self.late is not None:  # run ends waiting for a detached tool report (late_calls)
+            extra = {**extra, "held_run_ends": len(self.late.held)}
+        return extra
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
         query = request.query.get("hook")
         name = next((v for k in self.handling.name_keys if (v := get_str(payload, k))), None)
-        attrs: dict[str, Any] = {}
         if name is None and query is not None:
             name = query.strip()
             if not _HOOK_NAME.fullmatch(name):
@@ -160,7 +174,6 @@ class HookVendorSurface:
                             "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
             if self.handling.canonical is not None:
                 name = self.handling.canonical(name)
-            attrs["hook"] = name
         if name is None:
             if not self.handling.name_keys:
                 # Antigravity payloads never name their hook; the shim passes its EVENT argument.
@@ -168,7 +181,7 @@ class HookVendorSurface:
                             "POST /hook?hook=<EventName> (aep-collector-hook passes its EVENT argument)")
             raise HookError(400, "invalid-payload",
                         f"{self.handling.name_keys[0]} is missing or not a string (or pass ?hook=<EventName>)")
-        return Signal(agent=self.agent, name=name, payload=payload, attrs=attrs)
+        return Signal(agent=self.agent, name=name, payload=payload)
 
     def neutral(self, signal: Signal | None) -> Any:
         if self.handling.neutral is not None:
@@ -179,6 +192,15 @@ class HookVendorSurface:
     async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         name, payload = signal.name, signal.payload
         session = _session(payload)
+        late, call_id = self.late, None
+        if late is not None:
+            call_id = get_str(payload, self.handling.call_id_key or "")
+            if name not in self.declaration.detached:
+                await late.release(session)  # a held run end goes before anything else of its session
+                if name in self.handling.ends_run and await late.hold(session, signal, deliver):
+                    return self.neutral(signal)  # in the pipeline behind the session's late reports
+                if name == "PreToolUse" and call_id is not None:
+                    late.opened(session, call_id)
         if name == "PermissionRequest" and self.handling.permission_reply is not None:
             return await self._permission(signal)
         if name == "PreToolUse" and self.gate is not None and self.gate.gates(get_str(payload, "tool_name")):
@@ -198,6 +220,8 @@ class HookVendorSurface:
                 # the call is closed already, so the mapping keeps it off the tool lifecycle.
                 signal.tool_closed = True
         await deliver([signal])
+        if late is not None and call_id is not None and name in self.declaration.detached:
+            late.reported(session, call_id)
         return self.neutral(signal)
 
     # -- the permission card (Codex, Qwen Code) ------------------------------------------------

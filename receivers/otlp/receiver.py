@@ -165,7 +165,7 @@ class OtlpReceiver:
                 rejected += 1
                 continue
             name = flat["attributes"].get("event.name")
-            batch.append(Signal(agent, name if isinstance(name, str) else "", flat, {"mode": mode}))
+            batch.append(Signal(agent, name if isinstance(name, str) else "", flat, mode))
         if batch:
             try:
                 await self.consumer.consume(batch)

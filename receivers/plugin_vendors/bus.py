@@ -131,9 +131,8 @@ class BusSurface:
         signal = Signal(agent=self.agent, name=name, payload=as_moment(name, body))
         # The plugin percent-encodes both (a header value is Latin-1; a directory may not be).
         url = loopback_url(unquote(request.headers.get(SERVER_URL_HEADER, "")))
-        if url is not None:
-            signal.attrs["server_url"] = url
-            signal.attrs["directory"] = unquote(request.headers.get(DIRECTORY_HEADER, "")) or None
+        if url is not None:  # receiver-private: only _remember_server reads it
+            signal.attrs = {"server_url": url, "directory": unquote(request.headers.get(DIRECTORY_HEADER, "")) or None}
         return signal
 
     def neutral(self, signal: Signal | None) -> Any:
@@ -186,10 +185,10 @@ class BusSurface:
     # -- Kilo >=7.4.6: bus asks answered over the vendor's REST routes --------------------------------
 
     def _remember_server(self, signal: Signal, session: str | None) -> None:
-        url = signal.attrs.get("server_url")
-        if url and session:
+        attrs = signal.attrs
+        if attrs and attrs.get("server_url") and session:
             self.servers.pop(session, None)
-            self.servers[session] = (url, signal.attrs.get("directory"))
+            self.servers[session] = (attrs["server_url"], attrs.get("directory"))
             while len(self.servers) > _KEPT:
                 del self.servers[next(iter(self.servers))]
 

@@ -67,7 +67,7 @@ class PiSurface(StrictGateSurface):
         body, given = unwrap(payload, request)
         own = get_str(get_dict(body, "event"), "type")
         signal = Signal(agent=AGENT, name=need_name(own or given, "event.type"), payload=body)
-        signal.attrs["deltas"] = self.config.deltas  # the mapping's stream-update switch, per receiver
+        signal.deltas = self.config.deltas  # the mapping's stream-update switch, per receiver
         return signal
 
     def awaits_reply(self, signal: Signal) -> bool:
