@@ -11,12 +11,15 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import socket
+import tempfile
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -47,6 +50,7 @@ _OPTIONAL = ("cause", "traceparent", "severity", "capture")
 _USUAL_KEYS = frozenset({"type", "agent", "id", "subject", "session", "run", "capture", "data"})
 # ".000Z" .. ".999Z" (and ".1000Z", which float rounding can in theory produce): the time suffix.
 _MS_SUFFIX = [f".{ms:03d}Z" for ms in range(1001)]
+log = logging.getLogger("aep.stamper")
 
 
 
@@ -155,12 +159,27 @@ class EpochStore:
 
     AEP-0001 §7: an emitter whose seq counter is not durable MUST bump the epoch on restart and
     never reuse one. A file lock makes two processes sharing a state directory each take their own.
+
+    The service calls ``check`` at start, so a state directory that cannot be written stops it with
+    the path named. One that breaks later (removed, remounted read-only, full) must not cost events:
+    the agent gets the next epoch unpersisted, and ``report`` (the service's /healthz) says so.
     """
 
     def __init__(self, state_dir: Path) -> None:
         self.dir = Path(state_dir).expanduser() / "epochs"
         self._epochs: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.unpersisted: dict[str, int] = {}
+        self.report: Callable[[str], None] | None = None
+
+    def check(self) -> None:
+        """Raise ``OSError`` naming the folder unless epoch files can be created in it."""
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=self.dir).close()
+        except OSError as exc:
+            raise OSError(exc.errno, f"state directory {self.dir} is not writable ({exc.strerror or exc}): the "
+                          "per-agent epochs are persisted there; fix it or set service.state_dir") from exc
 
     def epoch(self, agent: str) -> int:
         value = self._epochs.get(agent)
@@ -168,8 +187,25 @@ class EpochStore:
             with self._lock:
                 value = self._epochs.get(agent)
                 if value is None:
-                    value = self._bump(agent)
+                    try:
+                        value = self._bump(agent)
+                    except OSError as exc:
+                        value = self._unpersisted(agent, exc)
                     self._epochs[agent] = value
+        return value
+
+    def _unpersisted(self, agent: str, exc: OSError) -> int:
+        """The next epoch, kept in memory only: stamping goes on (events are never dropped for it)."""
+        value = 0
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            value = int(json.loads((self.dir / (quote(agent, safe="") + ".json")).read_text())["epoch"]) + 1
+        self.unpersisted[agent] = value
+        detail = (f"cannot persist epochs in {self.dir} ({exc.strerror or exc}); stamping goes on with "
+                  f"unpersisted epochs {self.unpersisted}, which a restart may reuse")
+        if self.report is not None:
+            self.report(detail)  # logged once, shown in /healthz
+        else:
+            log.error("%s", detail)
         return value
 
     def _bump(self, agent: str) -> int:

@@ -115,7 +115,12 @@ class Pipeline:
 
     def deliver(self, events: list[Event], redelivery: bool = False) -> None:
         """Hand stamped events to the exporters; a redelivery skips the durable record it already has."""
-        lines = [dumps_line(e) for e in events] if self._share_lines else None
+        lines = None
+        if self._share_lines:
+            try:
+                lines = [dumps_line(e) for e in events]
+            except (TypeError, ValueError):  # not JSON (a plug-in's value): each consumer fails as before
+                lines = None
         if not redelivery:
             for cid, exporter in self.durable:
                 try:

@@ -45,6 +45,7 @@ class Service:
         self.health = Health(window=config.telemetry.health_window)
         self.host = Host(health=self.health, state_dir=config.state_dir)
         self.stamper = Stamper(config.state_dir, host_name, max_sessions=config.limits.max_sessions)
+        self.stamper.epochs.report = lambda detail: self.health.fail("stamper", "state-dir", detail)
         self.exporters: dict[str, Any] = {}
         self.processors: dict[tuple[str, str], Any] = {}
         self.receivers: dict[str, Any] = {}
@@ -115,6 +116,7 @@ class Service:
                             self.health)
 
     async def start(self) -> None:
+        self.stamper.epochs.check()  # an unwritable state directory stops the start, named
         if not self._built:
             self.build()
         try:

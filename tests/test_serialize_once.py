@@ -129,3 +129,20 @@ async def test_jsonl_short_path_writes_what_the_batch_path_writes(tmp_path):
     assert out["single"] == out["batch"] and len(out["single"]) > 3
     for data in out["single"].values():
         assert data.endswith(b"\n")
+
+
+async def test_an_event_that_is_not_json_fails_as_it_did_without_sharing(tmp_path):
+    """A value no serializer takes (a plug-in's set): JSONL reports the failure, the queue raises, as before."""
+    health = Health()
+    jsonl = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=str(tmp_path / "logs"), fsync="never"))
+    await jsonl.start(Host(health=health, state_dir=tmp_path))
+    queue = SendingQueue("exporter/sink", tmp_path / "queue", SendingQueueConfig(fsync="never"), Sink().deliver, health)
+    pipe = Pipeline("p", [], Stamper(tmp_path, "h"), health, [("exporter/jsonl", jsonl)], [queue])
+    assert pipe._share_lines
+    event = Stamper(tmp_path / "other", "h").stamp({"type": "run.started", "agent": "a", "session": "s",
+                                                    "capture": "metadata", "data": {"odd": {1, 2}}})
+    with pytest.raises(TypeError):
+        pipe.deliver([event])
+    assert health.snapshot()["problems"]["exporter/jsonl"]
+    await jsonl.shutdown()
+    queue.close()
