@@ -8,8 +8,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +108,34 @@ def collector(config: dict[str, Any], tmp_path: Path, env: dict[str, str] | None
     finally:
         if c.proc is not None and c.proc.poll() is None:
             c.stop()
+
+
+def race(path: Path, versions: list[bytes], write: Callable[[bytes], None], rounds: int = 10) -> list[str]:
+    """Four writers, ``rounds`` writes each, and a reader: what the reader saw that no writer wrote."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def writer(data: bytes) -> None:
+        for _ in range(rounds):
+            try:
+                write(data)
+            except OSError as exc:
+                seen.append(type(exc).__name__)
+
+    def reader() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError):
+                data = path.read_bytes()
+                if data not in versions:
+                    seen.append(f"torn: {len(data)} bytes")
+
+    threads = [threading.Thread(target=writer, args=(v,)) for v in versions]
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    watcher.join()
+    return seen

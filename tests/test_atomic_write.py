@@ -4,13 +4,10 @@ epoch files) is replaced whole, even with writers racing, and a failed write cha
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import stat
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,36 +15,7 @@ from aep_collector.pipeline import atomic, operator_cli
 from aep_collector.pipeline.atomic import atomic_write
 from aep_collector.receivers import wiring
 
-
-def race(path: Path, versions: list[bytes], write: Callable[[bytes], None], rounds: int = 10) -> list[str]:
-    """Four writers, ``rounds`` writes each, and a reader: what the reader saw that no writer wrote."""
-    seen: list[str] = []
-    done = threading.Event()
-
-    def writer(data: bytes) -> None:
-        for _ in range(rounds):
-            try:
-                write(data)
-            except OSError as exc:
-                seen.append(type(exc).__name__)
-
-    def reader() -> None:
-        while not done.is_set():
-            with contextlib.suppress(FileNotFoundError):
-                data = path.read_bytes()
-                if data not in versions:
-                    seen.append(f"torn: {len(data)} bytes")
-
-    threads = [threading.Thread(target=writer, args=(v,)) for v in versions]
-    watcher = threading.Thread(target=reader)
-    watcher.start()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    done.set()
-    watcher.join()
-    return seen
+from tests.helpers import race
 
 
 def test_concurrent_writers_never_leave_a_partial_or_empty_file(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ command hooks, goes through the same command to the ``claude_code`` receiver.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
@@ -27,7 +26,7 @@ from aep_collector.pipeline import shim
 from aep_collector.receivers import registration
 from aep_collector.receivers.registration import render, using_home
 
-from tests.helpers import ROOT, base_config, collector, read_jsonl
+from tests.helpers import ROOT, base_config, collector, race, read_jsonl
 
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}  # what a vendor's child might get
 
@@ -231,35 +230,8 @@ def test_concurrent_writers_of_the_copy_never_leave_a_partial_file(tmp_path: Pat
     """Hooks run from the package write the table on first use, so a burst of them (and a `hooks
     --install` beside them) write it at once: the file is always one writer's whole bytes, never a
     temp file another writer was still filling (a torn table answers every vendor with {})."""
-    import threading
-
     target = tmp_path / "bin" / registration.TABLE_FILE
     versions = [bytes([65 + i]) * (1 << 20) for i in range(4)]  # distinct, so every write replaces
-    seen: list[str] = []
-    done = threading.Event()
-
-    def writer(data: bytes) -> None:
-        for _ in range(10):
-            try:
-                registration._write(target, data)
-            except OSError as exc:
-                seen.append(f"{type(exc).__name__}")
-
-    def reader() -> None:
-        while not done.is_set():
-            with contextlib.suppress(FileNotFoundError):
-                data = target.read_bytes()
-                if data not in versions:
-                    seen.append(f"torn: {len(data)} bytes")
-
-    threads = [threading.Thread(target=writer, args=(v,)) for v in versions]
-    watcher = threading.Thread(target=reader)
-    watcher.start()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    done.set()
-    watcher.join()
+    seen = race(target, versions, lambda data: registration._write(target, data))
     assert seen == [] and target.read_bytes() in versions
     assert [p.name for p in target.parent.iterdir() if p.name != "__pycache__"] == [target.name]  # no temp left
