@@ -100,9 +100,10 @@ class KimiCodeConfig(GateConfig):
 HANDLING = HookHandling(
     neutral=neutral_reply,  # an empty body on UserPromptSubmit (Kimi would show `{}` to the model)
     session_end=frozenset({"SessionEnd"}),
-    gate=Gate(options=GATE_OPTIONS, decide=gate_decision, reply=pretool_reply, call_id_key="tool_call_id"),
+    gate=Gate(options=GATE_OPTIONS, decide=gate_decision, reply=pretool_reply),
+    call_id_key="tool_call_id",
     # The detached PostToolUse can reach the collector after Stop: run.finished waits for it (late_calls).
-    ends_run=frozenset({"Stop"}), call_id_key="tool_call_id",
+    ends_run=frozenset({"Stop"}),
 )
 
 

@@ -79,8 +79,6 @@ class Gate:
     """Applied option id -> the vendor's decision (``allow``, ``deny``, ``ask``)."""
     reply: Reply
     """(decision, reason) -> the PreToolUse reply body."""
-    call_id_key: str
-    """Payload key of the tool call id (``tool.denied`` names the call)."""
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,8 @@ class HookHandling:
     ends_run: frozenset[str] = frozenset()
     """Hooks ending a run: held behind the session's detached tool reports (``late_calls``)."""
     call_id_key: str | None = None
-    """Payload key of the tool call id pairing a PreToolUse with its detached report."""
+    """Payload key of the vendor's tool call id: the gate's key and ``tool.denied`` name the call
+    with it, and it pairs a PreToolUse with its detached report. Required with ``gate``."""
 
 
 def declare(agent: str, mapping: str, handling: HookHandling, config_class: type, port: int,
@@ -200,9 +199,9 @@ class HookVendorSurface:
     async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
         name, payload = signal.name, signal.payload
         session = _session(payload)
-        late, call_id = self.late, None
+        key, late = self.handling.call_id_key, self.late
+        call_id = get_str(payload, key) if key is not None else None
         if late is not None:
-            call_id = get_str(payload, self.handling.call_id_key or "")
             if name not in self.declaration.detached:
                 await late.release(session)  # a held run end goes before anything else of its session
                 if name in self.handling.ends_run and await late.hold(session, signal, deliver):
@@ -221,9 +220,8 @@ class HookVendorSurface:
         elif name in self.handling.session_end:
             await self.loop.sweep(session)  # AEP-0002 §7.1: nothing left open at session.ended
         if self.handling.gate is not None and name in _AFTER_TOOL:
-            call = get_str(payload, self.handling.gate.call_id_key)
-            if call is not None and (session, call) in self.denied:
-                del self.denied[(session, call)]
+            if call_id is not None and (session, call_id) in self.denied:
+                del self.denied[(session, call_id)]
                 # Kimi Code still reports the call the gate blocked, as a PostToolUseFailure (live):
                 # the call is closed already, so the mapping keeps it off the tool lifecycle.
                 signal.tool_closed = True
@@ -251,20 +249,20 @@ class HookVendorSurface:
     # -- the opt-in PreToolUse gate (VS Code agent, Kimi Code) ---------------------------------
 
     async def _gate(self, signal: Signal) -> Any:
-        side, gate = self.handling.gate, self.gate
-        assert side is not None and gate is not None
+        side, gate, call_id_key = self.handling.gate, self.gate, self.handling.call_id_key
+        assert side is not None and gate is not None and call_id_key is not None
 
         def denial(applied: Applied, request: Event, answered: Event | None) -> Event | None:
             if side.decide(applied.option) != "deny":
                 return None
-            call = get_str(signal.payload, side.call_id_key)
+            call = get_str(signal.payload, call_id_key)
             if call is not None:
                 self.denied[(_session(signal.payload), call)] = None
                 while len(self.denied) > _DENIED_KEPT:
                     self.denied.popitem(last=False)
-            return _policy_denial(self.agent, side, signal.payload, applied.text or DENY_MESSAGE, request, answered)
+            return _policy_denial(self.agent, call_id_key, signal.payload, applied.text or DENY_MESSAGE, request, answered)
 
-        applied = await gate.decide(signal, gate_key(signal, side.call_id_key), self.gate_validator, follow=denial)
+        applied = await gate.decide(signal, gate_key(signal, call_id_key), self.gate_validator, follow=denial)
         if applied is None:
             return self.neutral(signal)  # unanswered frees the hook with no decision (fail-open)
         decision = side.decide(applied.option)
@@ -287,10 +285,10 @@ _AFTER_TOOL = frozenset({"PostToolUse", "PostToolUseFailure"})
 _DENIED_KEPT = 1024
 
 
-def _policy_denial(agent: str, gate: Gate, payload: Payload, reason: str, request: Event,
+def _policy_denial(agent: str, call_id_key: str, payload: Payload, reason: str, request: Event,
                    answered: Event | None) -> Event:
     """``tool.denied{by: "policy"}`` for a commanded deny: no further hook fires for the blocked call."""
-    tool = tool_ref(get_str(payload, "tool_name"), get_str(payload, gate.call_id_key))
+    tool = tool_ref(get_str(payload, "tool_name"), get_str(payload, call_id_key))
     draft: Event = {"type": "tool.denied", "agent": agent, "session": request.get("session"),
                     "subject": tool["name"], "data": {"tool": tool, "by": "policy", "reason": reason},
                     "_capture": {"reason": "redacted"}}  # the deny reason is operator text (a capture level)

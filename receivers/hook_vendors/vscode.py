@@ -66,7 +66,8 @@ class VscodeConfig(GateConfig):
 HANDLING = HookHandling(
     # The reference-hooks docs name `hook_event_name`; some VS Code builds spell it camelCase.
     name_keys=("hook_event_name", "hookEventName"),
-    gate=Gate(options=GATE_OPTIONS, decide=lambda option: option, reply=pretool_reply, call_id_key="tool_use_id"),
+    gate=Gate(options=GATE_OPTIONS, decide=lambda option: option, reply=pretool_reply),
+    call_id_key="tool_use_id",
 )
 
 
