@@ -13,6 +13,7 @@ from aep_collector.pipeline.model import Signal
 from aep_collector.processors.mapping import MappingConfig, MappingProcessor
 from aep_collector.processors.runs import RunsProcessor
 
+from tests import odd_output_mapping as odd
 from tests import shared_list_mapping as plugin
 from tests.test_mapping_fastpath import workload
 
@@ -60,3 +61,17 @@ def test_the_packages_own_mappings_return_new_lists_of_new_drafts_every_call() -
         for obj in [drafts, *drafts, *(d["data"] for d in drafts if isinstance(d.get("data"), dict))]:
             assert id(obj) not in seen, f"{signal.agent} {signal.name}: an object handed back again: {obj!r}"
             seen[id(obj)] = obj
+
+
+def test_a_plugins_output_that_is_not_drafts_is_a_counted_failure_never_an_exception() -> None:
+    """None, a dict, strings, lists or sets where drafts belong: each is the mapping's failure (an
+    ``error.raised`` for the moment, counted), the same as a mapping that raised. A list or a set
+    has ``copy`` too, so copying it is no check that a draft is a dict."""
+    mapping = MappingProcessor(MappingConfig(extra_vendors={odd.AGENT: "tests.odd_output_mapping"}))
+    for name in ("None", "Dict", "Strings", "Lists", "Sets"):
+        failures = mapping.failures
+        out = mapping([Signal(odd.AGENT, name, {"session_id": "s1"})])
+        assert [d["type"] for d in out] == ["error.raised"], name
+        assert out[0]["session"] == "s1" and mapping.failures == failures + 1, name
+    out = mapping([Signal(odd.AGENT, "Generator", {})])  # any iterable of drafts is fine
+    assert [d["data"] for d in out] == [{"note": "generated"}] and out[0]["agent"] == odd.AGENT

@@ -145,7 +145,7 @@ class MappingProcessor:
             route = self._routes.get(signal.agent) or self._route(signal.agent)
             drafts = route[0](signal, route[1])
             if route[3]:  # a plug-in's: any iterable, of objects it may hand back again (module docstring)
-                drafts = [d.copy() for d in drafts]
+                drafts = [_owned_draft(d) for d in drafts]
             elif drafts.__class__ is not list:
                 drafts = list(drafts)
         except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
@@ -192,6 +192,14 @@ class MappingProcessor:
             "session": session,
             "data": {"error": {"type": "mapping_error"}, "code": type(exc).__name__},
         }
+
+
+def _owned_draft(draft: Any) -> Event:
+    """A copy of a plug-in's draft; anything but a dict is the mapping's failure, raised here where it
+    is counted (a list or a set has ``copy`` too, and would fail later, out of the pipeline)."""
+    if not isinstance(draft, dict):
+        raise TypeError(f"a mapping's draft must be a dict, got {type(draft).__name__}")
+    return draft.copy()
 
 
 FACTORY = Factory(
