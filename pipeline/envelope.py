@@ -171,7 +171,7 @@ class EpochStore:
     that, so a folder that breaks while the collector runs cannot make a later start reuse it.
 
     Without ``check`` (a stamper used on its own) the epoch is taken at the first event; if it
-    cannot be persisted then, or its file is unreadable, it is seeded from the clock (milliseconds
+    cannot be persisted then, or an epoch file is unreadable, it is seeded from the clock (milliseconds
     since 2026), which no earlier start can have reached and a later one passes, so it cannot
     repeat; ``report`` (the service's /healthz) says so. A later start on the repaired folder goes
     on from the persisted epoch, below a clock-seeded one: a regression consumers detect
@@ -226,14 +226,15 @@ class EpochStore:
         return value
 
     def _previous(self) -> tuple[int, bool]:
-        """(the highest epoch persisted so far, or -1; whether the process epoch's file was unreadable)."""
+        """(the highest epoch persisted so far, or -1; whether an epoch file was unreadable: the process
+        epoch's, or an older version's per-agent one, whose agent may have gone above all the others)."""
         highest, unreadable = -1, False
         with contextlib.suppress(OSError):
             for path in self.dir.glob("*.json"):
                 try:
                     highest = max(highest, int(json.loads(path.read_text())["epoch"]))
                 except (OSError, ValueError, TypeError, KeyError):
-                    unreadable = unreadable or path.stem == _GENERATION
+                    unreadable = True
         return highest, unreadable
 
     def _bump(self) -> int:

@@ -108,6 +108,15 @@ def test_a_corrupt_epoch_file_seeds_the_epoch_from_the_clock(tmp_path):
     assert EpochStore(tmp_path).epoch("a") == seeded + 1
 
 
+def test_a_damaged_per_agent_file_of_an_older_version_seeds_the_epoch_from_the_clock(tmp_path):
+    """The first start after the upgrade: a damaged agent file hid how far that agent had gone, so
+    the highest readable one is no floor (codex may have been at 40 when qwen-code was at 7)."""
+    (tmp_path / "epochs").mkdir()
+    (tmp_path / "epochs" / "codex.json").write_text('{"agent": "codex", "ep')
+    (tmp_path / "epochs" / "qwen-code.json").write_text(json.dumps({"agent": "qwen-code", "epoch": 7}))
+    assert EpochStore(tmp_path).epoch("codex") > 10**9
+
+
 def test_concurrent_starts_take_distinct_epochs(tmp_path):
     results: list[int] = []
     threads = [threading.Thread(target=lambda: results.append(EpochStore(tmp_path).epoch("a")))
