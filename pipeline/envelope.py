@@ -233,7 +233,7 @@ class EpochStore:
             for path in self.dir.glob("*.json"):
                 try:
                     highest = max(highest, int(json.loads(path.read_text())["epoch"]))
-                except (OSError, ValueError, TypeError, KeyError):
+                except (OSError, ValueError, TypeError, KeyError, OverflowError):  # 1e999 reads as inf
                     unreadable = True
         return highest, unreadable
 

@@ -117,6 +117,15 @@ def test_a_damaged_per_agent_file_of_an_older_version_seeds_the_epoch_from_the_c
     assert EpochStore(tmp_path).epoch("codex") > 10**9
 
 
+def test_an_epoch_file_holding_an_infinite_number_is_damage_not_a_crash(tmp_path):
+    """JSON's 1e999 reads as inf, which int() refuses with OverflowError."""
+    (tmp_path / "epochs").mkdir()
+    (tmp_path / "epochs" / "@generation.json").write_text('{"epoch": 1e999}')
+    store = EpochStore(tmp_path)
+    store.check()
+    assert store.epoch("a") > 10**9
+
+
 def test_concurrent_starts_take_distinct_epochs(tmp_path):
     results: list[int] = []
     threads = [threading.Thread(target=lambda: results.append(EpochStore(tmp_path).epoch("a")))
