@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.hook_http import HookReceiverConfig
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import HookHandling, declare
@@ -48,8 +48,14 @@ def neutral_reply(hook: str) -> dict[str, Any]:
 
 
 def canonical(name: str) -> str:
-    """The documented spelling of a ``?hook=`` name: the mapping's ``canonical_hook`` (it maps by it too)."""
-    return str(load_vendor(VENDOR).canonical_hook(name))
+    """The documented spelling of a ``?hook=`` name given in any case (the mapped hook list's); other
+    names pass through, so the mapping files them under its fallback."""
+    return _spellings().get(name.strip().lower(), name.strip())
+
+
+@cache
+def _spellings() -> dict[str, str]:
+    return {hook.lower(): hook for hook in mapped_hooks(VENDOR)}
 
 
 def exact_neutral(hook: str) -> bytes:

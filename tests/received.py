@@ -1,0 +1,48 @@
+"""The Signal a receiver hands the pipeline for a raw vendor input (what the corpus holds).
+
+A mapping reads typed ``Signal`` fields that only its receiver decodes (Claude Code's question
+forms, the OTLP channels' sessions, ...). A test that maps a raw input goes through that
+receiver's own decoder, so the corpus pins what runs: the receiver's decoding and the mapping
+together, never a copy of either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from aep_collector.pipeline.model import Signal
+from aep_collector.receivers import claude_code
+from aep_collector.receivers.otlp.config import PROFILES
+from aep_collector.receivers.otlp.identity import SESSION_FROM, session_of
+
+
+def _claude_code(name: str, payload: Any) -> Signal:
+    if not isinstance(payload, dict):
+        return Signal(claude_code.AGENT, name, payload)
+    signal = claude_code.signal_of(payload)
+    signal.name = signal.name or name
+    return signal
+
+
+def _otlp(profile: str) -> Callable[[str, Any], Signal]:
+    def decode(name: str, flat: Any) -> Signal:
+        return Signal(PROFILES[profile], name, flat, session=session_of(SESSION_FROM[profile], flat))
+
+    return decode
+
+
+DECODERS: dict[str, Callable[[str, Any], Signal]] = {
+    claude_code.AGENT: _claude_code,
+    **{agent: _otlp(profile) for profile, agent in PROFILES.items()},
+}
+"""Agent -> its receiver's decoding of (name, raw payload); other agents' signals carry the raw payload only."""
+
+
+def received(agent: str, name: str, payload: Any, **fields: Any) -> Signal:
+    """``payload`` as ``agent``'s receiver decodes it, plus the typed ``fields`` a receiver sets."""
+    decode = DECODERS.get(agent)
+    signal = decode(name, payload) if decode is not None else Signal(agent, name, payload)
+    for key, value in fields.items():
+        setattr(signal, key, value)
+    return signal
