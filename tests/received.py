@@ -1,7 +1,7 @@
 """The Signal a receiver hands the pipeline for a raw vendor input (what the corpus holds).
 
 A mapping reads typed ``Signal`` fields that only its receiver decodes (Claude Code's question
-forms, the OTLP channels' sessions, ...). A test that maps a raw input goes through that
+forms, the OTLP channels' and the OpenCode family's sessions, a bus ask's options, ...). A test that maps a raw input goes through that
 receiver's own decoder, so the corpus pins what runs: the receiver's decoding and the mapping
 together, never a copy of either.
 """
@@ -15,6 +15,7 @@ from aep_collector.pipeline.model import Signal
 from aep_collector.receivers import claude_code
 from aep_collector.receivers.otlp.config import PROFILES
 from aep_collector.receivers.otlp.identity import SESSION_FROM, session_of
+from aep_collector.receivers.plugin_vendors import bus_moments
 
 
 def _claude_code(name: str, payload: Any) -> Signal:
@@ -23,6 +24,10 @@ def _claude_code(name: str, payload: Any) -> Signal:
     signal = claude_code.signal_of(payload)
     signal.name = signal.name or name
     return signal
+
+
+def _bus(agent: str) -> Callable[[str, Any], Signal]:
+    return lambda name, body: bus_moments.decode(agent, name, body)
 
 
 def _otlp(profile: str) -> Callable[[str, Any], Signal]:
@@ -35,6 +40,7 @@ def _otlp(profile: str) -> Callable[[str, Any], Signal]:
 DECODERS: dict[str, Callable[[str, Any], Signal]] = {
     claude_code.AGENT: _claude_code,
     **{agent: _otlp(profile) for profile, agent in PROFILES.items()},
+    **{agent: _bus(agent) for agent in ("opencode", "kilocode")},
 }
 """Agent -> its receiver's decoding of (name, raw payload); other agents' signals carry the raw payload only."""
 
