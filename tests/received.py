@@ -21,9 +21,8 @@ from aep_collector.receivers.plugin_vendors import bus_moments
 def _claude_code(name: str, payload: Any) -> Signal:
     if not isinstance(payload, dict):
         return Signal(claude_code.AGENT, name, payload)
-    signal = claude_code.signal_of(payload)
-    signal.name = signal.name or name
-    return signal
+    named = payload.get("hook_event_name")  # what the receiver names a hook by
+    return claude_code.decode(Signal(claude_code.AGENT, named if isinstance(named, str) and named else name, payload))
 
 
 def _bus(agent: str) -> Callable[[str, Any], Signal]:

@@ -22,7 +22,7 @@ from aep_collector.pipeline.payload import get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder
-from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer, hook_signal
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.registration import hook_url, mapped_hooks, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
@@ -83,10 +83,7 @@ class ClaudeCodeSurface:
         self.loop.bind(host, server.deliver, [RESPOND, CANCEL], server.consumer)
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
-        name = payload.get("hook_event_name")
-        if not isinstance(name, str) or not name:
-            raise HookError(400, "invalid-payload", "hook_event_name is missing or not a string")
-        return signal_of(payload)
+        return decode(hook_signal(AGENT, payload, "hook_event_name"))
 
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
@@ -162,10 +159,10 @@ class ClaudeCodeSurface:
         return elicitation_reply(values)
 
 
-def signal_of(payload: dict[str, Any]) -> Signal:
-    """A hook call as the mapping reads it: named by its ``hook_event_name``, its form decoded."""
-    name = get_str(payload, "hook_event_name") or ""
-    return Signal(agent=AGENT, name=name, payload=payload, form=form_of(name, payload))
+def decode(signal: Signal) -> Signal:
+    """A hook call as the mapping reads it: a question (AskUserQuestion, Elicitation) decoded into its form."""
+    signal.form = form_of(signal.name, signal.payload)
+    return signal
 
 
 def cancel_reply() -> dict[str, Any]:
