@@ -131,3 +131,17 @@ def test_hook_signal_names_the_hook_or_refuses() -> None:
     with pytest.raises(HookError) as refused:
         hook_signal("quill", {}, "event", make_mocked_request("POST", "/hook"))
     assert refused.value.body["detail"] == "event is missing or not a string (or pass ?hook=<EventName>)"
+
+
+@pytest.mark.parametrize("agent", BUILTIN)
+def test_a_vendors_config_class_is_importable_where_it_says_it_lives(agent: str) -> None:
+    """``vendor_config`` names the class after the agent and places it in the receiver's module:
+    that module must export it under that name (``from ...codex import CodexConfig``, pickle)."""
+    import importlib
+    import pickle
+
+    config_class = DECLARED[agent].config_class
+    module = importlib.import_module(config_class.__module__)
+    assert getattr(module, config_class.__name__, None) is config_class
+    config = config_class()
+    assert pickle.loads(pickle.dumps(config)) == config

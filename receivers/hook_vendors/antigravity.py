@@ -78,4 +78,5 @@ DECLARATION = declare(VENDOR, HANDLING, 8395, registration,
                       needs_event=True,  # its payloads never name their hook
                       # Reference stack §1.11 pins the bytes on the hooks whose reply is not `{}`.
                       neutral_by_event={h: exact_neutral(h) for h in NEUTRAL_REPLIES})
+AntigravityConfig = DECLARATION.config_class  # made by declare (vendor_config), exported here under its name
 FACTORY = DECLARATION.factory()

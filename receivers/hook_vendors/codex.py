@@ -49,4 +49,5 @@ def registration(url: str | None, cfg: Any) -> Wiring:
 DECLARATION = declare(VENDOR, HANDLING, 8378, registration,
                       "Codex command hooks via aep-collector-hook (POST /hook); held PermissionRequest",
                       keys=HookHeldConfig)
+CodexConfig = DECLARATION.config_class  # made by declare (vendor_config), exported here under its name
 FACTORY = DECLARATION.factory()

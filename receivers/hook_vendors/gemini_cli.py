@@ -43,4 +43,5 @@ def registration(url: str | None, cfg: Any) -> Wiring:
 # `{}` changes nothing.
 DECLARATION = declare(VENDOR, HANDLING, 8379, registration,
                       "Gemini CLI command hooks via aep-collector-hook (POST /hook); observe-only")
+GeminiCliConfig = DECLARATION.config_class  # made by declare (vendor_config), exported here under its name
 FACTORY = DECLARATION.factory()

@@ -126,4 +126,5 @@ DECLARATION = declare(VENDOR, HANDLING, 8398, registration,
                       keys=KimiCodeKeys, detached=DETACHED_HOOKS,
                       # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context.
                       neutral_by_event={h: b"" for h in SILENT_HOOKS})
+KimiCodeConfig = DECLARATION.config_class  # made by declare (vendor_config), exported here under its name
 FACTORY = DECLARATION.factory()

@@ -49,4 +49,5 @@ def registration(url: str | None, cfg: Any) -> Wiring:
 # optional; the family's neutral `{}` asks for nothing and decides nothing.
 DECLARATION = declare(VENDOR, HANDLING, 8380, registration,
                       "Qwen Code native http hooks (POST /hook); held PermissionRequest", keys=HookHeldConfig)
+QwenCodeConfig = DECLARATION.config_class  # made by declare (vendor_config), exported here under its name
 FACTORY = DECLARATION.factory()

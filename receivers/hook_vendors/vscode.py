@@ -80,4 +80,5 @@ def registration(url: str | None, cfg: Any) -> Wiring:
 DECLARATION = declare(VENDOR, HANDLING, 8381, registration,
                       "VS Code agent hooks via aep-collector-hook (POST /hook); opt-in PreToolUse gate",
                       keys=VscodeKeys)
+VscodeConfig = DECLARATION.config_class  # made by declare (vendor_config), exported here under its name
 FACTORY = DECLARATION.factory()
