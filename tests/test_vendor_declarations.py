@@ -145,3 +145,19 @@ def test_a_vendors_config_class_is_importable_where_it_says_it_lives(agent: str)
     assert getattr(module, config_class.__name__, None) is config_class
     config = config_class()
     assert pickle.loads(pickle.dumps(config)) == config
+
+
+@pytest.mark.parametrize("given", ["", "   ", "a b", "Stop\nX-Injected: 1", "x" * 65, "1start"])
+def test_hook_signal_refuses_a_query_hook_name_that_is_no_hook_name(given: str) -> None:
+    """A plug-in vendor's ``?hook=`` is held to the hook family's rule: a letter, then letters,
+    digits, ``_.-``, at most 64; anything else is a 400 naming the rule, never a signal named so."""
+    from urllib.parse import quote
+
+    from aep_collector.api import HookError, hook_signal
+    from aiohttp.test_utils import make_mocked_request
+
+    with pytest.raises(HookError) as refused:
+        hook_signal("quill", {}, "event", make_mocked_request("POST", "/hook?hook=" + quote(given)))
+    assert refused.value.status == 400
+    assert refused.value.body["error"] in ("invalid-hook", "invalid-payload")
+    assert "?hook=" in refused.value.body["detail"]

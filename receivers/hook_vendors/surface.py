@@ -22,7 +22,6 @@ Gemini CLI and Antigravity are observe-only: no control leg at all.
 from __future__ import annotations
 
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from aep_collector.receivers.held import (
     permission_validator,
 )
 from aep_collector.receivers.hook_http import (
+    HOOK_NAME,
     FailOpenDelivery,
     HookError,
     HookReceiverConfig,
@@ -86,7 +86,6 @@ PERMISSION_HOOK = "PermissionRequest"
 GATED_HOOK = "PreToolUse"
 """Held by the opt-in gate where the vendor has one (VS Code agent, Kimi Code)."""
 
-_HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
 Payload = dict[str, Any]
 Reply = Callable[..., Payload]
@@ -212,7 +211,7 @@ class HookVendorSurface:
         name = next((v for k in self.handling.name_keys if (v := get_str(payload, k))), None)
         if name is None and query is not None:
             name = query.strip()
-            if not _HOOK_NAME.fullmatch(name):
+            if not HOOK_NAME.fullmatch(name):
                 raise HookError(400, "invalid-hook", "?hook= must be a hook event name "
                             "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
             if self.handling.canonical is not None:
