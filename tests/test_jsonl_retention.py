@@ -243,3 +243,41 @@ async def test_a_file_another_collector_still_appends_to_is_not_compressed_away(
     active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
     assert any(f.name.endswith(".jsonl.gz") for f in session_files(active))  # the others were compressed
     assert sorted(ids(active)) == [ev(s)["id"] for s in range(1, 41)]
+
+
+async def test_a_writer_refused_its_shared_lock_never_appends_to_the_file_being_compressed(tmp_path, monkeypatch):
+    """Another collector closes (renames) a session file and starts compressing it between this
+    writer's open and its shared lock: the exclusive lock the compressor holds is what the writer
+    sees. What it appended to that file after the compressor's copy would go with the unlink; it
+    writes to the file the name holds now instead."""
+    import fcntl
+
+    from aep_collector.exporters import jsonl
+
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    active = d / "s1.jsonl"
+    first = json.dumps(ev(1)) + "\n"
+    active.write_text(first)
+    closed = d / "s1@20260101T000000.000000Z.jsonl"
+    held: list[int] = []
+    real_try_lock = jsonl._try_lock
+
+    def compressor_between_open_and_lock(fd, kind):
+        if kind == fcntl.LOCK_SH and not held:
+            os.rename(active, closed)  # the other collector closes the file ...
+            held.append(os.open(closed, os.O_RDONLY))
+            fcntl.flock(held[0], fcntl.LOCK_EX)  # ... and its compressor takes it, as _compress does
+        return real_try_lock(fd, kind)
+
+    monkeypatch.setattr(jsonl, "_try_lock", compressor_between_open_and_lock)
+    exp = await make(tmp_path, compress=False)
+    try:
+        exp.export_now([ev(2)])
+        assert held, "the writer never asked for its shared lock"
+        assert closed.read_text() == first  # the file under compression is as the compressor read it
+        assert [json.loads(line)["id"] for line in active.read_text().splitlines()] == [ev(2)["id"]]
+    finally:
+        await exp.shutdown()
+        for fd in held:
+            os.close(fd)

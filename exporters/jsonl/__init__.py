@@ -283,10 +283,17 @@ class JsonlExporter:
             return fd
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         repair_torn_tail(Path(path))
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(path, flags, 0o600)
         # Held while the file is open: another collector that renames (rotates) this file under us
         # must not compress it away while we still append to it (see _compress).
-        _try_lock(fd, fcntl.LOCK_SH)
+        if not _try_lock(fd, fcntl.LOCK_SH):
+            # A compressor holds it: the file was renamed (closed) between our open and our lock,
+            # and what we append after its copy goes with its unlink. The name is a new file now.
+            # Once, never waiting: a second refusal (another rotation meanwhile) is written as before.
+            os.close(fd)
+            fd = os.open(path, flags, 0o600)
+            _try_lock(fd, fcntl.LOCK_SH)
         self._fds[path] = fd
         self._last_path = path
         if self.config.rotate_age and os.fstat(fd).st_size:
