@@ -281,3 +281,25 @@ async def test_a_writer_refused_its_shared_lock_never_appends_to_the_file_being_
         await exp.shutdown()
         for fd in held:
             os.close(fd)
+
+
+async def test_the_byte_cap_holds_when_the_disk_is_too_full_to_compress(tmp_path, monkeypatch):
+    """A full disk fails every compression (its temp file cannot be synced); the byte cap, which is
+    what frees room then, must still delete the oldest closed files, and the failure is shown."""
+    import errno
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)  # fsync="never": only the compressor syncs
+    exp = await make(tmp_path, rotate_bytes=2048, max_total_bytes=6000)
+    for seq in range(1, 61):
+        exp.export_now([ev(seq, pad=300)])
+        await asyncio.sleep(0)
+    await exp.shutdown()
+    root = tmp_path / "logs"
+    assert not list(root.rglob("*.gz")) and not list(root.rglob("*.gz.tmp"))  # nothing compressed, nothing left over
+    total = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+    assert total <= 6000 + 2048
+    assert exp.health.counters[("exporter/jsonl", "files_deleted")] >= 4
+    assert "retention-failed" in json.dumps(exp.health.snapshot())

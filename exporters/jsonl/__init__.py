@@ -365,14 +365,18 @@ class JsonlExporter:
                 continue
             if path is None:
                 return
-            try:
-                if self.config.compress:
-                    for file in [path, *self._busy]:
+            if self.config.compress:
+                for file in [path, *self._busy]:  # one file that fails leaves the others to be tried
+                    try:
                         await asyncio.to_thread(self._compress, file)
-                if self.config.max_total_bytes:
+                    except OSError as exc:
+                        self.health.fail(self.id, "retention-failed", f"{file}: {exc.strerror or exc}")
+            # Also when compressing failed: a disk too full to compress is when the cap frees room.
+            if self.config.max_total_bytes:
+                try:
                     await asyncio.to_thread(self._enforce_cap)
-            except OSError as exc:
-                self.health.fail(self.id, "retention-failed", f"{path}: {exc.strerror or exc}")
+                except OSError as exc:
+                    self.health.fail(self.id, "retention-failed", f"{self.root}: {exc.strerror or exc}")
 
     def _compress(self, path: Path) -> None:
         """Compress one closed file, or keep it for later while another process holds it."""
