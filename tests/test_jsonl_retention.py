@@ -303,3 +303,15 @@ async def test_the_byte_cap_holds_when_the_disk_is_too_full_to_compress(tmp_path
     assert total <= 6000 + 2048
     assert exp.health.counters[("exporter/jsonl", "files_deleted")] >= 4
     assert "retention-failed" in json.dumps(exp.health.snapshot())
+
+
+async def test_a_closed_file_deleted_by_the_cap_mid_compression_is_no_failure(tmp_path):
+    """Another collector's byte cap deletes the oldest closed file while this one compresses it:
+    the compressed copy is finished and the file is gone, which is what compressing it means; an
+    error (a retention failure on /healthz that stays) would be a false alarm."""
+    d, closed, original = _closed_file(tmp_path)
+    first = await _paused_compressor(d, closed)
+    closed.unlink()  # the cap of another collector on the same directory
+    assert await _resume(first) == 0
+    assert gzip.decompress((d / (closed.name + ".gz")).read_bytes()) == original
+    assert not _temps(d)

@@ -571,7 +571,7 @@ def _compress(path: Path) -> bool:
             with contextlib.suppress(OSError):
                 os.unlink(name)
             raise
-        path.unlink()
+        path.unlink(missing_ok=True)  # another collector's byte cap may have deleted it meanwhile
     return True
 
 
