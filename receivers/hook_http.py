@@ -14,7 +14,7 @@ import contextvars
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Protocol
 
 from aep_collector.pipeline import wire
@@ -89,6 +89,18 @@ class HookReceiverConfig:
         validate_body_timeout(self.body_timeout)
 
 
+def vendor_config(agent: str, keys: type, port: int, module: str, name: str | None = None) -> type:
+    """A vendor receiver's config class: ``keys`` (``HookReceiverConfig`` or a subclass with the
+    vendor's own keys) with the ``endpoint`` default on ``port``, so the port is written once, in
+    the declaration. Named ``name``, else after the agent (``qwen-code`` -> ``QwenCodeConfig``), and
+    placed in the vendor's receiver ``module`` (which exports it under that name)."""
+    name = name or "".join(part.capitalize() for part in agent.replace("-", "_").split("_")) + "Config"
+    config_class = make_dataclass(name, [("endpoint", str, field(default=f"127.0.0.1:{port}"))], bases=(keys,))
+    config_class.__doc__ = f"Config of the ``{agent.replace('-', '_')}`` receiver (its keys: ``{keys.__name__}``)."
+    config_class.__module__ = module
+    return config_class
+
+
 class HookError(Exception):
     """A request the receiver refuses, with its HTTP status and JSON body."""
 
@@ -96,6 +108,18 @@ class HookError(Exception):
         super().__init__(detail)
         self.status = status
         self.body = {"error": error, "detail": detail, **extra}
+
+
+def hook_signal(agent: str, payload: dict[str, Any], key: str, request: web.Request | None = None) -> Signal:
+    """The Signal of a hook whose payload names it in ``key``; with ``request``, a ``?hook=`` name
+    serves a payload that does not. No name is a 400 ``invalid-payload`` saying where one goes."""
+    name = payload.get(key)
+    if (not isinstance(name, str) or not name) and request is not None:
+        name = request.query.get("hook")
+    if not isinstance(name, str) or not name:
+        where = " (or pass ?hook=<EventName>)" if request is not None else ""
+        raise HookError(400, "invalid-payload", f"{key} is missing or not a string{where}")
+    return Signal(agent=agent, name=name, payload=payload)
 
 
 class HookSurface(Protocol):

@@ -142,3 +142,104 @@ async def test_operator_timeline_and_tail_read_rotated_and_compressed_parts(tmp_
     assert [json.loads(x)["id"] for x in capsys.readouterr().out.splitlines()] == [ev(s)["id"] for s in range(1, 31)]
     assert await asyncio.to_thread(cli_main, ["tail", "--file", str(active), "--json"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 30
+
+
+# Concurrent compressions. A compressor is paused (SIGSTOP) once its temp file holds data, so the
+# second one provably runs in the middle of the first: a real interleaving, not a lucky one.
+
+_COMPRESS = "import sys; from pathlib import Path; from aep_collector.exporters.jsonl import _compress; _compress(Path(sys.argv[1]))"
+
+
+def _closed_file(tmp_path):
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    closed = d / "s1@20260101T000000.000000Z.jsonl"
+    # Incompressible-ish lines: gzip at level 9 takes a good while over 13 MiB.
+    lines = [json.dumps(ev(seq, pad=0) | {"data": {"note": os.urandom(96).hex()}}) + "\n" for seq in range(1, 50_001)]
+    closed.write_text("".join(lines))
+    return d, closed, closed.read_bytes()
+
+
+def _temps(d):
+    return [p for p in d.iterdir() if p.name.endswith(".gz.tmp")]
+
+
+async def _paused_compressor(d, closed):
+    """A compressor process stopped half way through writing its temp file."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _COMPRESS, str(closed)])
+    await wait_until(lambda: any(p.stat().st_size for p in _temps(d)), "the first compressor's temp file", 60)
+    proc.send_signal(signal.SIGSTOP)
+    assert closed.exists() and not closed.with_name(closed.name + ".gz").exists(), "it finished too soon"
+    return proc
+
+
+async def _resume(proc):
+    import signal
+
+    proc.send_signal(signal.SIGCONT)
+    return await asyncio.to_thread(proc.wait)
+
+
+async def test_a_second_compressor_never_clobbers_the_first_ones_temp(tmp_path):
+    """Two compressors of one closed file at once (two collectors on one log directory): the
+    compressed file is whole and the plain one goes only once it is (was: one shared ``.gz.tmp``,
+    truncated and renamed under the first, which then wrote its tail into the finished ``.gz``)."""
+    from aep_collector.exporters.jsonl import _compress
+
+    d, closed, original = _closed_file(tmp_path)
+    first = await _paused_compressor(d, closed)
+    try:
+        await asyncio.to_thread(_compress, closed)  # the second: it must leave the file to the first
+    finally:
+        assert await _resume(first) == 0
+    assert gzip.decompress((d / (closed.name + ".gz")).read_bytes()) == original
+    assert sorted(os.listdir(d)) == [closed.name + ".gz"]
+
+
+async def test_a_starting_collector_leaves_a_live_compression_alone(tmp_path):
+    """A second collector starting on the log directory sweeps temp files of crashed
+    compressions: one still being written by a live compressor is not one of them."""
+    d, closed, original = _closed_file(tmp_path)
+    first = await _paused_compressor(d, closed)
+    try:
+        other = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=str(tmp_path / "logs"), rotate_bytes=1 << 20))
+        await asyncio.to_thread(other._sweep)
+    finally:
+        assert await _resume(first) == 0
+    assert gzip.decompress((d / (closed.name + ".gz")).read_bytes()) == original
+    assert sorted(os.listdir(d)) == [closed.name + ".gz"]
+
+
+async def test_a_killed_compressors_temp_is_swept_and_the_file_compressed(tmp_path):
+    import signal
+
+    d, closed, original = _closed_file(tmp_path)
+    first = await _paused_compressor(d, closed)
+    first.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(first.wait)
+    assert _temps(d)  # what a crash mid-compression leaves
+    exp = await make(tmp_path, rotate_bytes=1 << 20)
+    await wait_until(lambda: not closed.exists(), "the sweep", 60)
+    await exp.shutdown()
+    assert sorted(os.listdir(d)) == [closed.name + ".gz"]
+    assert gzip.decompress((d / (closed.name + ".gz")).read_bytes()) == original
+
+
+async def test_a_file_another_collector_still_appends_to_is_not_compressed_away(tmp_path):
+    """Two collectors write one session: one closes the file (renames it) while the other still
+    holds it open and appends. Compressing it then would unlink what the other is writing into."""
+    rotating = await make(tmp_path, rotate_bytes=4096)
+    other = await make(tmp_path)  # no retention: keeps its descriptor on the file it opened
+    other.export_now([ev(1, pad=200)])
+    for seq in range(2, 40):
+        rotating.export_now([ev(seq, pad=200)])
+    await rotating.shutdown()  # finishes compressing what it closed
+    other.export_now([ev(40, pad=200)])  # into the file the first one closed
+    await other.shutdown()
+    active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    assert any(f.name.endswith(".jsonl.gz") for f in session_files(active))  # the others were compressed
+    assert sorted(ids(active)) == [ev(s)["id"] for s in range(1, 41)]

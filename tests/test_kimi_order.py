@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from aep_collector.receivers.hook_vendors.kimi_code import KimiCodeConfig
+from aep_collector.receivers.hook_vendors import kimi_code
 
 from tests.helpers import base_config, collector, read_jsonl
 
@@ -131,10 +131,10 @@ def test_shutdown_delivers_a_held_stop(tmp_path: Path) -> None:
 
 
 def test_detached_grace_is_checked() -> None:
-    KimiCodeConfig(detached_grace=0).validate()  # 0: no holding at all
+    kimi_code.DECLARATION.config_class(detached_grace=0).validate()  # 0: no holding at all
     for bad in (-1.0, float("nan"), 5.5):
         try:
-            KimiCodeConfig(detached_grace=bad).validate()
+            kimi_code.DECLARATION.config_class(detached_grace=bad).validate()
         except ValueError:
             continue
         raise AssertionError(f"detached_grace={bad} accepted")

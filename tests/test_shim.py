@@ -32,12 +32,6 @@ from aep_collector.receivers.hook_vendors import (
     surface,
     vscode,
 )
-from aep_collector.receivers.hook_vendors.antigravity import AntigravityConfig
-from aep_collector.receivers.hook_vendors.codex import CodexConfig
-from aep_collector.receivers.hook_vendors.gemini_cli import GeminiCliConfig
-from aep_collector.receivers.hook_vendors.kimi_code import KimiCodeConfig
-from aep_collector.receivers.hook_vendors.qwen_code import QwenCodeConfig
-from aep_collector.receivers.hook_vendors.vscode import VscodeConfig
 from aep_collector.receivers.registration import TABLE_FILE, declarations, ensure_shim, shim_entries
 from aiohttp import web
 
@@ -45,8 +39,7 @@ from tests.helpers import ROOT, base_config, read_jsonl, running
 
 RECEIVERS = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vscode": vscode,
             "kimi-code": kimi_code, "antigravity": antigravity}
-CONFIGS = {"codex": CodexConfig, "gemini-cli": GeminiCliConfig, "qwen-code": QwenCodeConfig, "vscode": VscodeConfig,
-           "kimi-code": KimiCodeConfig, "antigravity": AntigravityConfig}
+CONFIGS = {vendor: module.DECLARATION.config_class for vendor, module in RECEIVERS.items()}
 PINNED = {"PreToolUse": b'{"decision": ""}', "Stop": b'{"decision": ""}', "PostToolUse": b"{}",
           "PreInvocation": b"{}", "PostInvocation": b"{}"}
 
@@ -56,7 +49,7 @@ def expected_neutral(vendor: str, event: str | None) -> bytes:
         return json.dumps(antigravity.neutral_reply(event or "")).encode()
     if vendor == "kimi-code" and event in kimi_code.SILENT_HOOKS:
         return b""
-    return json.dumps(RECEIVERS[vendor].NEUTRAL_REPLY).encode()
+    return json.dumps(RECEIVERS[vendor].DECLARATION.neutral_reply).encode()
 
 
 def table() -> dict[str, shim.Vendor]:
@@ -90,7 +83,7 @@ async def run_shim(args: list[str], stdin: bytes, env: dict[str, str] | None = N
 @pytest.mark.parametrize("vendor", sorted(RECEIVERS))
 def test_neutral_literals_equal_the_receiver_constants(vendor: str) -> None:
     v = table()[vendor]
-    assert v.neutral == json.dumps(RECEIVERS[vendor].NEUTRAL_REPLY).encode()
+    assert v.neutral == json.dumps(RECEIVERS[vendor].DECLARATION.neutral_reply).encode()
     for hook in (*antigravity_mapping.HOOKS, "SomeFutureHook", "pretooluse", "STOP", "UserPromptSubmit"):
         assert shim.neutral(v, hook) == expected_neutral(vendor, hook), hook
 

@@ -94,3 +94,40 @@ def test_an_unknown_vendor_is_named_with_the_known_ones() -> None:
     with pytest.raises(KeyError, match="known: antigravity, claude-code"):
         declaration("no-such-vendor")
     assert declaration("KIMI_CODE").agent == "kimi-code"
+
+
+# What the hook family's `declare` derives instead of each vendor module writing it: the hooks a
+# vendor's surface holds follow from its handling (a permission reply holds PermissionRequest, a
+# gate PreToolUse), and the shim waits past the hold window on exactly those.
+HELD = {"codex": {"PermissionRequest"}, "qwen-code": {"PermissionRequest"}, "vscode": {"PreToolUse"},
+        "kimi-code": {"PreToolUse"}, "gemini-cli": set(), "antigravity": set()}
+
+
+@pytest.mark.parametrize("agent", sorted(HELD))
+def test_the_hook_family_derives_held_hooks_mapping_and_config(agent: str) -> None:
+    decl = DECLARED[agent]
+    assert decl.held_hooks == HELD[agent]
+    assert shim_entries()[agent]["held"] == tuple(sorted(HELD[agent]))
+    assert decl.mapping == f"aep_collector.processors.mapping.{decl.receiver_type}"
+    assert decl.receiver_type == agent.replace("-", "_")
+    config = decl.config_class()
+    assert config.endpoint == decl.endpoint
+    assert type(config).__name__ == "".join(p.capitalize() for p in decl.receiver_type.split("_")) + "Config"
+    assert hasattr(config, "attention_timeout") == bool(HELD[agent])  # only a vendor that holds has a hold window
+
+
+def test_hook_signal_names_the_hook_or_refuses() -> None:
+    from aep_collector.api import HookError, hook_signal
+    from aiohttp.test_utils import make_mocked_request
+
+    assert hook_signal("quill", {"event": "begin"}, "event").name == "begin"
+    given = make_mocked_request("POST", "/hook?hook=done")
+    assert hook_signal("quill", {}, "event", given).name == "done"
+    assert hook_signal("quill", {"event": "ask"}, "event", given).name == "ask"  # the payload's own name wins
+    with pytest.raises(HookError) as refused:
+        hook_signal("claude-code", {"hook_event_name": 3}, "hook_event_name")
+    assert refused.value.status == 400
+    assert refused.value.body == {"error": "invalid-payload", "detail": "hook_event_name is missing or not a string"}
+    with pytest.raises(HookError) as refused:
+        hook_signal("quill", {}, "event", make_mocked_request("POST", "/hook"))
+    assert refused.value.body["detail"] == "event is missing or not a string (or pass ?hook=<EventName>)"

@@ -15,10 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import gzip
 import logging
 import os
+import re
 import shutil
+import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -99,6 +102,7 @@ class JsonlExporter:
         self._last_path: str | None = None  # the path at the end of _fds (most recently written), if any
         self._born: dict[str, float] = {}
         self._closed: asyncio.Queue[Path | None] | None = None
+        self._busy: set[Path] = set()  # closed files another process held: compressed at a later wake
         self._retention_task: asyncio.Task[None] | None = None
 
     async def start(self, host: Host) -> None:
@@ -280,6 +284,9 @@ class JsonlExporter:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         repair_torn_tail(Path(path))
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        # Held while the file is open: another collector that renames (rotates) this file under us
+        # must not compress it away while we still append to it (see _compress).
+        _try_lock(fd, fcntl.LOCK_SH)
         self._fds[path] = fd
         self._last_path = path
         if self.config.rotate_age and os.fstat(fd).st_size:
@@ -353,11 +360,21 @@ class JsonlExporter:
                 return
             try:
                 if self.config.compress:
-                    await asyncio.to_thread(_compress, path)
+                    for file in [path, *self._busy]:
+                        await asyncio.to_thread(self._compress, file)
                 if self.config.max_total_bytes:
                     await asyncio.to_thread(self._enforce_cap)
             except OSError as exc:
                 self.health.fail(self.id, "retention-failed", f"{path}: {exc.strerror or exc}")
+
+    def _compress(self, path: Path) -> None:
+        """Compress one closed file, or keep it for later while another process holds it."""
+        if _compress(path):
+            self._busy.discard(path)
+        elif path not in self._busy:
+            self._busy.add(path)
+            log.info("%s: %s is held by another process (a compressor, or a collector still appending): "
+                     "compressed later", self.id, path.name)
 
     def _sweep(self) -> None:
         """Finish what a crash interrupted: drop partial .gz, compress closed files, apply the cap."""
@@ -365,12 +382,12 @@ class JsonlExporter:
             return
         for p in self.root.rglob("*.gz.tmp"):
             with contextlib.suppress(OSError):
-                p.unlink()
+                _drop_stale_temp(p)
         if self.config.compress:
             for p in self.root.rglob("*.jsonl"):
                 if is_rotated(p):
                     with contextlib.suppress(OSError):
-                        _compress(p)
+                        self._compress(p)
         if self.config.max_total_bytes:
             self._enforce_cap()
 
@@ -496,21 +513,74 @@ def _event_time(line: bytes) -> float:
         return time.time()
 
 
-def _compress(path: Path) -> None:
-    """``x.jsonl`` -> ``x.jsonl.gz``: written aside, synced, renamed, then the original removed."""
+# A compressor's temp file: ``.<closed file>.<random>.gz.tmp``; ``<closed file>.gz.tmp`` is the one
+# fixed name older versions used (it let two compressors truncate and rename each other's temp).
+_TEMP = re.compile(r"^(?:\.(?P<src>.+\.jsonl)\.[^.]+|(?P<legacy>.+\.jsonl))\.gz\.tmp$")
+
+
+def _try_lock(fd: int, kind: int) -> bool:
+    """flock ``fd`` without waiting; False only if another open file holds a conflicting lock."""
+    try:
+        fcntl.flock(fd, kind | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:  # a filesystem without flock: go on unlocked, as before locks were taken
+        pass
+    return True
+
+
+def _compress(path: Path) -> bool:
+    """``x.jsonl`` -> ``x.jsonl.gz``: written aside, synced, renamed, then the original removed.
+
+    Holds an exclusive flock on ``x.jsonl`` throughout, so one compressor at a time works on a file
+    and never while a writer (which holds a shared one) still appends to it; the temp file's name is
+    its own, so nothing else writes or renames it. False, leaving the file as it is, when another
+    process holds the file; True when it is compressed (by this call or another) or gone.
+    """
     target = path.with_name(path.name + ".gz")
-    if target.exists():  # compressed before a crash kept the original: the .gz is complete
+    try:
+        src = open(path, "rb")
+    except FileNotFoundError:  # compressed by another compressor meanwhile (or deleted by the cap)
+        return True
+    with src:
+        if not _try_lock(src.fileno(), fcntl.LOCK_EX):
+            return False
+        if target.exists():  # compressed before a crash kept the original, or by the lock's last holder
+            path.unlink(missing_ok=True)
+            return True
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".gz.tmp", dir=path.parent)  # mode 0600
+        try:
+            with open(fd, "wb") as raw:
+                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+                    shutil.copyfileobj(src, gz, 1 << 20)
+                raw.flush()
+                os.fsync(raw.fileno())
+            os.rename(name, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise
         path.unlink()
+    return True
+
+
+def _drop_stale_temp(tmp: Path) -> None:
+    """Remove ``tmp`` if it is left from a crashed compression, not one still running.
+
+    A live compressor holds its closed file's lock until its temp is renamed; a crashed one's lock
+    went with its process. Holding that lock here keeps a new compressor from starting meanwhile.
+    """
+    m = _TEMP.match(tmp.name)
+    if m is None:
         return
-    tmp = path.with_name(path.name + ".gz.tmp")
-    with open(path, "rb") as src, open(tmp, "wb") as raw:
-        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-            shutil.copyfileobj(src, gz, 1 << 20)
-        raw.flush()
-        os.fsync(raw.fileno())
-    os.chmod(tmp, 0o600)
-    os.rename(tmp, target)
-    path.unlink()
+    try:
+        src = open(tmp.with_name(m.group("src") or m.group("legacy")), "rb")
+    except FileNotFoundError:  # its file is compressed (or deleted by the cap): nobody renames this one
+        tmp.unlink(missing_ok=True)
+        return
+    with src:
+        if _try_lock(src.fileno(), fcntl.LOCK_EX):
+            tmp.unlink(missing_ok=True)
 
 
 def _cause(exc: OSError) -> str:

@@ -18,7 +18,8 @@ A vendor (a coding agent whose hooks become AEP events) is one mapping module an
 module holding its ``VendorDeclaration``; ``FACTORY = DECLARATION.factory()`` is the entry point,
 and ``aep-collector hooks``, the command shim and the mapping processor find the vendor through
 it. The receiver side builds on the shared hook server: ``HookReceiverConfig`` (the keys every
-hook receiver has), ``HookError`` (a refused request), and for the registration ``Wiring``,
+hook receiver has), ``HookError`` (a refused request), ``hook_signal`` (the Signal of a payload
+that names its hook, the refusal when none does), and for the registration ``Wiring``,
 ``Target``, ``json_target``, ``hook_url`` and ``shim_command`` (the fail-open command a vendor
 runs per hook). ``tests/plugin_vendor/`` is a complete, tested example.
 """
@@ -40,7 +41,7 @@ from aep_collector.pipeline.component import (
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Batch, Event, Signal
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.receivers.hook_http import HookError, HookReceiverConfig
+from aep_collector.receivers.hook_http import HookError, HookReceiverConfig, hook_signal
 from aep_collector.receivers.registration import hook_url, shim_command
 from aep_collector.receivers.wiring import Target, Wiring, json_target
 
@@ -62,6 +63,7 @@ __all__ = [
     "VendorDeclaration",
     "Wiring",
     "exporter_factory",
+    "hook_signal",
     "hook_url",
     "json_target",
     "processor_factory",

@@ -8,7 +8,9 @@ close) but carry no run id, so the ``runs`` processor mints it from the draft ty
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aep_collector.pipeline.model import Event, Signal
@@ -55,7 +57,7 @@ def _error_parts(error: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _agent_start(p: dict[str, Any], trigger: str, attrs: dict[str, Any]) -> list[Event]:
+def _agent_start(p: dict[str, Any], attrs: dict[str, Any], trigger: str) -> list[Event]:
     out: list[Event] = []
     if get_str(p, "parent_agent_id"):
         # Fixture agent_start_parented: a typed parent id opens the delegation pair BEFORE the run.
@@ -163,6 +165,22 @@ def _session_shutdown(p: dict[str, Any], attrs: dict[str, Any]) -> list[Event]:
     return [draft("session.ended", data, _capture=hint or None, **attrs)]
 
 
+Handler = Callable[[dict[str, Any], dict[str, Any]], list[Event]]
+"""(payload, envelope attrs) -> the hook's drafts in pinned order."""
+
+_HOOKS: dict[str, Handler] = {
+    "agent_start": partial(_agent_start, trigger="user"),
+    "agent_resume": partial(_agent_start, trigger="resume"),
+    "agent_end": _agent_end,
+    "agent_abort": _agent_abort,
+    "agent_error": _agent_error,
+    "tool_call": _tool_call,
+    "prompt_submit": _prompt_submit,
+    "pre_compact": _pre_compact,
+    "session_shutdown": _session_shutdown,
+}
+
+
 def map_hook(payload: Any, hook: str | None = None, *, tool_name: str | None = None) -> list[Event]:
     """One hook payload -> drafts in pinned order; ``tool_name`` fills a ``tool_result`` without one."""
     p = payload if isinstance(payload, dict) else {}
@@ -174,28 +192,13 @@ def map_hook(payload: Any, hook: str | None = None, *, tool_name: str | None = N
         # runs processor keeps the parent's run open (aep_collector.processors.runs `_lane`). The delegation pair
         # is the parent's event and is built without it.
         attrs["_lane"] = get_str(p, "agent_id") or "subagent"
-    if name == "agent_start":
-        return _agent_start(p, "user", attrs)
-    if name == "agent_resume":
-        return _agent_start(p, "resume", attrs)
-    if name == "agent_end":
-        return _agent_end(p, attrs)
-    if name == "agent_abort":
-        return _agent_abort(p, attrs)
-    if name == "agent_error":
-        return _agent_error(p, attrs)
-    if name == "tool_call":
-        return _tool_call(p, attrs)
     if name == "tool_result":
-        return _tool_result(p, attrs, tool_name)
-    if name == "prompt_submit":
-        return _prompt_submit(p, attrs)
-    if name == "pre_compact":
-        return _pre_compact(p, attrs)
-    if name == "session_shutdown":
-        return _session_shutdown(p, attrs)
-    # AEP-0001 §6, fixture fallback: unknown hooks degrade to x.cline.* with underscores as dots.
-    return [draft(dotted_fallback(AGENT, name), {}, severity="debug", **attrs)]
+        return _tool_result(p, attrs, tool_name)  # the one handler that needs the runtime join
+    handler = _HOOKS.get(name)
+    if handler is None:
+        # AEP-0001 §6, fixture fallback: unknown hooks degrade to x.cline.* with underscores as dots.
+        return [draft(dotted_fallback(AGENT, name), {}, severity="debug", **attrs)]
+    return handler(p, attrs)
 
 
 def map_signal(signal: Signal, state: ClineState) -> list[Event]:

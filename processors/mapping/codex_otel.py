@@ -41,15 +41,6 @@ def _scrub(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _session_started(attrs: dict[str, Any]) -> list[Event]:
-    # Fixture conversation_starts.primary: model is renamed; the policies stay companion-only.
-    data: dict[str, Any] = {"client": {"name": AGENT}}
-    model = text(attrs, "model")
-    if model:
-        data["gen_ai.request.model"] = model
-    return [draft("session.started", data)]
-
-
 def _tool_decision(attrs: dict[str, Any]) -> list[Event] | None:
     name = text(attrs, "tool_name")
     decision = (text(attrs, "decision") or "").lower()
@@ -120,7 +111,8 @@ PROFILE = Profile(
         "unknown": frozenset({"event.name"}),
     },
     primary={
-        "codex.conversation_starts": _session_started,
+        # Fixture conversation_starts.primary: model is renamed; the policies stay companion-only.
+        "codex.conversation_starts": otlp_vendors.session_started(AGENT, "model"),
         "codex.tool_decision": _tool_decision,
         "codex.tool_result": _tool_result,
     },

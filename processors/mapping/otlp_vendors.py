@@ -185,6 +185,21 @@ def add_result(data: dict[str, Any], value: Any) -> None:
         data["result_digest"] = digest(value)  # AEP-0003 §9.3: over the original, before gating
 
 
+def session_started(agent: str, model_key: str) -> PrimaryRule:
+    """The primary rule of a channel's session-start record: ``session.started`` with the profile's
+    agent as ``client.name`` and the record's model (read at ``model_key``) renamed
+    ``gen_ai.request.model``; every other attribute stays companion-only."""
+
+    def rule(attrs: dict[str, Any]) -> list[Event]:
+        data: dict[str, Any] = {"client": {"name": agent}}
+        model = text(attrs, model_key)
+        if model:
+            data["gen_ai.request.model"] = model
+        return [draft("session.started", data)]
+
+    return rule
+
+
 def companion_draft(profile: Profile, suffix: str, attrs: dict[str, Any]) -> Event:
     """The channel-family draft: every non-identity attribute, classed by the record's declaration.
 

@@ -20,15 +20,6 @@ AGENT = "vscode"
 NEUTRAL_REPLY = None  # the OTLP response is the receiver's; this channel has no vendor reply
 
 
-def _session_started(attrs: dict[str, Any]) -> list[Event]:
-    # Fixture session_start.primary: client is the profile's agent, gen_ai.agent.name is dropped.
-    data: dict[str, Any] = {"client": {"name": AGENT}}
-    model = text(attrs, "gen_ai.request.model")
-    if model:
-        data["gen_ai.request.model"] = model
-    return [draft("session.started", data)]
-
-
 def _tool_outcome(attrs: dict[str, Any]) -> list[Event] | None:
     name = text(attrs, "gen_ai.tool.name")
     success = parse_bool(attrs.get("success"))
@@ -88,7 +79,8 @@ PROFILE = Profile(
         "unknown": frozenset({"event.name"}),
     },
     primary={
-        "copilot_chat.session.start": _session_started,
+        # Fixture session_start.primary: client is the profile's agent, gen_ai.agent.name is dropped.
+        "copilot_chat.session.start": otlp_vendors.session_started(AGENT, "gen_ai.request.model"),
         "copilot_chat.tool.call": _tool_outcome,
         # agent.turn stays vendor-namespaced: no run identity exists on this channel.
     },

@@ -22,7 +22,7 @@ from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder
-from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer, hook_signal
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.registration import hook_url, mapped_hooks, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
@@ -84,10 +84,7 @@ class ClaudeCodeSurface:
         self.loop.bind(host, server.deliver, [RESPOND, CANCEL], server.consumer)
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
-        name = payload.get("hook_event_name")
-        if not isinstance(name, str) or not name:
-            raise HookError(400, "invalid-payload", "hook_event_name is missing or not a string")
-        return Signal(agent=AGENT, name=name, payload=payload)
+        return hook_signal(AGENT, payload, "hook_event_name")
 
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY

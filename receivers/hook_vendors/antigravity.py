@@ -12,34 +12,22 @@ Stop, ``{}`` elsewhere (the shim prints exactly those bytes).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.processors.mapping import load_vendor
-from aep_collector.receivers.hook_http import HookReceiverConfig
 from aep_collector.receivers.hook_vendors import shim_hooks
-from aep_collector.receivers.hook_vendors.surface import HookHandling, declare
-from aep_collector.receivers.registration import mapped_hooks
+from aep_collector.receivers.hook_vendors.surface import NEUTRAL_REPLY, HookHandling, declare
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "antigravity"
-MAPPING = "aep_collector.processors.mapping.antigravity"
 # Byte-pinned observe-only replies (reference stack §1.11; design record "Observe-only"): the
 # vendor safely handles an empty decision string since CLI 1.0.16, so PreToolUse never grants,
 # blocks or prompts, and Stop never prolongs the loop ("continue"). Every other hook gets `{}`
-# (no injectSteps, no terminationBehavior).
+# (the family's NEUTRAL_REPLY: no injectSteps, no terminationBehavior); the surface calls
+# `neutral_reply(hook)`.
 NEUTRAL_REPLIES: dict[str, dict[str, str]] = {"PreToolUse": {"decision": ""}, "Stop": {"decision": ""}}
-NEUTRAL_REPLY: dict[str, Any] = {}
-"""The reply for every hook not in ``NEUTRAL_REPLIES``; the surface calls ``neutral_reply(hook)``."""
 _BY_NAME = {hook.lower(): reply for hook, reply in NEUTRAL_REPLIES.items()}
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse"})
-
-
-@dataclass
-class AntigravityConfig(HookReceiverConfig):
-    """Config of the ``antigravity`` receiver."""
-
-    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 def neutral_reply(hook: str) -> dict[str, Any]:
@@ -70,8 +58,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     30). An unknown key is dropped silently and a malformed file loads nothing.
     """
     events: dict[str, Any] = {}
-    for name in mapped_hooks(VENDOR):
-        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg)
+    for name, command, timeout in shim_hooks.registered(VENDOR, url, cfg):
         handler = {"type": "command", "command": command, "timeout": timeout}
         events[name] = [{"matcher": "*", "hooks": [handler]}] if name in TOOL_HOOKS else [handler]
     return Wiring(VENDOR, [json_target(".gemini/config/hooks.json", {"aep-collector": events})], [
@@ -79,10 +66,9 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks antigravity --install"])
 
 
-DECLARATION = declare(VENDOR, MAPPING, HANDLING, AntigravityConfig, 8395, registration,
+DECLARATION = declare(VENDOR, HANDLING, 8395, registration,
                       "Antigravity hooks.json command hooks via aep-collector-hook (POST /hook?hook=)",
                       needs_event=True,  # its payloads never name their hook
-                      neutral_reply=NEUTRAL_REPLY,
                       # Reference stack §1.11 pins the bytes on the hooks whose reply is not `{}`.
                       neutral_by_event={h: exact_neutral(h) for h in NEUTRAL_REPLIES})
 FACTORY = DECLARATION.factory()

@@ -8,32 +8,14 @@ becomes Codex's ``hookSpecificOutput.decision``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
-from aep_collector.receivers.hook_vendors.surface import (
-    HookHandling,
-    HookHeldConfig,
-    declare,
-)
-from aep_collector.receivers.registration import mapped_hooks
+from aep_collector.receivers.hook_vendors.surface import HookHandling, HookHeldConfig, declare
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "codex"
-MAPPING = "aep_collector.processors.mapping.codex"
-# Codex hooks read stdout as JSON only on exit 0; an empty object decides nothing (every field of
-# its hook output wire schemas defaults), so the shim's fail-open reply is `{}`.
-NEUTRAL_REPLY: dict[str, Any] = {}
-HELD_HOOKS = frozenset({"PermissionRequest"})
-
-
-@dataclass
-class CodexConfig(HookHeldConfig):
-    """Config of the ``codex`` receiver."""
-
-    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 HANDLING = HookHandling(permission_reply=permission_reply,
@@ -51,11 +33,8 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     changed hook only once it is trusted, keyed on the hook's content: a reinstall that changes
     nothing writes the same bytes and keeps that trust.
     """
-    hold = cfg.attention_timeout if cfg is not None else CodexConfig.attention_timeout
-    hooks = {}
-    for name in mapped_hooks(VENDOR):
-        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
-        hooks[name] = [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
+    hooks = {name: [{"hooks": [{"type": "command", "command": command, "timeout": timeout}]}]
+             for name, command, timeout in shim_hooks.registered(VENDOR, url, cfg)}
     return Wiring(VENDOR, [json_target("hooks.json", {"hooks": hooks}, "CODEX_HOME:.codex")], [
         "save as ~/.codex/hooks.json (or merge; $CODEX_HOME moves it), or run: aep-collector hooks codex --install",
         "Codex runs these hooks only once trusted, and skips untrusted ones silently: open `codex`, "
@@ -65,7 +44,9 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "Codex runs the hooks of both files"])
 
 
-DECLARATION = declare(VENDOR, MAPPING, HANDLING, CodexConfig, 8378, registration,
+# Codex hooks read stdout as JSON only on exit 0; an empty object decides nothing (every field of
+# its hook output wire schemas defaults): the family's neutral `{}` fits.
+DECLARATION = declare(VENDOR, HANDLING, 8378, registration,
                       "Codex command hooks via aep-collector-hook (POST /hook); held PermissionRequest",
-                      held_hooks=HELD_HOOKS, neutral_reply=NEUTRAL_REPLY)
+                      keys=HookHeldConfig)
 FACTORY = DECLARATION.factory()

@@ -9,23 +9,20 @@ runs), deny / cancel = ``permissionDecision: "deny"`` with the reason, plus
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any
 
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import (
-    ATTENTION_LIMIT,
+    NEUTRAL_REPLY,
     Gate,
+    HookGateConfig,
     HookHandling,
     declare,
 )
-from aep_collector.receivers.registration import mapped_hooks
-from aep_collector.receivers.tool_gate import GateConfig
 from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "kimi-code"
-MAPPING = "aep_collector.processors.mapping.kimi_code"
-HELD_HOOKS = frozenset({"PreToolUse"})
 # Kimi Code 2.1.0 kills a PostToolUse hook's whole process group ~0.1-0.2 s after starting it (the
 # tool call's signal ends; seen live: a `sleep 0.2` hook never finished, a setsid'ed one did).
 # A Python shim is not reliably reading its stdin by then, so those hooks start in a new session
@@ -39,9 +36,8 @@ NEW_SESSION = ("/bin/sh -c 'command -v setsid >/dev/null 2>&1 && exec setsid \"$
                "aep-new-session")
 
 
-# Kimi parses exit-0 stdout as JSON; `{}` is structured output with no message and no
-# permissionDecision, i.e. "allow, nothing to add" (the reference stack's default reply too).
-NEUTRAL_REPLY: dict[str, Any] = {}
+# Kimi parses exit-0 stdout as JSON; the family's neutral `{}` is structured output with no message
+# and no permissionDecision, i.e. "allow, nothing to add" (the reference stack's default reply too).
 # Except on UserPromptSubmit: Kimi Code 2.1.0 puts any non-empty stdout of that hook, `{}`
 # included, into the model's context as `<hook_result hook_event="UserPromptSubmit">{}</hook_result>`
 # (seen live in the request the model received). Empty stdout adds nothing.
@@ -80,13 +76,11 @@ def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
 
 
 @dataclass
-class KimiCodeConfig(GateConfig):
-    """Config of the ``kimi_code`` receiver."""
+class KimiCodeKeys(HookGateConfig):
+    """The ``kimi_code`` receiver's own keys (``declare`` makes its config class of them: ``KimiCodeConfig``)."""
 
-    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 50.0
     """Seconds a gated PreToolUse waits for an operator (registered hook timeout: 60)."""
-    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
     detached_grace: float = 1.5
     """Seconds a Stop whose session has a PostToolUse still unreported (posted detached, it can come
     second) waits for it before run.finished goes in; the Stop's reply follows. 0: no wait."""
@@ -116,10 +110,8 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     only ``event``, ``matcher``, ``command``, ``timeout`` (integer seconds 1-600, default 30); no
     matcher matches everything. Anything else in a table breaks the whole file.
     """
-    hold = cfg.attention_timeout if cfg is not None else KimiCodeConfig.attention_timeout
     lines: list[str] = []
-    for name in mapped_hooks(VENDOR):
-        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
+    for name, command, timeout in shim_hooks.registered(VENDOR, url, cfg):
         if name in DETACHED_HOOKS:
             command = NEW_SESSION + " " + command
         lines += ["[[hooks]]", f"event = {shim_hooks.toml_str(name)}", f"command = {shim_hooks.toml_str(command)}",
@@ -129,9 +121,9 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "below a [[hooks]] table belongs to that table; or run: aep-collector hooks kimi-code --install"])
 
 
-DECLARATION = declare(VENDOR, MAPPING, HANDLING, KimiCodeConfig, 8398, registration,
+DECLARATION = declare(VENDOR, HANDLING, 8398, registration,
                       "Kimi Code shell hooks via aep-collector-hook (POST /hook); opt-in PreToolUse gate",
-                      held_hooks=HELD_HOOKS, detached=DETACHED_HOOKS, neutral_reply=NEUTRAL_REPLY,
+                      keys=KimiCodeKeys, detached=DETACHED_HOOKS,
                       # Kimi Code puts any UserPromptSubmit stdout, `{}` too, into the model context.
                       neutral_by_event={h: b"" for h in SILENT_HOOKS})
 FACTORY = DECLARATION.factory()

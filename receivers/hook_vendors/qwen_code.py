@@ -7,35 +7,17 @@ while a control route is live, exactly as Claude Code's; ``{}`` is neutral every
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
-from aep_collector.receivers.hook_vendors.surface import (
-    HookHandling,
-    HookHeldConfig,
-    declare,
-    vendor_timeout,
-)
+from aep_collector.receivers.hook_vendors.surface import HookHandling, HookHeldConfig, declare
 from aep_collector.receivers.registration import hook_url, mapped_hooks
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "qwen-code"
-MAPPING = "aep_collector.processors.mapping.qwen_code"
-# Qwen Code hooks docs ("Hook Output Structure"): exit 0 with a JSON object whose every field is
-# optional; `{}` asks for nothing and decides nothing.
-NEUTRAL_REPLY: dict[str, Any] = {}
-HELD_HOOKS = frozenset({"PermissionRequest"})
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
                         "PermissionDenied"})
-
-
-@dataclass
-class QwenCodeConfig(HookHeldConfig):
-    """Config of the ``qwen_code`` receiver."""
-
-    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
 
 
 HANDLING = HookHandling(permission_reply=permission_reply,
@@ -50,11 +32,10 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     name}``, timeout in SECONDS (default 600); loopback URLs pass its SSRF guard.
     """
     target = hook_url(url, cfg.endpoint if cfg is not None else DECLARATION.endpoint)
-    hold = cfg.attention_timeout if cfg is not None else QwenCodeConfig.attention_timeout
     hooks: dict[str, Any] = {}
     for name in mapped_hooks(VENDOR):
         handler = {"type": "http", "url": target, "name": "aep-collector",
-                   "timeout": vendor_timeout(hold) if name in HELD_HOOKS else shim_hooks.SHORT_TIMEOUT}
+                   "timeout": shim_hooks.hook_timeout(VENDOR, name, cfg)}
         entry: dict[str, Any] = {"hooks": [handler]}
         if name in TOOL_HOOKS:
             entry = {"matcher": "*", **entry}
@@ -64,7 +45,8 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "or run: aep-collector hooks qwen-code --install"])
 
 
-DECLARATION = declare(VENDOR, MAPPING, HANDLING, QwenCodeConfig, 8380, registration,
-                      "Qwen Code native http hooks (POST /hook); held PermissionRequest",
-                      held_hooks=HELD_HOOKS, neutral_reply=NEUTRAL_REPLY)
+# Qwen Code hooks docs ("Hook Output Structure"): exit 0 with a JSON object whose every field is
+# optional; the family's neutral `{}` asks for nothing and decides nothing.
+DECLARATION = declare(VENDOR, HANDLING, 8380, registration,
+                      "Qwen Code native http hooks (POST /hook); held PermissionRequest", keys=HookHeldConfig)
 FACTORY = DECLARATION.factory()

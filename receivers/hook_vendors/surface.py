@@ -40,7 +40,13 @@ from aep_collector.receivers.held import (
     AttentionHolder,
     permission_validator,
 )
-from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookReceiverConfig, HookServer
+from aep_collector.receivers.hook_http import (
+    FailOpenDelivery,
+    HookError,
+    HookReceiverConfig,
+    HookServer,
+    vendor_config,
+)
 from aep_collector.receivers.hook_vendors.late_calls import LateCalls
 from aep_collector.receivers.registration import (
     hold_wait as hold_wait,  # re-exported: tests/test_shim.py reads it here
@@ -62,6 +68,23 @@ class HookHeldConfig(HeldConfig):
     PreToolUse waits ``attention_timeout`` for an operator, then the vendor gets its neutral reply)."""
 
     attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
+
+
+@dataclass
+class HookGateConfig(GateConfig):
+    """Keys of a hook-family receiver with the opt-in PreToolUse gate (VS Code agent, Kimi Code;
+    each adds its own ``attention_timeout`` default, inside its vendor's hook timeout)."""
+
+    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
+
+NEUTRAL_REPLY: dict[str, Any] = {}
+"""The family's fail-open reply: each vendor reads a JSON object on stdout (or as the HTTP body)
+whose every field is optional, so ``{}`` asks for nothing and decides nothing (why, per vendor: its
+module's docstring). Kimi Code and Antigravity add per-hook exceptions."""
+PERMISSION_HOOK = "PermissionRequest"
+"""Held as a permission card where the vendor has a ``permission_reply`` (Codex, Qwen Code)."""
+GATED_HOOK = "PreToolUse"
+"""Held by the opt-in gate where the vendor has one (VS Code agent, Kimi Code)."""
 
 _HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 
@@ -105,15 +128,28 @@ class HookHandling:
     """Payload key of the vendor's tool call id: the gate's key and ``tool.denied`` name the call
     with it, and it pairs a PreToolUse with its detached report. Required with ``gate``."""
 
+    @property
+    def held_hooks(self) -> frozenset[str]:
+        """The hooks the surface may hold: the permission card's, the gate's (``handle``)."""
+        held = {PERMISSION_HOOK} if self.permission_reply is not None else set()
+        if self.gate is not None:
+            held.add(GATED_HOOK)
+        return frozenset(held)
 
-def declare(agent: str, mapping: str, handling: HookHandling, config_class: type, port: int,
-            registration: Callable[[str | None, Any], Any], description: str, **facts: Any) -> VendorDeclaration:
-    """A hook-family vendor's declaration: ``agent`` and its mapping module's dotted path (whose last
-    name is the receiver type), the shared surface with ``handling``; ``facts``: the rest of the
-    ``VendorDeclaration`` (held hooks, neutral replies, shim facts)."""
+
+def declare(agent: str, handling: HookHandling, port: int, registration: Callable[[str | None, Any], Any],
+            description: str, *, keys: type = HookReceiverConfig, **facts: Any) -> VendorDeclaration:
+    """A hook-family vendor's declaration, the family's facts derived rather than written per vendor:
+    the receiver type and mapping module from ``agent`` (``qwen-code`` -> ``qwen_code``), the held
+    hooks from ``handling``, the config class from ``keys`` and ``port`` (``vendor_config``), the
+    neutral reply ``NEUTRAL_REPLY``. ``facts``: the rest of the ``VendorDeclaration`` (shim facts,
+    a vendor's own neutral replies)."""
+    receiver_type = agent.replace("-", "_")
+    facts.setdefault("neutral_reply", NEUTRAL_REPLY)
     declaration = VendorDeclaration(
-        agent=agent, receiver_type=mapping.rsplit(".", 1)[-1], mapping=mapping, port=port,
-        config_class=config_class, registration=registration,
+        agent=agent, receiver_type=receiver_type, mapping=f"aep_collector.processors.mapping.{receiver_type}",
+        port=port, config_class=vendor_config(agent, keys, port, f"{__package__}.{receiver_type}"),
+        registration=registration, held_hooks=handling.held_hooks,
         surface=lambda config, component: HookVendorSurface(declaration, handling, config, component),
         description=description, **facts)
     return declaration
@@ -208,9 +244,9 @@ class HookVendorSurface:
                     return self.neutral(signal)  # in the pipeline behind the session's late reports
                 if name == "PreToolUse" and call_id is not None:
                     late.opened(session, call_id)
-        if name == "PermissionRequest" and self.handling.permission_reply is not None:
+        if name == PERMISSION_HOOK and self.handling.permission_reply is not None:
             return await self._permission(signal)
-        if name == "PreToolUse" and self.gate is not None and self.gate.gates(get_str(payload, "tool_name")):
+        if name == GATED_HOOK and self.gate is not None and self.gate.gates(get_str(payload, "tool_name")):
             return await self._gate(signal)
         if name in self.handling.dismissed_by:
             # The tool ran (or was refused) in the vendor itself: the held card is moot.

@@ -10,26 +10,14 @@ the hook with no decision (reference stack §1.5).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any
 
 from aep_collector.receivers.hook_vendors import shim_hooks
-from aep_collector.receivers.hook_vendors.surface import (
-    ATTENTION_LIMIT,
-    Gate,
-    HookHandling,
-    declare,
-)
-from aep_collector.receivers.registration import mapped_hooks
-from aep_collector.receivers.tool_gate import GateConfig
+from aep_collector.receivers.hook_vendors.surface import Gate, HookGateConfig, HookHandling, declare
 from aep_collector.receivers.wiring import Target, Wiring
 
 VENDOR = "vscode"
-MAPPING = "aep_collector.processors.mapping.vscode"
-HELD_HOOKS = frozenset({"PreToolUse"})
-# VS Code hooks reference (code.visualstudio.com/docs/agents/reference/hooks-reference): exit 0
-# with the common output format, every field optional; `{}` lets the agent proceed unchanged.
-NEUTRAL_REPLY: dict[str, Any] = {}
 # The vendor's own three-way PreToolUse decision: ask escalates into VS Code's approval flow.
 GATE_OPTIONS: list[dict[str, str]] = [
     {"id": "allow", "label": "Allow"},
@@ -54,13 +42,11 @@ def pretool_reply(decision: str, reason: str | None = None) -> dict[str, Any]:
 
 
 @dataclass
-class VscodeConfig(GateConfig):
-    """Config of the ``vscode`` receiver."""
+class VscodeKeys(HookGateConfig):
+    """The ``vscode`` receiver's own keys (``declare`` makes its config class of them: ``VscodeConfig``)."""
 
-    endpoint: str = field(default_factory=lambda: DECLARATION.endpoint)
     attention_timeout: float = 25.0
     """Seconds a gated PreToolUse waits for an operator: inside VS Code's default 30 s hook timeout."""
-    attention_limit: ClassVar[float | None] = ATTENTION_LIMIT
 
 
 HANDLING = HookHandling(
@@ -79,11 +65,8 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     SECONDS (default 30). PreToolUse gets room above the hold window even while the gate is off,
     so turning it on needs no re-registration.
     """
-    hold = cfg.attention_timeout if cfg is not None else VscodeConfig.attention_timeout
-    hooks = {}
-    for name in mapped_hooks(VENDOR):
-        command, timeout = shim_hooks.shim_hook(VENDOR, name, url, cfg, hold if name in HELD_HOOKS else None)
-        hooks[name] = [{"type": "command", "command": command, "timeout": timeout}]
+    hooks = {name: [{"type": "command", "command": command, "timeout": timeout}]
+             for name, command, timeout in shim_hooks.registered(VENDOR, url, cfg)}
     text = json.dumps({"hooks": hooks}, indent=2) + "\n"
     return Wiring(VENDOR, [Target(".github/hooks/aep-collector.json", "file", text, base="project")], [
         "save as .github/hooks/aep-collector.json in the workspace, or run there: "
@@ -91,7 +74,10 @@ def registration(url: str | None, cfg: Any) -> Wiring:
         "VS Code also reads .claude/settings.json hooks: a workspace wired for Claude Code reports there too"])
 
 
-DECLARATION = declare(VENDOR, MAPPING, HANDLING, VscodeConfig, 8381, registration,
+# VS Code hooks reference (code.visualstudio.com/docs/agents/reference/hooks-reference): exit 0
+# with the common output format, every field optional; the family's neutral `{}` lets the agent
+# proceed unchanged.
+DECLARATION = declare(VENDOR, HANDLING, 8381, registration,
                       "VS Code agent hooks via aep-collector-hook (POST /hook); opt-in PreToolUse gate",
-                      held_hooks=HELD_HOOKS, neutral_reply=NEUTRAL_REPLY)
+                      keys=VscodeKeys)
 FACTORY = DECLARATION.factory()

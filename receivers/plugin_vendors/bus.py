@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -37,7 +37,7 @@ from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
-from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer
+from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer, vendor_config
 from aep_collector.receivers.tool_gate import HeldConfig
 from aiohttp import web
 
@@ -298,10 +298,7 @@ def declare(agent: str, config_name: str, port: int, description: str) -> Vendor
     ``endpoint`` default on ``port``. Its mapping is ``aep_collector.processors.mapping.<agent>``;
     the surface finds it through the vendor registry lookup when the receiver is created.
     """
-    endpoint = f"127.0.0.1:{port}"
-    config_class = make_dataclass(config_name, [("endpoint", str, field(default=endpoint))], bases=(BusConfig,))
-    config_class.__doc__ = f"Config of the ``{agent}`` receiver (the other keys: ``BusConfig``)."
-    config_class.__module__ = f"aep_collector.receivers.plugin_vendors.{agent}"
+    config_class = vendor_config(agent, BusConfig, port, f"{__package__}.{agent}", config_name)
     return VendorDeclaration(
         agent=agent, receiver_type=agent, port=port, config_class=config_class,
         surface=lambda cfg, component: BusSurface(load_vendor(agent), cfg, component),

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.api import (
-    HookError,
     HookReceiverConfig,
     Signal,
     VendorDeclaration,
     Wiring,
+    hook_signal,
     hook_url,
     json_target,
     shim_command,
@@ -40,10 +40,7 @@ class QuillSurface:
         self.config = config
 
     def signal(self, payload: dict[str, Any], request: Any) -> Signal:
-        name = payload.get("event") or request.query.get("hook")
-        if not isinstance(name, str) or not name:
-            raise HookError(400, "invalid-payload", "event is missing (or pass ?hook=EVENT)")
-        return Signal(agent=AGENT, name=name, payload=payload)
+        return hook_signal(AGENT, payload, "event", request)  # a 400 when neither names the hook
 
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
