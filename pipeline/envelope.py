@@ -1,8 +1,8 @@
 """Envelope stamping, done once and only here (AEP-0001 §5–§7).
 
 The stamper turns a draft into a complete envelope: ``aep``, a ULID ``id``, RFC 3339 UTC ``time``
-with milliseconds, ``source``, per-session monotonic ``seq`` and a per-agent ``epoch`` that is
-persisted and bumped once per process start. Absent optionals are omitted, never ``null``.
+with milliseconds, ``source``, per-session monotonic ``seq`` and an ``epoch`` that is persisted and
+bumped once per process start. Absent optionals are omitted, never ``null``.
 """
 
 from __future__ import annotations
@@ -154,75 +154,111 @@ def source_uri(host: str, agent: str, session: str | None) -> str:
     return base if session is None else f"{base}/session/{quote(session, safe='')}"
 
 
+# The process epoch's file. ``quote`` never leaves an ``@`` in a name, so no agent's legacy
+# ``<agent>.json`` (epochs were once kept per agent, bumped when an agent was first seen) is this one.
+_GENERATION = "@generation"
+_CLOCK_ORIGIN_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: keeps a clock-seeded epoch shorter
+
+
 class EpochStore:
-    """Per-agent epoch, persisted as ``<state_dir>/epochs/<agent>.json`` and bumped once per start.
+    """The epoch of this process, one for every agent, persisted as ``<state_dir>/epochs/@generation.json``.
 
     AEP-0001 §7: an emitter whose seq counter is not durable MUST bump the epoch on restart and
-    never reuse one. A file lock makes two processes sharing a state directory each take their own.
+    never reuse one in a session, which takes durable memory or a seed that only grows. It is taken
+    once per process, in ``check`` (the service's start, with the folder known writable), under a
+    file lock (two processes sharing a state directory each take their own), above every epoch an
+    earlier start took, the per-agent ones of older versions included. Nothing is written after
+    that, so a folder that breaks while the collector runs cannot make a later start reuse it.
 
-    The service calls ``check`` at start, so a state directory that cannot be written stops it with
-    the path named. One that breaks later (removed, remounted read-only, full) must not cost events:
-    the agent gets the next epoch unpersisted, and ``report`` (the service's /healthz) says so.
+    Without ``check`` (a stamper used on its own) the epoch is taken at the first event; if it
+    cannot be persisted then, or its file is unreadable, it is seeded from the clock (milliseconds
+    since 2026), which no earlier start can have reached and a later one passes, so it cannot
+    repeat; ``report`` (the service's /healthz) says so. A later start on the repaired folder goes
+    on from the persisted epoch, below a clock-seeded one: a regression consumers detect
+    (``epoch-regression``), never a repeated position.
     """
 
     def __init__(self, state_dir: Path) -> None:
         self.dir = Path(state_dir).expanduser() / "epochs"
-        self._epochs: dict[str, int] = {}
+        self._value: int | None = None
         self._lock = threading.Lock()
-        self.unpersisted: dict[str, int] = {}
+        self.unpersisted: int | None = None
         self.report: Callable[[str], None] | None = None
 
     def check(self) -> None:
-        """Raise ``OSError`` naming the folder unless epoch files can be created in it."""
+        """Take and persist this process's epoch; raise ``OSError`` naming the folder if it cannot."""
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             tempfile.TemporaryFile(dir=self.dir).close()
+            with self._lock:
+                if self._value is None:
+                    self._value = self._bump()
         except OSError as exc:
             raise OSError(exc.errno, f"state directory {self.dir} is not writable ({exc.strerror or exc}): the "
-                          "per-agent epochs are persisted there; fix it or set service.state_dir") from exc
+                          "epochs are persisted there; fix it or set service.state_dir") from exc
 
     def epoch(self, agent: str) -> int:
-        value = self._epochs.get(agent)
+        """The epoch ``agent``'s sessions are stamped with: this process's, the same for every agent."""
+        value = self._value
         if value is None:
             with self._lock:
-                value = self._epochs.get(agent)
+                value = self._value
                 if value is None:
                     try:
-                        value = self._bump(agent)
+                        value = self._bump()
                     except OSError as exc:
-                        value = self._unpersisted(agent, exc)
-                    self._epochs[agent] = value
+                        value = self._unpersisted(exc)
+                    self._value = value
         return value
 
-    def _unpersisted(self, agent: str, exc: OSError) -> int:
-        """The next epoch, kept in memory only: stamping goes on (events are never dropped for it)."""
-        value = 0
-        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-            value = int(json.loads((self.dir / (quote(agent, safe="") + ".json")).read_text())["epoch"]) + 1
-        self.unpersisted[agent] = value
-        detail = (f"cannot persist epochs in {self.dir} ({exc.strerror or exc}); stamping goes on with "
-                  f"unpersisted epochs {self.unpersisted}, which a restart may reuse")
+    def _unpersisted(self, exc: OSError) -> int:
+        """An epoch kept in memory only, seeded from the clock: stamping goes on (events are never
+        dropped for it) and no restart, persisted or not, can have taken it before."""
+        value = max(self._previous()[0] + 1, _clock_epoch())
+        self.unpersisted = value
+        detail = (f"cannot persist the epoch in {self.dir} ({exc.strerror or exc}); stamping goes on with "
+                  f"epoch {value} seeded from the clock (it cannot repeat; a later start on the repaired "
+                  "folder goes on from the persisted epoch, below it)")
         if self.report is not None:
             self.report(detail)  # logged once, shown in /healthz
         else:
             log.error("%s", detail)
         return value
 
-    def _bump(self, agent: str) -> int:
+    def _previous(self) -> tuple[int, bool]:
+        """(the highest epoch persisted so far, or -1; whether the process epoch's file was unreadable)."""
+        highest, unreadable = -1, False
+        with contextlib.suppress(OSError):
+            for path in self.dir.glob("*.json"):
+                try:
+                    highest = max(highest, int(json.loads(path.read_text())["epoch"]))
+                except (OSError, ValueError, TypeError, KeyError):
+                    unreadable = unreadable or path.stem == _GENERATION
+        return highest, unreadable
+
+    def _bump(self) -> int:
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / (quote(agent, safe="") + ".json")
-        lock_path = path.with_suffix(".lock")
-        with open(lock_path, "a") as lock:
+        path = self.dir / f"{_GENERATION}.json"
+        with open(path.with_suffix(".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                previous = -1
-                with contextlib.suppress(FileNotFoundError, ValueError, TypeError):
-                    previous = int(json.loads(path.read_text())["epoch"])
-                value = max(previous + 1, 0)
-                atomic_write(path, json.dumps({"agent": agent, "epoch": value}), durable=True)
+                previous, unreadable = self._previous()
+                # A damaged file lost the memory: the clock is the seed that only grows.
+                value = max(previous + 1, _clock_epoch() if unreadable else 0)
+                atomic_write(path, json.dumps({"epoch": value}), durable=True)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
         return value
+
+
+_last_clock_epoch = -1
+
+
+def _clock_epoch() -> int:
+    """Milliseconds since 2026, above the last one this process took (two stores in one millisecond)."""
+    global _last_clock_epoch
+    _last_clock_epoch = max(int(time.time() * 1000) - _CLOCK_ORIGIN_MS, _last_clock_epoch + 1)
+    return _last_clock_epoch
 
 
 class Bloom:

@@ -1,12 +1,17 @@
-"""Shared test fixtures: where the official AEP corpus lives (read in place, never copied)."""
+"""Shared test fixtures: where the official AEP corpus lives (read in place, never copied), and the
+relay double with an operator attached, for the modules that set a ``TOKEN``."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aep_sdk.aio import ControlClient
+
+from tests.relay_double import RelayDouble
 
 ROOT = Path(__file__).resolve().parent.parent
 AEP_DIR = Path(os.environ.get("AEP_CONFORMANCE_DIR", ROOT.parent / "shared" / "aep")).resolve()
@@ -37,3 +42,21 @@ def hook_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     path = tmp_path_factory.mktemp("aep-hook-dir")
     monkeypatch.setenv("AEP_HOOK_DIR", str(path))
     return path
+
+
+@pytest.fixture
+async def relay(request: pytest.FixtureRequest) -> AsyncIterator[RelayDouble]:
+    """A started relay double accepting the test module's ``TOKEN``."""
+    double = RelayDouble(token=request.module.TOKEN)
+    await double.start()
+    yield double
+    await double.stop()
+
+
+@pytest.fixture
+async def operator(request: pytest.FixtureRequest, relay: RelayDouble) -> AsyncIterator[ControlClient]:
+    """An operator console attached to ``relay`` with the test module's ``TOKEN``."""
+    client = ControlClient(relay.url, agent="aep-console", host="ops-host", token=request.module.TOKEN)
+    await client.connect()
+    yield client
+    await client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -139,3 +140,26 @@ def race(path: Path, versions: list[bytes], write: Callable[[bytes], None], roun
     done.set()
     watcher.join()
     return seen
+
+
+async def held_requests(router: Any, n: int = 1) -> list[str]:
+    """Ids of the control router's held requests once ``n`` are pending (bounded polling)."""
+    for _ in range(1000):
+        if len(router.holds) >= n:
+            return list(router.holds)
+        await asyncio.sleep(0.01)
+    raise AssertionError("no held request appeared")
+
+
+async def timed_out_and_late_answer_refused(events: list[dict[str, Any]], operator: Any, session: str) -> None:
+    """A held request asked for over ``control`` timed out, and a late operator answer grants nothing."""
+    import pytest
+    from aep_collector.pipeline.control import RESPOND
+    from aep_sdk.control import NackError
+
+    (req,) = [e for e in events if e["type"] == "attention.requested"]
+    (timeout,) = [e for e in events if e["type"] == "attention.timeout"]
+    assert timeout["subject"] == req["id"] and req["data"]["respond_via"] == ["control"]
+    with pytest.raises(NackError) as info:
+        await operator.send(RESPOND, session, subject=req["id"], data={"answer": {"option": "allow"}}, retries=0)
+    assert info.value.reason == "refused"

@@ -14,7 +14,7 @@ import aiohttp
 from aep_sdk.control import ControlSender
 from aiohttp import web
 
-from tests.helpers import ROOT, base_config, read_jsonl
+from tests.helpers import ROOT, base_config, held_requests, read_jsonl
 
 VENDORS = ("opencode", "kilocode", "cline", "hermes", "pi")
 AGENTS = {"opencode": "opencode", "kilocode": "kilocode", "cline": "cline", "hermes": "hermes", "pi": "pi"}
@@ -102,11 +102,7 @@ class Env:
 
     async def held(self, n: int = 1) -> list[str]:
         """Ids of the held requests once ``n`` are pending (bounded polling)."""
-        for _ in range(1000):
-            if len(self.router.holds) >= n:
-                return list(self.router.holds)
-            await asyncio.sleep(0.01)
-        raise AssertionError("no held request appeared")
+        return await held_requests(self.router, n)
 
 
 async def node(plugin: str, scenario: dict[str, Any], env: dict[str, str] | None = None,

@@ -89,13 +89,23 @@ def test_epoch_is_persisted_and_bumped_per_start(tmp_path):
     third = EpochStore(tmp_path)
     assert third.epoch("claude-code") == 2
     assert third.epoch("claude-code") == 2  # once per start, not per event
-    assert EpochStore(tmp_path).epoch("codex") == 0
+    assert third.epoch("codex") == 2  # one epoch per process, whatever the agent
+    assert EpochStore(tmp_path).epoch("codex") == 3
 
 
-def test_epoch_survives_a_corrupt_state_file(tmp_path):
-    EpochStore(tmp_path).epoch("a")
-    (tmp_path / "epochs" / "a.json").write_text("{not json")
-    assert EpochStore(tmp_path).epoch("a") == 0  # restarts safely; never crashes
+def test_epochs_continue_above_the_per_agent_ones_older_versions_kept(tmp_path):
+    (tmp_path / "epochs").mkdir()
+    (tmp_path / "epochs" / "codex.json").write_text(json.dumps({"agent": "codex", "epoch": 41}))
+    (tmp_path / "epochs" / "qwen-code.json").write_text(json.dumps({"agent": "qwen-code", "epoch": 7}))
+    assert EpochStore(tmp_path).epoch("qwen-code") == 42
+
+
+def test_a_corrupt_epoch_file_seeds_the_epoch_from_the_clock(tmp_path):
+    assert EpochStore(tmp_path).epoch("a") == 0
+    (tmp_path / "epochs" / "@generation.json").write_text("{not json")
+    seeded = EpochStore(tmp_path).epoch("a")  # restarts safely; never crashes, never reuses 0
+    assert seeded > 10**9  # milliseconds since 2026
+    assert EpochStore(tmp_path).epoch("a") == seeded + 1
 
 
 def test_concurrent_starts_take_distinct_epochs(tmp_path):

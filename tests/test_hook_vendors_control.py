@@ -21,12 +21,11 @@ from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 from aep_collector.receivers.hook_vendors import codex, kimi_code, qwen_code, vscode
 from aep_sdk.control import ControlSender
 
-from tests.helpers import ROOT, base_config, read_jsonl, running
+from tests.helpers import ROOT, base_config, held_requests, read_jsonl, running
+from tests.hook_vendors_support import AGENTS, POSTURES
 
 SID = "sess-ctl"
 BUILDER = ControlSender(lambda _c: None, agent="operator", host="ops")
-AGENTS = {"codex": "codex", "qwen_code": "qwen-code", "vscode": "vscode", "kimi_code": "kimi-code",
-          "gemini_cli": "gemini-cli", "antigravity": "antigravity"}
 
 
 def respond(subject: str, **answer: Any) -> dict[str, Any]:
@@ -59,11 +58,7 @@ class Env:
         return proc.returncode or 0, out
 
     async def held(self, n: int = 1) -> list[str]:
-        for _ in range(1000):
-            if len(self.router.holds) >= n:
-                return list(self.router.holds)
-            await asyncio.sleep(0.01)
-        raise AssertionError("no held request appeared")
+        return await held_requests(self.router, n)
 
     def events(self, session: str = SID) -> list[dict[str, Any]]:
         path = self.tmp_path / "logs" / self.agent / f"{session}.jsonl"
@@ -119,16 +114,7 @@ async def answer(env: Env, task: asyncio.Task[Any], **ans: Any) -> Any:
 # --- declarations ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("rtype,cfg,accepts", [
-    ("codex", {}, [RESPOND]),
-    ("qwen_code", {}, [RESPOND]),
-    ("vscode", {}, []),
-    ("vscode", {"control": True}, [RESPOND]),
-    ("kimi_code", {}, []),
-    ("kimi_code", {"control": True}, [RESPOND]),
-    ("gemini_cli", {}, None),
-    ("antigravity", {}, None),
-], ids=["codex", "qwen", "vscode-off", "vscode-on", "kimi-off", "kimi-on", "gemini", "antigravity"])
+@pytest.mark.parametrize("rtype,cfg,accepts", POSTURES)
 async def test_control_accepts_reflects_exactly_the_gates_that_are_on(make: Any, rtype: str, cfg: dict[str, Any],
                                                                       accepts: list[str] | None) -> None:
     env = await make(rtype, **cfg)

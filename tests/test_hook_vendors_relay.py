@@ -18,16 +18,13 @@ import pytest
 from aep_collector.pipeline.control import RESPOND
 from aep_collector.pipeline.validate import StreamValidator, envelope_errors
 from aep_collector.receivers.hook_vendors import codex, qwen_code
-from aep_sdk.aio import ControlClient
-from aep_sdk.control import NackError
 
-from tests.helpers import ROOT, base_config, read_jsonl, running
+from tests.helpers import ROOT, base_config, read_jsonl, running, timed_out_and_late_answer_refused
+from tests.hook_vendors_support import AGENTS, POSTURES
 from tests.relay_double import RelayDouble, wait_until
 
 TOKEN = "hook-vendors-token"
 SID = "relay-sess-1"
-AGENTS = {"codex": "codex", "qwen_code": "qwen-code", "vscode": "vscode", "kimi_code": "kimi-code",
-          "gemini_cli": "gemini-cli", "antigravity": "antigravity"}
 START = {"codex": {"hook_event_name": "SessionStart", "session_id": SID, "source": "startup", "model": "gpt-5"},
          "qwen_code": {"hook_event_name": "SessionStart", "session_id": SID, "source": "startup"}}
 PERMISSION = {
@@ -76,22 +73,6 @@ async def open_stack(tmp_path: Path, relay: RelayDouble, rtype: str, **cfg: Any)
     return running(config)
 
 
-@pytest.fixture
-async def relay() -> Any:
-    r = RelayDouble(token=TOKEN)
-    await r.start()
-    yield r
-    await r.stop()
-
-
-@pytest.fixture
-async def operator(relay: RelayDouble) -> Any:
-    client = ControlClient(relay.url, agent="aep-console", host="ops-host", token=TOKEN)
-    await client.connect()
-    yield client
-    await client.close()
-
-
 async def started(service: Any, relay: RelayDouble, tmp_path: Path, rtype: str) -> Stack:
     st = Stack(service, relay, tmp_path, rtype)
     # The relay routes a command only to the connection that claimed the session.
@@ -132,25 +113,11 @@ async def test_timeout_through_the_relay(tmp_path: Path, relay: RelayDouble, ope
     async with await open_stack(tmp_path, relay, rtype, attention_timeout=0.4) as service:
         st = await started(service, relay, tmp_path, rtype)
         assert await asyncio.wait_for(st.hook(PERMISSION[rtype]), 15) == {}
-        events = st.jsonl()
-        (req,) = [e for e in events if e["type"] == "attention.requested"]
-        (timeout,) = [e for e in events if e["type"] == "attention.timeout"]
-        assert timeout["subject"] == req["id"] and req["data"]["respond_via"] == ["control"]
-        with pytest.raises(NackError) as info:  # a late answer grants nothing
-            await operator.send(RESPOND, SID, subject=req["id"], data={"answer": {"option": "allow"}}, retries=0)
-        assert info.value.reason == "refused"
+        await timed_out_and_late_answer_refused(st.jsonl(), operator, SID)
     check_stream(st.jsonl())
 
 
-@pytest.mark.parametrize("rtype,cfg,declared", [
-    ("codex", {}, [RESPOND]),
-    ("vscode", {}, []),
-    ("vscode", {"control": True}, [RESPOND]),
-    ("kimi_code", {}, []),
-    ("kimi_code", {"control": True}, [RESPOND]),
-    ("gemini_cli", {}, None),
-    ("antigravity", {}, None),
-], ids=["codex", "vscode-off", "vscode-on", "kimi-off", "kimi-on", "gemini", "antigravity"])
+@pytest.mark.parametrize("rtype,cfg,declared", POSTURES)
 async def test_the_hello_declares_exactly_the_gates_that_are_on(tmp_path: Path, relay: RelayDouble, rtype: str,
                                                                 cfg: dict[str, Any],
                                                                 declared: list[str] | None) -> None:

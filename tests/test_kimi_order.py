@@ -130,6 +130,42 @@ def test_shutdown_delivers_a_held_stop(tmp_path: Path) -> None:
     assert seen[-1] == "run.finished", seen
 
 
+def healthz(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def test_a_call_never_reported_holds_one_stop_then_is_forgotten_and_said(tmp_path: Path) -> None:
+    """Kimi fires PreToolUse and the PostToolUse never comes (the tool was killed): the run's Stop
+    waits the grace once; the call then holds no later Stop of the session, and it is counted in
+    /healthz and logged. A report that still comes lands outside the runs."""
+    with kimi(tmp_path, 1.0) as c:
+        port = c.ports["receiver/kimi_code"]
+        call(port)
+        path = tmp_path / "logs" / "kimi-code" / f"{SID}.jsonl"
+        assert post(port, "Stop", stop_hook_active=False) == {}  # the full grace: nothing else of the session came
+        assert healthz(port)["unreported_tool_calls"] == 1
+        for turn in range(2):  # later turns, with no tool or with a tool reported in time
+            post(port, "UserPromptSubmit", prompt=f"turn {turn}")
+            if turn:
+                post(port, "PreToolUse", tool_name="Bash", tool_input={"command": "ls"}, tool_call_id="call_2")
+                post(port, "PostToolUse", tool_name="Bash", tool_call_id="call_2", tool_output="ok")
+            stop = threading.Thread(target=post, args=(port, "Stop"), kwargs={"stop_hook_active": False})
+            stop.start()
+            held = 0
+            while stop.is_alive():  # were it held, it would be for a whole second: seen here
+                held = max(held, healthz(port).get("held_run_ends", 0))
+            stop.join()
+            assert held == 0, f"turn {turn}: the Stop waited for the forgotten call"
+        post(port, "PostToolUse", tool_name="Bash", tool_call_id="call_1", tool_output="late")
+        assert healthz(port)["unreported_tool_calls"] == 1
+    seen = [e["type"] for e in read_jsonl(path)]  # stopped: everything accepted is in
+    assert seen.count("run.finished") == 3 and seen[-1] == "tool.completed", seen
+    assert "run" not in read_jsonl(path)[-1]  # the very late report: recorded, outside every run
+    log = "".join(c.log)
+    assert "call_1" in log and "never reported" in log, log
+
+
 def test_detached_grace_is_checked() -> None:
     kimi_code.DECLARATION.config_class(detached_grace=0).validate()  # 0: no holding at all
     for bad in (-1.0, float("nan"), 5.5):

@@ -17,11 +17,9 @@ from typing import Any
 import pytest
 from aep_collector.pipeline.control import RESPOND
 from aep_collector.pipeline.validate import StreamValidator, envelope_errors
-from aep_sdk.aio import ControlClient
-from aep_sdk.control import NackError
 
 from tests.conftest import corpus
-from tests.helpers import ROOT, running
+from tests.helpers import ROOT, running, timed_out_and_late_answer_refused
 from tests.plugin_vendors_support import NODE, PLUGINS, KiloServer, config, node, scenario, step
 from tests.relay_double import RelayDouble, wait_until
 
@@ -33,22 +31,6 @@ OPENCODE = corpus("mappings/opencode.json")["moments"]
 KILO = corpus("mappings/kilocode.json")["moments"]
 HERMES = corpus("mappings/hermes.json")["hooks"]
 PI = corpus("mappings/pi.json")["moments"]
-
-
-@pytest.fixture
-async def relay() -> Any:
-    r = RelayDouble(token=TOKEN)
-    await r.start()
-    yield r
-    await r.stop()
-
-
-@pytest.fixture
-async def operator(relay: RelayDouble) -> Any:
-    client = ControlClient(relay.url, agent="aep-console", host="ops-host", token=TOKEN)
-    await client.connect()
-    yield client
-    await client.close()
 
 
 def stack(tmp_path: Path, relay: RelayDouble, **overrides: dict[str, Any]) -> Any:
@@ -117,13 +99,7 @@ async def test_permission_ask_timeout_through_the_relay(tmp_path: Path, relay: R
         await claimed(service, relay)
         (done,) = (await plugin_run(service, vendor, "permission_ask"))["steps"]
         assert done["args"][1] == {"status": "ask"}  # untouched: the vendor asks the user itself
-        events = jsonl(tmp_path, vendor)
-        (req,) = [e for e in events if e["type"] == "attention.requested"]
-        (timeout,) = [e for e in events if e["type"] == "attention.timeout"]
-        assert timeout["subject"] == req["id"] and req["data"]["respond_via"] == ["control"]
-        with pytest.raises(NackError) as info:  # a late answer grants nothing
-            await operator.send(RESPOND, SID, subject=req["id"], data={"answer": {"option": "allow"}}, retries=0)
-        assert info.value.reason == "refused"
+        await timed_out_and_late_answer_refused(jsonl(tmp_path, vendor), operator, SID)
     check_stream(jsonl(tmp_path, vendor))
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +33,6 @@ def test_attr_match_corpus_matching(case: dict[str, Any]) -> None:
 @pytest.mark.parametrize("case", ATTR_MATCH["invalid"], ids=[c["name"] for c in ATTR_MATCH["invalid"]])
 def test_attr_match_corpus_invalid_filters_fail_closed(case: dict[str, Any]) -> None:
     assert filter_problem(case["filter"]) is not None
-
-
-@pytest.fixture
-async def relay() -> AsyncIterator[RelayDouble]:
-    double = RelayDouble(token=TOKEN)
-    await double.start()
-    yield double
-    await double.stop()
 
 
 @pytest.fixture

@@ -60,14 +60,6 @@ def free_port() -> int:
 
 
 @pytest.fixture
-async def relay() -> AsyncIterator[RelayDouble]:
-    double = RelayDouble(token=TOKEN)
-    await double.start()
-    yield double
-    await double.stop()
-
-
-@pytest.fixture
 def stamper(tmp_path: Path) -> Stamper:
     return Stamper(tmp_path / "state", host="test-host")
 

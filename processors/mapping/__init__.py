@@ -9,6 +9,12 @@ Each vendor's mapping is a module in this package exposing::
 The modules are pure apart from the state object they are handed, and are pinned by the
 conformance fixtures. The processor only dispatches, fills ``agent``, tags held requests and
 turns a mapping failure into an honest ``error.raised`` instead of losing the moment.
+
+Later stages extend batches and set keys on drafts in place, so the processor hands downstream only
+lists and drafts it owns. The modules of this package return a new list of new drafts on every call
+(``tests/test_mapping_ownership.py`` holds them to it), taken as they are; a plug-in's mapping may
+return a module-level list or the same draft twice, so its list and drafts are copied (one level:
+the processor replaces a draft's ``data`` rather than editing it).
 """
 
 from __future__ import annotations
@@ -72,7 +78,7 @@ class MappingProcessor:
         self.config = config or MappingConfig()
         self.states: dict[str, Any] = {}
         self._modules: dict[str, ModuleType] = {}
-        self._routes: dict[str, tuple[Any, Any, str]] = {}
+        self._routes: dict[str, tuple[Any, Any, str, bool]] = {}
         self.failures = 0
         self._logged: set[tuple[str, str, str]] = set()
         self.attention = AttentionBook()
@@ -89,10 +95,12 @@ class MappingProcessor:
             self.states[agent] = mod.new_state()
         return mod
 
-    def _route(self, agent: str) -> tuple[Any, Any, str]:
-        """(``map_signal``, state, ``AGENT``) of an agent's mapping, looked up once per agent."""
+    def _route(self, agent: str) -> tuple[Any, Any, str, bool]:
+        """(``map_signal``, state, ``AGENT``, whether its drafts are copied: a plug-in's) of an
+        agent's mapping, looked up once per agent."""
         mod = self.module(agent)
-        route = self._routes[agent] = (mod.map_signal, self.states[agent], mod.AGENT)
+        foreign = not mod.__name__.startswith(__name__ + ".")
+        route = self._routes[agent] = (mod.map_signal, self.states[agent], mod.AGENT, foreign)
         return route
 
     def __call__(self, batch: Batch) -> Batch:
@@ -103,7 +111,7 @@ class MappingProcessor:
             if not booked:
                 # Nothing for the attention book: ``apply`` would return the same drafts in the
                 # same order, so its walk (and its list) are skipped. The common case.
-                return drafts  # type: ignore[return-value]  # a fresh list of drafts
+                return drafts  # type: ignore[return-value]  # a list of drafts we own (module docstring)
         else:
             drafts = []
             for item in batch:
@@ -136,10 +144,12 @@ class MappingProcessor:
         try:
             route = self._routes.get(signal.agent) or self._route(signal.agent)
             drafts = route[0](signal, route[1])
+            if route[3]:  # a plug-in's: any iterable, of objects it may hand back again (module docstring)
+                drafts = [d.copy() for d in drafts]
+            elif drafts.__class__ is not list:
+                drafts = list(drafts)
         except Exception as exc:  # a vendor shape we did not foresee must not lose the moment
             return [self._failure(signal, exc)], False
-        if drafts.__class__ is not list:
-            drafts = list(drafts)  # a plug-in may hand back any iterable; the batch is a list
         booked = False
         name = route[2]
         for d in drafts:
@@ -153,11 +163,12 @@ class MappingProcessor:
                     d["_hold"] = signal.hold
                 # The receiver knows whether a control route is live; the pure mapping cannot.
                 respond_via = signal.respond_via
-                if respond_via is not None and isinstance(d.get("data"), dict) and "respond_via" in d["data"]:
-                    d["data"]["respond_via"] = list(respond_via)
+                data = d.get("data")
+                if respond_via is not None and isinstance(data, dict) and "respond_via" in data:
+                    data = d["data"] = {**data, "respond_via": list(respond_via)}  # replaced, not edited
                     # A held request says when the hold gives up (operators see the time left).
                     if signal.expires_at and "control" in respond_via:
-                        d["data"].setdefault("expires_at", signal.expires_at)
+                        data.setdefault("expires_at", signal.expires_at)
         return drafts, booked
 
     def _failure(self, signal: Signal, exc: Exception) -> Event:

@@ -8,17 +8,24 @@ session's open calls are reported, or after ``grace`` seconds, or as soon as any
 session arrives, or at shutdown; its reply waits for that (a durable record before the reply, as
 for every hook: the wait is the detached report's few milliseconds, at most ``grace``). A report
 later than that is still delivered, outside the ended run.
+
+A call still unreported when its run's end goes in is forgotten then: a tool Kimi killed (or a
+crash) never reports, and it must not make every later Stop of the session wait the grace too.
+Each one is logged and counted (``unreported_tool_calls`` in /healthz).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aep_collector.pipeline.model import Signal
+
+log = logging.getLogger("aep.receiver.late_calls")
 
 Deliver = Callable[[list[Any]], Awaitable[Any]]
 _SESSIONS_KEPT = 1024
@@ -39,10 +46,13 @@ class _Held:
 class LateCalls:
     """Open detached calls per session and the run-ending signals held behind them."""
 
-    def __init__(self, grace: float) -> None:
+    def __init__(self, grace: float, agent: str = "") -> None:
         self.grace = grace
+        self.agent = agent
         self.open: OrderedDict[str, set[str]] = OrderedDict()
         self.held: dict[str, _Held] = {}
+        self.forgotten = 0
+        """Calls whose run ended without their report (see the module docstring)."""
 
     def opened(self, session: str, call: str) -> None:
         self.open.setdefault(session, set()).add(call)
@@ -98,7 +108,13 @@ class LateCalls:
         held.sent = True
         if self.held.get(session) is held:
             del self.held[session]
-        self.open.pop(session, None)  # the run is over: a call still open was lost or comes late
+        # The run is over: a call still open was lost or comes late; it holds no later Stop.
+        lost = self.open.pop(session, None)
+        if lost:
+            self.forgotten += len(lost)
+            log.warning("%s session %s: run ended with tool call(s) %s never reported (the tool killed, or "
+                        "a crash?); not waited for again, a report that still comes lands outside the run",
+                        self.agent, session, ", ".join(sorted(lost)[:5]))
         try:
             await held.deliver([held.signal])  # FailOpenDelivery: never raises, failures go to health
         finally:

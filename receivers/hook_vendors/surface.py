@@ -181,7 +181,7 @@ class HookVendorSurface:
         """Calls the gate denied (session, call id): their tool.denied closed them."""
         self.late: LateCalls | None = None
         if handling.ends_run and handling.call_id_key and declaration.detached:
-            self.late = LateCalls(getattr(config, "detached_grace", 0.0))
+            self.late = LateCalls(getattr(config, "detached_grace", 0.0), self.agent)
 
     # -- HookSurface ---------------------------------------------------------------------------
 
@@ -204,7 +204,7 @@ class HookVendorSurface:
     def health_extra(self) -> dict[str, Any]:
         extra = self.gate.health() if self.gate is not None else {}
         if self.late is not None:  # run ends waiting for a detached tool report (late_calls)
-            extra = {**extra, "held_run_ends": len(self.late.held)}
+            extra = {**extra, "held_run_ends": len(self.late.held), "unreported_tool_calls": self.late.forgotten}
         return extra
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
