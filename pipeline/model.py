@@ -32,6 +32,20 @@ Event = dict[str, Any]
 """A draft or a stamped AEP envelope."""
 
 
+@dataclass(slots=True, frozen=True)
+class Form:
+    """A question a receiver decoded into an AEP-0006 form (Claude Code's AskUserQuestion and
+    Elicitation, Kilo's ``question.asked``): the card the mapping draws, what an answer is checked
+    against and what the receiver builds the vendor's reply from."""
+
+    prompt: str
+    """The card's prompt at full content."""
+    fields: list[dict[str, Any]]
+    """The field specs at full content (labels as the vendor wrote them)."""
+    structural: str
+    """The prompt's structural value below ``redacted`` (``claude-code asks 2 questions``)."""
+
+
 @dataclass(slots=True)
 class Signal:
     """One thing a vendor told a receiver: a hook call, a plugin moment, an OTLP log record."""
@@ -65,6 +79,12 @@ class Signal:
     deltas: bool | None = None
     """Set by the pi receiver from its ``deltas`` config: map stream updates. None: the mapping
     state's own default (``AEP_PI_DELTAS``)."""
+    form: Form | None = None
+    """Set by a receiver that decoded the vendor's question into a form: the mapping draws the card
+    from it (the receiver validates the answer and replies by the same fields)."""
+    session: str | None = None
+    """Set by a receiver that applies its vendor's identity rule to what it decodes (the OpenCode
+    family's moments, the OTLP channels' records): the AEP session the signal belongs to."""
     received_ns: int = field(default_factory=time.time_ns)
 
 

@@ -15,6 +15,8 @@ from aep_collector.processors.capture import CaptureConfig, CaptureProcessor
 from aep_collector.processors.mapping import MappingProcessor
 from aep_collector.processors.runs import RunsProcessor
 
+from tests.received import received
+
 
 class Chain:
     def __init__(self, state_dir: Path, ceiling: str = "metadata") -> None:
@@ -22,8 +24,9 @@ class Chain:
         self.stamper = Stamper(state_dir, host="test-host")
 
     def feed(self, agent: str, name: str, payload: Any, **fields: Any) -> list[dict[str, Any]]:
-        """``fields``: the typed Signal fields a receiver would set (``hold``, ``mode``, ...)."""
-        return self.feed_signal(Signal(agent=agent, name=name, payload=payload, **fields))
+        """``payload`` as the agent's receiver decodes it; ``fields``: the typed Signal fields a
+        receiver would set besides (``hold``, ``mode``, ...)."""
+        return self.feed_signal(received(agent, name, payload, **fields))
 
     def feed_signal(self, signal: Signal) -> list[dict[str, Any]]:
         batch: list[Any] = [signal]

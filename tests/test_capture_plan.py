@@ -13,12 +13,12 @@ import json
 from typing import Any
 
 import pytest
-from aep_collector.pipeline.model import Signal
 from aep_collector.processors.capture import ceiling
 from aep_collector.processors.capture.redact import Redactor
 from aep_collector.processors.mapping import MappingProcessor
 
 from tests.conftest import FIXTURES, corpus
+from tests.received import received
 
 HOOK_VENDORS = ("codex", "qwen-code", "gemini-cli", "vscode")
 HOME = "/nonexistent-home"
@@ -38,7 +38,7 @@ def payloads() -> list[tuple[str, Any, dict[str, Any]]]:
         fixture = corpus(f"mappings/{agent}.json")
         for entry in [*fixture["hooks"].values(), fixture["fallback"]]:
             inp = entry["input"]
-            for draft in mapping([Signal(agent, str(inp.get("hook_event_name", "hook")), copy.deepcopy(inp))]):
+            for draft in mapping([received(agent, str(inp.get("hook_event_name", "hook")), copy.deepcopy(inp))]):
                 if isinstance(draft, dict):
                     out.append((draft["type"], draft.get("_capture"), draft.get("data")))
     return [p for p in out if isinstance(p[2], dict)]

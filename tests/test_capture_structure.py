@@ -17,6 +17,7 @@ from aep_collector.processors.capture.structure import OPAQUE_PREFIX, is_token, 
 from aep_collector.processors.mapping import MappingProcessor, codex_otel, hermes, vscode_otel
 
 from tests.helpers import base_config, collector, read_jsonl
+from tests.received import received
 
 
 def gated(drafts: list[dict[str, Any]], ceiling: str) -> list[dict[str, Any]]:
@@ -25,7 +26,7 @@ def gated(drafts: list[dict[str, Any]], ceiling: str) -> list[dict[str, Any]]:
 
 def claude(name: str, **fields: Any) -> list[dict[str, Any]]:
     payload = {"session_id": "s1", "hook_event_name": name, **fields}
-    return MappingProcessor()([Signal("claude-code", name, payload)])
+    return MappingProcessor()([received("claude-code", name, payload)])
 
 
 FREE_TEXT = "API Error: overloaded, ask ops@example.com or see /home/alice/notes.txt"

@@ -1,4 +1,8 @@
-"""Claude Code hook mapping: the two pinned form mappings, every Annex A.1 hook, odd shapes (replies: test_hook_replies.py)."""
+"""Claude Code hook mapping: the two pinned form mappings, every Annex A.1 hook, odd shapes (replies: test_hook_replies.py).
+
+The fixture holds raw hook inputs; only the receiver decodes a question into its form
+(``Signal.form``), so every case here maps the Signal the receiver builds (``tests.received``).
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,14 @@ from aep_collector.pipeline.model import Signal
 from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor
 from aep_collector.processors.mapping import claude_code as cc
+from aep_collector.receivers.claude_code import forms
 
 from tests.conftest import corpus
+from tests.received import received
 
 FIXTURE = corpus("mappings/claude-code.json")
 ENTRIES = [k for k in FIXTURE if not k.startswith("$")]
-FORMS = {"ask_user_question": cc.ask_user_question_form, "elicitation": cc.elicitation_form}
+FORMS = {"ask_user_question": forms.ask_user_question_form, "elicitation": forms.elicitation_form}
 CEILINGS = [("redacted", "expected_data", True), ("metadata", "expected_data_metadata", False)]
 
 
@@ -25,7 +31,7 @@ def hook(name: str, **fields: Any) -> dict[str, Any]:
 
 
 def run(payload: Any, state: cc.ClaudeCodeState | None = None, name: str = "hook") -> list[dict[str, Any]]:
-    return cc.map_signal(Signal(cc.AGENT, name, payload), cc.new_state() if state is None else state)
+    return cc.map_signal(received(cc.AGENT, name, payload), cc.new_state() if state is None else state)
 
 
 def only(payload: Any) -> dict[str, Any]:
@@ -85,11 +91,11 @@ def test_form_drafts_carry_their_field_specs_and_subjects() -> None:
 def test_elicitation_reads_the_hook_payloads_snake_case_schema() -> None:
     data = FIXTURE["elicitation"]["input"]
     payload = {"message": data["message"], "requested_schema": data["requestedSchema"]}
-    assert cc.elicitation_form(payload, True)["fields"] == FIXTURE["elicitation"]["expected_data"]["fields"]
+    assert forms.elicitation_form(payload, True)["fields"] == FIXTURE["elicitation"]["expected_data"]["fields"]
 
 
 def test_form_shapes_beyond_the_pins() -> None:
-    one = cc.ask_user_question_form({"questions": [{"question": "Go?", "options": ["yes", {"x": 1}]}]}, True)
+    one = forms.ask_user_question_form({"questions": [{"question": "Go?", "options": ["yes", {"x": 1}]}]}, True)
     assert one["prompt"] == "claude-code asks 1 question"
     assert one["fields"][0]["label"] == "Go?"  # no header: the question alone
     assert [c["label"] for c in one["fields"][0]["choices"]] == ["yes", "2"]
@@ -98,11 +104,11 @@ def test_form_shapes_beyond_the_pins() -> None:
         "tier": {"type": "string", "oneOf": [{"const": "a", "title": "Tier A"}]},
         "tags": {"type": "array", "items": {"enum": ["x", "y"]}},
     }}
-    fields = cc.elicitation_form({"requestedSchema": schema}, True)["fields"]
+    fields = forms.elicitation_form({"requestedSchema": schema}, True)["fields"]
     assert fields[0] == {"id": "n", "type": "number", "min": 1, "max": 9, "label": "n", "required": False}
     assert fields[1]["choices"] == [{"id": "a", "label": "Tier A"}]
     assert fields[2]["multi"] is True and [c["id"] for c in fields[2]["choices"]] == ["x", "y"]
-    assert cc.elicitation_form({"requestedSchema": schema}, True)["prompt"] == "claude-code requests input (3 fields)"
+    assert forms.elicitation_form({"requestedSchema": schema}, True)["prompt"] == "claude-code requests input (3 fields)"
 
 
 # --- every hook ----------------------------------------------------------------------------

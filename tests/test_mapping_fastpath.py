@@ -19,6 +19,7 @@ from aep_collector.processors.mapping import hook_vendors as hf
 from aep_collector.processors.runs import RunsProcessor
 
 from tests.conftest import corpus
+from tests.received import received
 
 AGENTS = ("codex", "qwen-code", "gemini-cli", "vscode")
 
@@ -49,7 +50,7 @@ def workload(rounds: int = 3) -> list[Signal]:
         payload = dict(inp)
         if "session_id" in payload:
             payload["session_id"] = f"s{i % 3}"
-        sig = Signal(agent, str(payload.get("hook_event_name", "hook")), payload, received_ns=i)
+        sig = received(agent, str(payload.get("hook_event_name", "hook")), payload, received_ns=i)
         if i % 4 == 0:
             sig.hold = f"h{i}"
             sig.respond_via = ["control"] if i % 8 == 0 else ["oob"]

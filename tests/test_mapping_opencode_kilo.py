@@ -13,15 +13,16 @@ import pytest
 from aep_collector.pipeline.control import attention_key
 from aep_collector.pipeline.envelope import COMMAND_TYPE, SEVERITIES, TYPE_GRAMMAR, Stamper
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.payload import get_dict, get_str
 from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor, kilocode, load_vendor, opencode, plugin_bus
 from aep_collector.receivers.plugin_vendors import bus_replies
-from aep_collector.receivers.plugin_vendors.bus_moments import as_moment
 from aep_sdk.gen import PAYLOAD_MODELS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import corpus
+from tests.received import received
 
 VENDORS = {"opencode": (opencode, "mappings/opencode.json"), "kilocode": (kilocode, "mappings/kilocode.json")}
 FIXTURES = {agent: corpus(path) for agent, (_, path) in VENDORS.items()}
@@ -45,10 +46,18 @@ def project(d: dict[str, Any] | None, policy: CapturePolicy | None = None) -> di
 
 
 def signal_for(agent: str, moment: dict[str, Any], received_ns: int = 0, **kw: Any) -> Signal:
-    """The Signal a plugin POST becomes: name = bus type or hook name, payload = the fixture input."""
+    """The Signal a plugin POST becomes, decoded by the receiver (session, a bus ask's options or
+    form): name = bus type or hook name, payload = the fixture input."""
     kind = moment.get("kind")
     name = moment["event"]["type"] if kind == "bus" else HOOK_NAMES[kind]
-    return Signal(agent=agent, name=name, payload=copy.deepcopy(moment), received_ns=received_ns, **kw)
+    return received(agent, name, copy.deepcopy(moment), received_ns=received_ns, **kw)
+
+
+def pure(agent: str, moment: Any) -> dict[str, Any] | None:
+    """The pure mapping of one moment as the receiver decodes it (no runtime state)."""
+    kind = moment.get("kind") if isinstance(moment, dict) else None
+    name = get_str(get_dict(moment, "event"), "type") if kind == "bus" else HOOK_NAMES.get(str(kind), "")
+    return VENDORS[agent][0].map_moment(received(agent, name or "", copy.deepcopy(moment)))
 
 
 def cases(section: str) -> list[Any]:
@@ -65,8 +74,7 @@ def cases(section: str) -> list[Any]:
 
 @pytest.mark.parametrize(("agent", "name", "case"), cases("moments"))
 def test_moment_matches_pin(agent: str, name: str, case: dict[str, Any]) -> None:
-    mod = VENDORS[agent][0]
-    assert project(mod.map_moment(case["input"])) == strip(case["expected"])
+    assert project(pure(agent, case["input"])) == strip(case["expected"])
 
 
 # session_idle/todo_updated depend on runtime state by design; they are covered by the sequences below.
@@ -85,9 +93,8 @@ def test_signal_path_matches_pin(agent: str, name: str, case: dict[str, Any]) ->
 def test_signal_name_alone_finds_the_moment(agent: str, name: str, case: dict[str, Any]) -> None:
     # A POST that lost its `kind` still maps: the receiver decodes it by the signal name.
     mod = VENDORS[agent][0]
-    signal = signal_for(agent, case["input"])
-    signal.payload.pop("kind")
-    signal.payload = as_moment(signal.name, signal.payload)
+    name = signal_for(agent, case["input"]).name
+    signal = received(agent, name, {k: v for k, v in copy.deepcopy(case["input"]).items() if k != "kind"})
     expected = strip(case["expected"])
     assert [project(d) for d in mod.map_signal(signal, mod.new_state())] == ([] if expected is None else [expected])
 
@@ -102,7 +109,7 @@ def test_todos_diff_matches_pin(agent: str) -> None:
 @pytest.mark.parametrize("agent", list(VENDORS))
 def test_fallback_matches_pin(agent: str) -> None:
     mod, fx = VENDORS[agent][0], FIXTURES[agent]["fallback"]
-    assert project(mod.map_moment(fx["input"])) == strip(fx["expected"])
+    assert project(pure(agent, fx["input"])) == strip(fx["expected"])
     drafts = mod.map_signal(signal_for(agent, fx["input"]), mod.new_state())
     assert [project(d) for d in drafts] == [strip(fx["expected"])]
 
@@ -111,10 +118,10 @@ def test_fallback_matches_pin(agent: str) -> None:
 
 
 def all_drafts(agent: str) -> list[dict[str, Any]]:
-    mod, fx = VENDORS[agent][0], FIXTURES[agent]
-    out = [mod.map_moment(c["input"]) for c in fx["moments"].values()]
+    fx = FIXTURES[agent]
+    out = [pure(agent, c["input"]) for c in fx["moments"].values()]
     out += plugin_bus.diff_todos(fx["todos"]["input"]["prev"], fx["todos"]["input"]["next"])
-    out.append(mod.map_moment(fx["fallback"]["input"]))
+    out.append(pure(agent, fx["fallback"]["input"]))
     return [d for d in out if d is not None]
 
 
@@ -145,27 +152,27 @@ def moment(agent: str, name: str) -> dict[str, Any]:
 
 
 def test_content_rides_at_its_schema_field_for_the_capture_gate() -> None:
-    assert full(opencode.map_moment(moment("opencode", "tool_before")))["args"] == {"command": "npm test"}
-    after = full(opencode.map_moment(moment("opencode", "tool_after")))
+    assert full(pure("opencode", moment("opencode", "tool_before")))["args"] == {"command": "npm test"}
+    after = full(pure("opencode", moment("opencode", "tool_after")))
     assert after["result"] == "ok 42 tests" and after["title"] == "npm test"
-    started = redacted(opencode.map_moment(moment("opencode", "session_created")))
+    started = redacted(pure("opencode", moment("opencode", "session_created")))
     assert started["label"] == "fix the build" and started["cwd"].endswith("/proj")
-    assert redacted(opencode.map_moment(moment("opencode", "session_status_retry")))["message"] == "rate limited"
-    assert redacted(opencode.map_moment(moment("opencode", "session_error")))["message"] == "upstream 500"
-    assert redacted(opencode.map_moment(moment("opencode", "command_executed")))["arguments"] == "--watch"
-    assert redacted(opencode.map_moment(moment("opencode", "file_edited")))["file"].endswith("src/a.ts")
+    assert redacted(pure("opencode", moment("opencode", "session_status_retry")))["message"] == "rate limited"
+    assert redacted(pure("opencode", moment("opencode", "session_error")))["message"] == "upstream 500"
+    assert redacted(pure("opencode", moment("opencode", "command_executed")))["arguments"] == "--watch"
+    assert redacted(pure("opencode", moment("opencode", "file_edited")))["file"].endswith("src/a.ts")
     fx = FIXTURES["opencode"]["todos"]["input"]
     planned = plugin_bus.diff_todos(fx["prev"], fx["next"])[1]
     assert redacted(planned) == {"task": {"title": "ship it"}}
 
 
 def test_tool_args_twin_is_built_at_redacted() -> None:
-    data = redacted(opencode.map_moment(moment("opencode", "tool_before")))
+    data = redacted(pure("opencode", moment("opencode", "tool_before")))
     assert data["args_redacted"] == {"command": "npm test"} and "args" not in data
 
 
 def test_kilo_form_degrades_structurally_below_redacted() -> None:
-    d = kilocode.map_moment(moment("kilocode", "question_asked"))
+    d = pure("kilocode", moment("kilocode", "question_asked"))
     assert d["_fields"] == d["data"]["fields"]
     g = cap_draft({**d, "agent": "kilocode"}, CapturePolicy(overrides={}))  # attention at metadata too
     assert g["data"]["prompt"] == "kilocode asks 1 question"
@@ -180,7 +187,7 @@ def test_kilo_form_shapes() -> None:
         {"question": "Free?", "header": "F", "options": []},
         {"question": "Default", "options": [{"label": "x"}]},  # `custom` absent: the vendor default is true
     ]}
-    d = kilocode.map_moment({"kind": "bus", "event": {"type": "question.asked", "properties": props}})
+    d = pure("kilocode", {"kind": "bus", "event": {"type": "question.asked", "properties": props}})
     first, second, third = d["data"]["fields"]
     assert d["data"]["prompt"] == "kilocode asks 3 questions" and d["subject"] == "que_9"
     assert third["other"] is True and third["label"] == "Default" and "multi" not in third
@@ -192,7 +199,7 @@ def test_kilo_form_shapes() -> None:
 
 
 def bus(agent: str, type_: str, **props: Any) -> Signal:
-    return Signal(agent=agent, name=type_, payload={"kind": "bus", "event": {"type": type_, "properties": props}})
+    return received(agent, type_, {"kind": "bus", "event": {"type": type_, "properties": props}})
 
 
 def user(agent: str, session: str, msg: str) -> Signal:
@@ -363,18 +370,23 @@ def test_session_comes_from_each_moment_shape() -> None:
 def test_both_families_map_the_bus_ask_with_the_reply_route_options() -> None:
     # OpenCode 1.18.33 asks on the bus like Kilo >=7.4.6 and answers on the same route (seen live).
     asked = moment("kilocode", "permission_asked")
-    for module in (opencode, kilocode):
-        card = module.map_moment(asked)
+    for agent in VENDORS:
+        card = pure(agent, asked)
+        assert card is not None
         assert card["type"] == "attention.requested" and card["data"]["respond_via"] == ["control"]
-        assert card["data"]["options"] == plugin_bus.REPLY_ROUTE_OPTIONS
-    question = opencode.map_moment(moment("kilocode", "question_asked"))
+        assert card["data"]["options"] == bus_replies.REPLY_ROUTE_OPTIONS
+    question = pure("opencode", moment("kilocode", "question_asked"))
     assert question["data"]["respond_via"] == ["control"] and question["data"]["kind"] == "form"
 
 
-def test_a_family_without_reply_routes_makes_the_bus_ask_informational() -> None:
-    family = plugin_bus.BusFamily(agent="opencode", reply_routes=False)
-    card = family.map_moment(moment("kilocode", "permission_asked"))
-    assert card["data"]["respond_via"] == ["oob"] and "options" not in card["data"]
+def test_a_bus_ask_no_receiver_decoded_is_informational() -> None:
+    # Without the options or form the receiver decodes, nothing could check or deliver an answer.
+    asked = moment("kilocode", "permission_asked")
+    card = opencode.map_moment(Signal(agent="opencode", name="permission.asked", payload=asked))
+    assert card is not None and card["data"]["respond_via"] == ["oob"] and "options" not in card["data"]
+    question = moment("kilocode", "question_asked")
+    fallback = opencode.map_moment(Signal(agent="opencode", name="question.asked", payload=question))
+    assert fallback is not None and fallback["type"] == "x.opencode.question.asked"  # fields are never guessed
 
 
 def test_a_rejected_call_fails_from_its_error_part() -> None:
@@ -387,11 +399,11 @@ def test_a_rejected_call_fails_from_its_error_part() -> None:
     def part(status: str, call: str = "call_1") -> Signal:
         props = {"sessionID": "s", "part": {"type": "tool", "tool": "bash", "callID": call, "state": {
             "status": status, "input": {"command": "echo hi"}, "error": "The user rejected permission"}}}
-        return Signal(agent="opencode", name="message.part.updated",
-                      payload={"kind": "bus", "event": {"type": "message.part.updated", "properties": props}})
+        return received("opencode", "message.part.updated",
+                        {"kind": "bus", "event": {"type": "message.part.updated", "properties": props}})
 
-    assert [d["type"] for d in opencode.map_signal(Signal(agent="opencode", name="tool.execute.before",
-                                                          payload=before), state)] == ["tool.requested"]
+    assert [d["type"] for d in opencode.map_signal(received("opencode", "tool.execute.before",
+                                                            before), state)] == ["tool.requested"]
     assert [d["type"] for d in opencode.map_signal(part("running"), state)] == ["x.opencode.message.part.updated"]
     (failed,) = opencode.map_signal(part("error"), state)
     assert failed["type"] == "tool.failed" and failed["subject"] == "bash"
@@ -405,15 +417,15 @@ def test_kilo_runtime_permission_shape() -> None:
     # The shipped >=7.4.6 Request is {permission, patterns, tool}; the prompt reads the same.
     props = {"id": "per_1", "sessionID": "s", "permission": "bash", "patterns": ["rm -rf build"],
              "metadata": {}, "always": ["rm *"], "tool": {"messageID": "m", "callID": "c"}}
-    d = kilocode.map_moment({"kind": "bus", "event": {"type": "permission.asked", "properties": props}})
+    d = pure("kilocode", {"kind": "bus", "event": {"type": "permission.asked", "properties": props}})
     assert project(d) == strip(FIXTURES["kilocode"]["moments"]["permission_asked"]["expected"])
-    resolved = kilocode.map_moment({"kind": "bus", "event": {"type": "permission.replied", "properties": {
+    resolved = pure("kilocode", {"kind": "bus", "event": {"type": "permission.replied", "properties": {
         "sessionID": "s", "requestID": "per_1", "reply": "once"}}})
     assert resolved["subject"] == "per_1" and resolved["data"] == {"resolution": "answered"}
 
 
 def test_kilo_question_rejected_dismisses_the_card() -> None:
-    d = kilocode.map_moment({"kind": "bus", "event": {"type": "question.rejected",
+    d = pure("kilocode", {"kind": "bus", "event": {"type": "question.rejected",
                                                       "properties": {"sessionID": "s", "requestID": "que_1"}}})
     assert project(d) == {"type": "attention.resolved", "data": {"resolution": "dismissed"}, "subject": "que_1"}
 
@@ -435,9 +447,9 @@ def test_fallback_names_are_valid_types(bus_type: Any, expected: str) -> None:
 
 
 def test_machinery_plane_is_debug_and_unknown_is_not() -> None:
-    assert opencode.map_moment({"kind": "bus", "event": {"type": "lsp.updated"}})["severity"] == "debug"
-    assert opencode.map_moment(moment("opencode", "session_error"))["severity"] == "error"
-    assert "severity" not in opencode.map_moment({"kind": "bus", "event": {"type": "vcs.branch.updated"}})
+    assert pure("opencode", {"kind": "bus", "event": {"type": "lsp.updated"}})["severity"] == "debug"
+    assert pure("opencode", moment("opencode", "session_error"))["severity"] == "error"
+    assert "severity" not in pure("opencode", {"kind": "bus", "event": {"type": "vcs.branch.updated"}})
 
 
 # --- replies -----------------------------------------------------------------------------------
@@ -507,8 +519,8 @@ def assert_valid(drafts: list[dict[str, Any]]) -> None:
 def test_odd_shapes_degrade(mod: Any, payload: Any) -> None:
     st_ = mod.new_state()
     for name in NAMES:
-        assert_valid(mod.map_signal(Signal(agent=mod.AGENT, name=name, payload=copy.deepcopy(payload)), st_))
-    out = mod.map_moment(copy.deepcopy(payload))
+        assert_valid(mod.map_signal(received(mod.AGENT, name, copy.deepcopy(payload)), st_))
+    out = pure(mod.AGENT, copy.deepcopy(payload))
     assert_valid([] if out is None else [out])
 
 
@@ -532,10 +544,10 @@ TYPES = st.sampled_from(["session.created", "session.status", "session.error", "
 def test_arbitrary_payloads_never_crash(name: str, payload: Any, kind: str, bus_type: str, props: Any) -> None:
     for mod in (opencode, kilocode):
         st_ = mod.new_state()
-        assert_valid(mod.map_signal(Signal(agent=mod.AGENT, name=name, payload=payload), st_))
+        assert_valid(mod.map_signal(received(mod.AGENT, name, payload), st_))
         shaped = {"kind": kind, "event": {"type": bus_type, "properties": props}, "input": props,
                   "output": props, "permission": props}
-        assert_valid(mod.map_signal(Signal(agent=mod.AGENT, name=name, payload=shaped), st_))
+        assert_valid(mod.map_signal(received(mod.AGENT, name, shaped), st_))
 
 
 def test_runtime_tables_stay_bounded() -> None:

@@ -57,7 +57,8 @@ def test_factory_creates_the_receiver_for_its_profile() -> None:
     cfg = OtlpConfig(profile="codex", mode="primary", http={"endpoint": "127.0.0.1:0"})
     receiver = FACTORY.create(CreateSettings(id="otlp/codex"), cfg, Sink())
     assert isinstance(receiver, OtlpReceiver)
-    assert (receiver.id, receiver.agent, receiver.profile.AGENT) == ("receiver/otlp/codex", "codex-otel", "codex")
+    assert (receiver.id, receiver.agent) == ("receiver/otlp/codex", "codex-otel")
+    assert receiver.session_key == "record attribute conversation.id"  # the codex identity rule
 
 
 def service_yaml(receivers: str) -> Any:

@@ -11,10 +11,12 @@ from aep_collector.pipeline.validate import payload_errors
 from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import MappingProcessor, codex_otel, vscode_otel
 from aep_collector.processors.runs import RunsProcessor
+from aep_collector.receivers.otlp.identity import SESSION_FROM, session_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import corpus
+from tests.received import received
 
 FIXTURES = {"vscode-otel.json": vscode_otel, "codex-otel.json": codex_otel}
 MODES = ("companion", "primary")
@@ -56,7 +58,7 @@ def capped(drafts: list[dict[str, Any]], policy: CapturePolicy | None = None) ->
 @pytest.mark.parametrize("fname,name,case,mode", cases())
 def test_fixture_record(fname: str, name: str, case: dict[str, Any], mode: str) -> None:
     mod = FIXTURES[fname]
-    drafts = mod.map_record(case["input"], mode)
+    drafts = mod.map_signal(received(fname.removesuffix(".json"), "", case["input"], mode=mode))  # session: the receiver's
     out = capped(drafts)
     assert [project(e) for e in out] == expected(case[mode])
     for d, e in zip(drafts, out, strict=True):
@@ -85,7 +87,8 @@ def test_primary_core_subset_is_exactly_the_designed_one(fname: str) -> None:
 def test_identity_rule_matches_the_fixture(fname: str, where: tuple[str, str]) -> None:
     identity = corpus(f"mappings/{fname}")["identity"]
     assert identity["run_from"] is None
-    assert FIXTURES[fname].PROFILE.session_from == where
+    # The receiver applies the rule (receivers/otlp/identity.py); its profile is the fixture's vendor.
+    assert SESSION_FROM[fname.split("-")[0]][0] == where
 
 
 def vscode(attrs: dict[str, Any], resource: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -98,7 +101,7 @@ def codex(attrs: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 def test_vscode_session_falls_back_to_the_record_copy_of_session_id() -> None:
     flat = vscode({"event.name": "copilot_chat.session.start", "session.id": "rec1"}, resource={})
-    (d,) = vscode_otel.map_record(flat)
+    (d,) = vscode_otel.map_signal(received("vscode-otel", "", flat))
     assert d["session"] == "rec1"
     assert "session.id" not in d["data"]
 
@@ -111,7 +114,7 @@ def test_vscode_session_falls_back_to_the_record_copy_of_session_id() -> None:
 def test_a_record_without_session_maps_sessionless_and_lands_in_the_unknown_lane(mod: Any, flat: Any,
                                                                                 tmp_path: Any) -> None:
     (d,) = mod.map_record(flat)
-    assert "session" not in d and mod.session_of(flat) is None
+    assert "session" not in d and session_of(SESSION_FROM[mod.AGENT], flat) is None
     event = Stamper(tmp_path, host="h").stamp({**d, "agent": mod.AGENT})
     assert event["session"] == "unknown"
 

@@ -78,8 +78,6 @@ def _tool_result(attrs: dict[str, Any]) -> list[Event] | None:
 
 PROFILE = Profile(
     agent=AGENT,
-    session_from=("attributes", "conversation.id"),
-    session_fallback=None,
     # Envelope identity / emitter metadata, never data (bridges digest §1.5).
     identity_keys=frozenset({"event.name", "conversation.id", "app.version", "originator"}),
     capture={
@@ -121,6 +119,5 @@ PROFILE = Profile(
 
 
 new_state = otlp_vendors.new_state
-session_of = PROFILE.session_of
 map_record = PROFILE.map_record
 map_signal = PROFILE.map_signal

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from .plugin_bus import BusFamily
 from .plugin_bus import new_state as new_state
-from .plugin_bus import session_of as session_of
 
 AGENT = "kilocode"
-FAMILY = BusFamily(agent=AGENT, reply_routes=True)
+FAMILY = BusFamily(agent=AGENT)
 map_moment, map_signal = FAMILY.map_moment, FAMILY.map_signal  # see BusFamily

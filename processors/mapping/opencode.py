@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from .plugin_bus import BusFamily
 from .plugin_bus import new_state as new_state
-from .plugin_bus import session_of as session_of
 
 AGENT = "opencode"
 # OpenCode 1.18.33 asks on the bus (permission.asked / permission.replied {requestID, reply}), seen
 # live, and answers on the same server route as Kilo; the opencode.json pins cover only the held
 # permission.ask hook and are unaffected.
-FAMILY = BusFamily(agent=AGENT, reply_routes=True)
+FAMILY = BusFamily(agent=AGENT)
 map_moment, map_signal = FAMILY.map_moment, FAMILY.map_signal  # see BusFamily

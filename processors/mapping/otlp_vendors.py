@@ -7,7 +7,7 @@ Both channels deliver flattened OTLP log records (see ``receivers/otlp/flatten.p
     {"resource": {dotted.key: value}, "attributes": {dotted.key: value},
      "severity_number"?: int, "trace_id"?: hex, "span_id"?: hex, "flags"?: int, ...}
 
-A profile names the session key, the identity keys that never reach ``data``, the capture
+A profile names the identity keys that never reach ``data``, the capture
 minimum of content keys, the KNOWN ``event.name`` set (with its companion suffix), the attribute
 keys each record declares structural, and the primary-mode core mapping. ``map_record`` is the one
 pure mapper both profiles run.
@@ -50,10 +50,6 @@ class Profile:
 
     agent: str
     """AEP agent identity (``vscode``, ``codex``); also the ``x.<agent>.otel.*`` namespace."""
-    session_from: tuple[str, str]
-    """Where the session id lives: ``("resource", key)`` or ``("attributes", key)``."""
-    session_fallback: tuple[str, str] | None
-    """A second place to look when the first is absent (None: no fallback)."""
     identity_keys: frozenset[str]
     """Attribute keys that are envelope identity, never ``data``."""
     capture: dict[str, str]
@@ -82,16 +78,12 @@ class Profile:
 
     # The vendor module's mapping contract, bound to this profile (its module re-exports them).
 
-    def session_of(self, flat: dict[str, Any]) -> str | None:
-        """The record's session id by this profile's identity rule."""
-        return session_of(self, flat)
-
-    def map_record(self, flat: dict[str, Any], mode: str = COMPANION) -> list[Event]:
-        """Pure mapping of one flattened record in ``companion`` or ``primary`` mode."""
-        return map_record(self, flat, mode)
+    def map_record(self, flat: dict[str, Any], mode: str = COMPANION, session: str | None = None) -> list[Event]:
+        """Pure mapping of one flattened record in ``companion`` or ``primary`` mode, filed under ``session``."""
+        return map_record(self, flat, mode, session)
 
     def map_signal(self, signal: Signal, state: None = None) -> list[Event]:
-        """Map a receiver Signal (payload = flattened record, ``Signal.mode``)."""
+        """Map a receiver Signal (payload = flattened record, ``Signal.mode``, ``Signal.session``)."""
         return map_signal(self, signal)
 
 
@@ -110,18 +102,6 @@ def event_name(flat: Any) -> str | None:
     """The record's ``event.name`` (the flattener already folded in the LogRecord field)."""
     name = attributes_of(flat).get("event.name")
     return name if isinstance(name, str) and name else None
-
-
-def session_of(profile: Profile, flat: Any) -> str | None:
-    """The session id by the profile's identity rule, or None when the record carries none."""
-    for where in (profile.session_from, profile.session_fallback):
-        if where is None or not isinstance(flat, dict):
-            continue
-        section = flat.get(where[0])
-        value = section.get(where[1]) if isinstance(section, dict) else None
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
-            return str(value)
-    return None
 
 
 def severity_of(flat: Any) -> str | None:
@@ -222,8 +202,9 @@ def unknown_draft(profile: Profile, name: str | None) -> Event:
     return out
 
 
-def map_record(profile: Profile, flat: Any, mode: str = COMPANION) -> list[Event]:
-    """Map one flattened record to drafts (pure; session, severity and traceparent included)."""
+def map_record(profile: Profile, flat: Any, mode: str = COMPANION, session: str | None = None) -> list[Event]:
+    """Map one flattened record to drafts (pure; severity and traceparent included), filed under
+    ``session``: the receiver applies the profile's identity rule (``receivers/otlp/identity.py``)."""
     attrs = attributes_of(flat)
     name = event_name(flat)
     suffix = profile.known.get(name) if name else None
@@ -234,12 +215,11 @@ def map_record(profile: Profile, flat: Any, mode: str = COMPANION) -> list[Event
         if mode == PRIMARY and name in profile.primary:
             core = profile.primary[name](attrs)
         drafts = [companion_draft(profile, suffix, attrs)] if core is None else core
-    session = session_of(profile, flat)
     severity = severity_of(flat)
     traceparent = traceparent_of(flat)
     for d in drafts:
-        # No session: the stamper files the event in its `unknown` lane (the receiver normally
-        # rejects such records first; see receivers/otlp/README.md).
+        # No session: the stamper files the event in its `unknown` lane (the receiver rejects
+        # records without one first; see receivers/otlp/README.md).
         if session is not None:
             d["session"] = session
         if severity is not None:
@@ -253,7 +233,8 @@ def map_record(profile: Profile, flat: Any, mode: str = COMPANION) -> list[Event
 
 
 def map_signal(profile: Profile, signal: Signal) -> list[Event]:
-    """``map_record`` over a receiver's Signal: payload = flattened record, ``Signal.mode`` = mode."""
+    """``map_record`` over a receiver's Signal: payload = flattened record, ``Signal.mode`` = mode,
+    ``Signal.session`` = the session the receiver's identity rule found."""
     mode = signal.mode
     # Unset or unrecognised degrades to companion, the mode that never emits a core type.
-    return map_record(profile, signal.payload, mode if mode in MODES else COMPANION)
+    return map_record(profile, signal.payload, mode if mode in MODES else COMPANION, signal.session)

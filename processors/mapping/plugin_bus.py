@@ -18,12 +18,12 @@ surface                 ``Signal.name``                      ``Signal.payload`` 
 The receiver decodes every POST into its moment (``aep_collector.receivers.plugin_vendors.bus_moments``:
 hook names as ``kind``, bare bus events, payloads named by ``?name=``), so ``Signal.payload`` is a
 moment and its ``kind`` (the fixture's discriminant) decides; this module never reads the wire.
-``session_of`` is the fixtures' ``identity.session_from``; the receiver asks it too (through the
-vendor registry lookup) to find a moment's holds.
+The receiver also applies the fixtures' ``identity.session_from`` (``Signal.session``) and decodes
+what a bus ask offers (``Signal.options``: Kilo's reply enum; ``Signal.form``: a question's form),
+since it finds a moment's holds and checks an answer by them; the cards are drawn here from those.
 
 What the plugin gets back (the reply contract, the reply routes) is the receiver's:
-``aep_collector.receivers.plugin_vendors.bus_replies``; the receiver checks an answer against the
-options and fields of the card this module raised (``map_moment``).
+``aep_collector.receivers.plugin_vendors.bus_replies``.
 
 Asks and their settles share an ``_attention_key`` (``attention_key(kind, vendor id)``); the mapping
 processor's attention book pairs them, drops a vendor echo of a card the control loop already
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.pipeline.control import attention_key
-from aep_collector.pipeline.model import Event, Signal
+from aep_collector.pipeline.model import Event, Form, Signal
 
 from .drafting import (
     PERMISSION_OPTIONS,
@@ -49,14 +49,6 @@ from .drafting import (
     snake_case,
     tool_ref,
 )
-
-# Kilo >=7.4.6 reply enum, verbatim (kilocode.json `permission_asked`; Permission.Reply in the fork):
-# the card's options, which the receiver's reply route answers with.
-REPLY_ROUTE_OPTIONS: list[dict[str, str]] = [
-    {"id": "once", "label": "Allow once"},
-    {"id": "always", "label": "Always allow"},
-    {"id": "reject", "label": "Reject"},
-]
 
 # Reference stack §1.7: the machinery/UI plane rides x.{vendor}.* at debug.
 _DEBUG_PREFIXES = ("message.", "file.", "lsp.", "tui.", "installation.", "server.")
@@ -119,23 +111,6 @@ def bus_fallback(agent: str, bus_type: Any) -> str:
     return f"x.{agent}." + ".".join(segs)
 
 
-def session_of(moment: dict[str, Any]) -> str | None:
-    """identity.session_from: properties.sessionID | properties.info.sessionID | properties.info.id | ..."""
-    kind = moment.get("kind")
-    if kind == "permission.ask":
-        return get_str(moment.get("permission"), "sessionID")
-    if kind in ("tool.before", "tool.after"):
-        return get_str(moment.get("input"), "sessionID")
-    event = get_dict(moment, "event")
-    props = get_dict(event, "properties")
-    info = get_dict(props, "info")
-    found = get_str(props, "sessionID") or get_str(info, "sessionID")
-    if found is None and str(event.get("type", "")).startswith("session."):
-        # info.id is the session only on session.* events (on message.updated it is a message id).
-        found = get_str(info, "id")
-    return found
-
-
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -145,23 +120,21 @@ class BusFamily:
     """One OpenCode-family vendor: its agent identity and which permission surfaces it has."""
 
     agent: str
-    reply_routes: bool = False
-    """Kilo Code >=7.4.6: bus ``permission.asked`` + ``question.*`` with REST reply routes."""
 
     # -- pure mapping (fixture-pinned) -------------------------------------------------------------
 
-    def map_moment(self, moment: Any) -> Event | None:
-        """One fixture moment (``{kind, ...}``) -> one draft, or None (deliberately nothing)."""
-        m = moment if isinstance(moment, dict) else {}
+    def map_moment(self, signal: Signal) -> Event | None:
+        """One decoded moment (``Signal.payload``: ``{kind, ...}``) -> one draft, or None (deliberately nothing)."""
+        m = signal.payload if isinstance(signal.payload, dict) else {}
         kind = m.get("kind")
-        session = session_of(m)
+        session = signal.session
         if kind == "tool.before":
             return self._tool_before(get_dict(m, "input"), m.get("output"), session)
         if kind == "tool.after":
             return self._tool_after(get_dict(m, "input"), m.get("output"), session)
         if kind == "permission.ask":
             return self._ask(get_dict(m, "permission"), PERMISSION_OPTIONS, session)
-        return self._bus(get_dict(m, "event"), session)
+        return self._bus(get_dict(m, "event"), session, signal)
 
     # -- stateful mapping -------------------------------------------------------------------------
 
@@ -169,7 +142,7 @@ class BusFamily:
         """A plugin moment -> drafts, applying run synthesis, todo diffs, callID pairing and dedupe."""
         # The receiver's decoding (receivers/plugin_vendors/bus_moments.py); never trust a shape.
         moment = signal.payload if isinstance(signal.payload, dict) else {}
-        session = session_of(moment)
+        session = signal.session
         kind = moment.get("kind")
         if kind == "tool.before":
             return self._paired_before(moment, session, signal.received_ns, state)
@@ -188,7 +161,7 @@ class BusFamily:
             failed = self._failed_part(event, session, signal.received_ns, state)
             if failed is not None:
                 return [failed]
-        mapped = self.map_moment(moment)
+        mapped = self.map_moment(signal)
         if mapped is None:
             return []
         return self._apply_runtime(mapped, event, session, state)
@@ -307,48 +280,18 @@ class BusFamily:
         data: dict[str, Any] = {"kind": "permission", "prompt": permission_prompt(name, detail)}
         if options is not None:
             data["options"] = copy.deepcopy(options)
-            data["respond_via"] = ["control"]
+        data["respond_via"] = ["control"] if options is not None else ["oob"]
         # AEP-0002 §4.1: attention.requested severity >= notice RECOMMENDED.
         return draft("attention.requested", data, subject=name, session=session, severity="notice",
                      _attention_key=attention_key("permission", get_str(perm, "id")))
 
-    def _question(self, props: dict[str, Any], session: str | None) -> Event:
-        fields: list[dict[str, Any]] = []
-        raw = props.get("questions")
-        for i, q in enumerate(raw if isinstance(raw, list) else []):
-            q = q if isinstance(q, dict) else {}
-            header, text = get_str(q, "header"), get_str(q, "question")
-            spec: dict[str, Any] = {
-                "id": str(i + 1),
-                "type": "select",
-                "label": f"{header}: {text}" if header and text else (text or header or str(i + 1)),
-                "required": True,
-            }
-            opts = q.get("options")
-            choices = [
-                {"id": str(j + 1), "label": get_str(o, "label") or str(j + 1)}
-                for j, o in enumerate(opts if isinstance(opts, list) else [])
-            ]
-            if q.get("multiple") is True:
-                spec["multi"] = True
-            if q.get("custom") is not False:
-                spec["other"] = True  # vendor `custom` (default true) -> other
-            if choices:
-                spec["choices"] = choices
-            else:
-                # A select needs choices (schema if/then); with none, the only answer is free text.
-                spec["type"] = "string"
-                spec.pop("multi", None)
-                spec.pop("other", None)
-            fields.append(spec)
-        n = len(fields)
-        prompt = f"{self.agent} asks {n} question" + ("" if n == 1 else "s")
-        data = {"kind": "form", "prompt": prompt, "fields": fields, "respond_via": ["control"]}
+    def _question(self, props: dict[str, Any], form: Form, session: str | None) -> Event:
+        data = {"kind": "form", "prompt": form.prompt, "fields": copy.deepcopy(form.fields), "respond_via": ["control"]}
         return draft("attention.requested", data, subject=get_str(props, "id"), session=session,
-                     severity="notice", _structural={"prompt": prompt}, _fields=copy.deepcopy(fields),
+                     severity="notice", _structural={"prompt": form.structural}, _fields=copy.deepcopy(form.fields),
                      _attention_key=attention_key("question", get_str(props, "id")))
 
-    def _bus(self, event: dict[str, Any], session: str | None) -> Event | None:
+    def _bus(self, event: dict[str, Any], session: str | None, signal: Signal) -> Event | None:
         t = event.get("type")
         props = get_dict(event, "properties")
         info = get_dict(props, "info")
@@ -418,18 +361,16 @@ class BusFamily:
         if t == "file.edited" and get_str(props, "file"):
             return draft(f"x.{v}.file.edited", {"file": props["file"]}, session=session,
                          severity="debug", _capture={"file": "redacted"})
-        if t in ("permission.asked", "question.asked"):
-            # Kilo >=7.4.6 answers these over its REST routes. OpenCode 1.18 asks on the bus too
-            # (its `run` auto-rejects at once, seen live): an informational card that
-            # permission.replied closes; nothing here can deliver an answer (AEP-0008 respond_via).
-            if t == "permission.asked":
-                card = self._ask(props, REPLY_ROUTE_OPTIONS if self.reply_routes else None, session)
-            else:
-                card = self._question(props, session)
-            if not self.reply_routes:
-                card["data"].pop("options", None)
-                card["data"]["respond_via"] = ["oob"]
-            return card
+        if t == "permission.asked":
+            # Kilo >=7.4.6 and OpenCode 1.18 ask on the bus and are answered over their REST routes
+            # with the options the receiver decoded (Kilo's reply enum). Without them (a signal no
+            # receiver decoded) the card is informational: permission.replied closes it, nothing
+            # here could deliver an answer (AEP-0008 respond_via).
+            return self._ask(props, signal.options, session)
+        if t == "question.asked":
+            if signal.form is None:
+                return draft(bus_fallback(v, t), {}, session=session)  # no decoded form: never guess fields
+            return self._question(props, signal.form, session)
         if t in ("question.replied", "question.rejected"):
             rid = get_str(props, "requestID")
             # question.rejected is not pinned: the vendor dismissed it; close the card, never orphan it.

@@ -40,10 +40,6 @@ def _tool_outcome(attrs: dict[str, Any]) -> list[Event] | None:
 
 PROFILE = Profile(
     agent=AGENT,
-    session_from=("resource", "session.id"),
-    # Some records repeat session.id as a record attribute (fixture session_start); use it only
-    # when an exporter dropped the resource key.
-    session_fallback=("attributes", "session.id"),
     identity_keys=frozenset({"event.name", "session.id"}),
     # OTel GenAI content attributes (present only with github.copilot.chat.otel.captureContent):
     # free text, gated like gen_ai.input.messages (fixture inference_details).
@@ -88,6 +84,5 @@ PROFILE = Profile(
 
 
 new_state = otlp_vendors.new_state
-session_of = PROFILE.session_of
 map_record = PROFILE.map_record
 map_signal = PROFILE.map_signal

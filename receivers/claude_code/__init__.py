@@ -3,8 +3,9 @@
 Claude Code POSTs each hook's JSON input to ``POST /hook``; the hook's ``hook_event_name`` names
 the moment. The reply is Claude Code's hook output JSON; ``{}`` is the neutral reply (no
 decision, Claude Code carries on). What Claude Code gets back is built here (reply bodies follow
-the Claude Code hooks reference, code.claude.com/docs/en/hooks); the form a held card carries is
-the mapping's (fixture-pinned), reached through the vendor registry lookup.
+the Claude Code hooks reference, code.claude.com/docs/en/hooks). A hook that asks a question
+(AskUserQuestion, Elicitation) is decoded once into its form (``forms.py``, fixture-pinned), carried
+on ``Signal.form``: the mapping draws the card from it, an answer is checked against its fields.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from typing import Any
 from aep_collector.pipeline.canonical import digest
 from aep_collector.pipeline.control import CANCEL, RESPOND, Hold, card_key, elicitation_key
 from aep_collector.pipeline.host import Host
-from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.model import Form, Signal
 from aep_collector.pipeline.payload import get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer, hook_signal
@@ -27,6 +27,8 @@ from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.registration import hook_url, mapped_hooks, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
+
+from .forms import form_of
 
 AGENT = "claude-code"
 MAPPING = "aep_collector.processors.mapping.claude_code"
@@ -75,16 +77,13 @@ class ClaudeCodeSurface:
         self.config = config
         self.loop = AttentionHolder(AGENT, component, config.attention_timeout)
         self.calls: dict[tuple[str, str], Hold] = {}
-        # The mapping draws the forms (AskUserQuestion, Elicitation) a card carries; an answer is
-        # checked against the same fields, so they are read from it, not written twice.
-        self.mapping = load_vendor(AGENT)
 
     async def on_start(self, host: Host, server: HookServer) -> None:
         assert server.deliver is not None
         self.loop.bind(host, server.deliver, [RESPOND, CANCEL], server.consumer)
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
-        return hook_signal(AGENT, payload, "hook_event_name")
+        return decode(hook_signal(AGENT, payload, "hook_event_name"))
 
     def neutral(self, signal: Signal | None) -> Any:
         return NEUTRAL_REPLY
@@ -93,11 +92,11 @@ class ClaudeCodeSurface:
         p, name = signal.payload, signal.name
         session = _session(p)
         if name == "PermissionRequest":
-            if p.get("tool_name") == self.mapping.ASK_USER_QUESTION:
-                return await self._ask_user_question(signal)
+            if signal.form is not None:  # AskUserQuestion: one form for the whole batch
+                return await self._ask_user_question(signal, signal.form)
             return await self._permission(signal)
-        if name == "Elicitation":
-            return await self._elicitation(signal)
+        if name == "Elicitation" and signal.form is not None:
+            return await self._elicitation(signal, signal.form)
         if name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
             # The tool ran (or was refused) in Claude Code itself: the held card is moot.
             hold = self.calls.pop((session, _call_key(p)), None)
@@ -132,9 +131,9 @@ class ClaudeCodeSurface:
             return permission_reply("allow")
         return permission_reply("deny", end.applied.text or DENY_MESSAGE)
 
-    async def _ask_user_question(self, signal: Signal) -> Any:
+    async def _ask_user_question(self, signal: Signal, form: Form) -> Any:
         tool_input = signal.payload.get("tool_input")
-        fields = self.mapping.ask_user_question_form(tool_input, True)["fields"]  # labels: for text answers
+        fields = form.fields  # full labels: a text answer may name one
         held = await self.loop.held(signal, form_validator(fields, legacy=len(fields) == 1), _card_key(signal),
                                     self.calls, self._call(signal))
         if held is None:
@@ -146,8 +145,8 @@ class ClaudeCodeSurface:
         await self.loop.answered(hold, outcome, {"values": values}, fields)
         return ask_user_question_reply(tool_input, values)
 
-    async def _elicitation(self, signal: Signal) -> Any:
-        fields = self.mapping.elicitation_form(signal.payload, True)["fields"]
+    async def _elicitation(self, signal: Signal, form: Form) -> Any:
+        fields = form.fields
         key = _elicitation_key(signal.payload)
         hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1), key)
         if hold is None:
@@ -158,6 +157,12 @@ class ClaudeCodeSurface:
         values = form_values(outcome.answer, fields)
         await self.loop.answered(hold, outcome, {"values": values}, fields)
         return elicitation_reply(values)
+
+
+def decode(signal: Signal) -> Signal:
+    """A hook call as the mapping reads it: a question (AskUserQuestion, Elicitation) decoded into its form."""
+    signal.form = form_of(signal.name, signal.payload)
+    return signal
 
 
 def cancel_reply() -> dict[str, Any]:

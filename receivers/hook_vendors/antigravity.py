@@ -12,11 +12,12 @@ Stop, ``{}`` elsewhere (the shim prints exactly those bytes).
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any
 
-from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import NEUTRAL_REPLY, HookHandling, declare
+from aep_collector.receivers.registration import mapped_hooks
 from aep_collector.receivers.wiring import Wiring, json_target
 
 VENDOR = "antigravity"
@@ -36,8 +37,14 @@ def neutral_reply(hook: str) -> dict[str, Any]:
 
 
 def canonical(name: str) -> str:
-    """The documented spelling of a ``?hook=`` name: the mapping's ``canonical_hook`` (it maps by it too)."""
-    return str(load_vendor(VENDOR).canonical_hook(name))
+    """The documented spelling of a ``?hook=`` name given in any case (the mapped hook list's); other
+    names pass through, so the mapping files them under its fallback."""
+    return _spellings().get(name.strip().lower(), name.strip())
+
+
+@cache
+def _spellings() -> dict[str, str]:
+    return {hook.lower(): hook for hook in mapped_hooks(VENDOR)}
 
 
 def exact_neutral(hook: str) -> bytes:

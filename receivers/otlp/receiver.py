@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from types import ModuleType
 from typing import Any
 
 import grpc
@@ -20,7 +19,6 @@ from aep_collector.pipeline.component import Consumer, CreateSettings
 from aep_collector.pipeline.config import parse_endpoint
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Signal
-from aep_collector.processors.mapping import load_vendor
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
@@ -31,6 +29,7 @@ from ..body import BodyError, ProtocolLog, read_body, reply_and_close
 from . import wire
 from .config import OtlpConfig
 from .flatten import flatten_request
+from .identity import SESSION_FROM, describe, session_of
 
 log = logging.getLogger("aep.receiver.otlp")
 
@@ -67,15 +66,14 @@ class OtlpReceiver:
         self.config = config
         self.consumer = next_consumer
         self.agent = config.agent
-        self.profile: ModuleType = load_vendor(self.agent)  # owns the identity rule (session_of)
         self.health = Health()
         self.grpc_server: grpc.aio.Server | None = None
         self.runner: web.AppRunner | None = None
         self.grpc_port: int | None = None
         self.http_port: int | None = None
-        where, key = self.profile.PROFILE.session_from  # the mapping owns the identity rule
-        self._session_key = f"{'resource' if where == 'resource' else 'record'} attribute {key}"
-        self._session_at = (where, key)
+        self._session_at = SESSION_FROM[config.profile]  # the profile's identity rule
+        self.session_key = describe(self._session_at)
+        """Where the identity rule looks first, in words (the refusal message says it)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -153,19 +151,21 @@ class OtlpReceiver:
         records = flatten_request(request)
         batch: list[Signal | dict[str, Any]] = []
         rejected = 0
-        mode, agent, session_of = self.config.mode, self.agent, self.profile.session_of
-        where, key = self._session_at
+        mode, agent, places = self.config.mode, self.agent, self._session_at
+        where, key = places[0]
         for flat in records:
             # A non-empty string where the identity rule looks first is what session_of would
-            # return (checked once here per record, not through two calls); anything else asks it.
-            sid = flat[where].get(key) if where in ("resource", "attributes") else None
-            if (type(sid) is not str or not sid) and session_of(flat) is None:
-                # Bridges digest §1.6: a record with no session key cannot form a valid
-                # session-scoped envelope; refuse it visibly rather than invent an id.
-                rejected += 1
-                continue
+            # return (read once here per record, not through a call); anything else asks it.
+            sid = flat[where].get(key)
+            if type(sid) is not str or not sid:
+                sid = session_of(places, flat)
+                if sid is None:
+                    # Bridges digest §1.6: a record with no session key cannot form a valid
+                    # session-scoped envelope; refuse it visibly rather than invent an id.
+                    rejected += 1
+                    continue
             name = flat["attributes"].get("event.name")
-            batch.append(Signal(agent, name if isinstance(name, str) else "", flat, mode))
+            batch.append(Signal(agent, name if isinstance(name, str) else "", flat, mode, session=sid))
         if batch:
             try:
                 await self.consumer.consume(batch)
@@ -179,7 +179,7 @@ class OtlpReceiver:
             self.health.count(self.id, "rejected", rejected)
             response.partial_success.rejected_log_records = rejected
             response.partial_success.error_message = (
-                f"{rejected} of {len(records)} log records carry no {self._session_key} "
+                f"{rejected} of {len(records)} log records carry no {self.session_key} "
                 f"(the {self.config.profile} profile's session key) and were rejected")
         return response
 

@@ -5,9 +5,10 @@ The in-process plugin POSTs the mapping's moment shapes (the fixture inputs):
 output}`` from ``tool.execute.before/after`` and ``{kind: "permission.ask", permission}`` from the
 hold-open ``permission.ask`` hook. A payload without ``kind`` is named by ``?name=`` or a ``{name,
 payload}`` wrapper (a bus type, or a hook name such as ``tool.execute.before``). ``bus_moments``
-decodes every POST into its moment once, here; ``Signal.payload`` is that moment. The session a
-moment belongs to is the mapping's identity rule (``session_of``, ``identity.session_from`` of the
-fixtures), read through the vendor registry lookup like the OTLP receiver's.
+decodes every POST into its moment once, here; ``Signal.payload`` is that moment, ``Signal.session``
+the session it belongs to (the fixtures' ``identity.session_from``), and a bus ask carries what its
+card offers (``Signal.options``, ``Signal.form``): the mapping draws the card from them, and an
+answer is checked against the same.
 
 Control. ``permission.ask`` is held on the shared loop while a control route is live; the reply
 is ``{"status": "allow"|"deny"}``, which the plugin applies to the hook's ``output.status``;
@@ -24,7 +25,6 @@ import asyncio
 import ipaddress
 import logging
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -34,7 +34,6 @@ from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.payload import get_dict, get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
-from aep_collector.processors.mapping import load_vendor
 from aep_collector.receivers.forms import form_validator, form_values
 from aep_collector.receivers.held import AttentionHolder, permission_choice, permission_validator, recorded
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookError, HookServer, vendor_config
@@ -42,7 +41,7 @@ from aep_collector.receivers.tool_gate import HeldConfig
 from aiohttp import web
 
 from . import bus_replies, install
-from .bus_moments import HOOK_NAMES, as_moment
+from .bus_moments import HOOK_NAMES, decode
 from .bus_replies import NEUTRAL_REPLY
 from .moments import need_name, unwrap
 
@@ -77,15 +76,12 @@ def loopback_url(value: Any) -> str | None:
 class BusSurface:
     """One OpenCode-family vendor's side of the shared hook server."""
 
-    def __init__(self, mapping: ModuleType, config: Any, component: str) -> None:
-        self.mapping = mapping
-        """The vendor's mapping (registry lookup): its identity rule ``session_of`` and the cards it
-        raises (``map_moment``), whose options and fields an answer is checked against."""
-        self.agent: str = mapping.AGENT
+    def __init__(self, agent: str, config: Any, component: str) -> None:
+        self.agent = agent
         self.config = config
         self.component = component
         self.loop = AttentionHolder(self.agent, component, config.attention_timeout)
-        self.routes = bool(getattr(config, "reply_routes", False)) and mapping.FAMILY.reply_routes
+        self.routes = bool(getattr(config, "reply_routes", False))
         self.servers: dict[str, tuple[str, str | None]] = {}
         """session -> (vendor server base URL, project directory) as the plugin last sent them."""
         self.delivering: set[str] = set()
@@ -128,7 +124,7 @@ class BusSurface:
         else:
             name = given
         name = need_name(name, "kind (or event.type)")
-        signal = Signal(agent=self.agent, name=name, payload=as_moment(name, body))
+        signal = decode(self.agent, name, body)
         # The plugin percent-encodes both (a header value is Latin-1; a directory may not be).
         url = loopback_url(unquote(request.headers.get(SERVER_URL_HEADER, "")))
         if url is not None:  # receiver-private: only _remember_server reads it
@@ -143,8 +139,8 @@ class BusSurface:
         return signal.name == HOOK_NAMES["permission.ask"]
 
     async def handle(self, signal: Signal, deliver: FailOpenDelivery) -> Any:
-        moment = signal.payload  # decoded by ``signal`` (bus_moments.as_moment)
-        session = self.mapping.session_of(moment)
+        moment = signal.payload  # decoded by ``signal`` (bus_moments.decode)
+        session = signal.session
         self._remember_server(signal, session)
         if moment["kind"] == "permission.ask":
             return await self._held_ask(signal, get_dict(moment, "permission"))
@@ -203,15 +199,14 @@ class BusSurface:
             await deliver([signal])
             return NEUTRAL_REPLY
         # An answer is checked against what the card offers: the vendor's reply enum, or the form.
-        card = get_dict(self.mapping.map_moment({"kind": "bus", "event": event}), "data")
-        options: list[dict[str, str]] = card.get("options") or []
+        options: list[dict[str, str]] = signal.options or []
         if event.get("type") == "permission.asked":
             key = attention_key("permission", vendor_id)
             validate = permission_validator(options)
             fields: list[dict[str, Any]] | None = None
         else:
             key = attention_key("question", vendor_id)
-            fields = card.get("fields") or []
+            fields = signal.form.fields if signal.form is not None else []
             validate = form_validator(fields, legacy=len(fields) == 1)
         hold = await self.loop.request(signal, validate, key, vendor_ui=True)  # Kilo prompts in parallel
         if hold is not None:
@@ -295,12 +290,11 @@ def declare(agent: str, config_name: str, port: int, description: str) -> Vendor
     """One OpenCode-family vendor: this surface, the shipped plug-in file, its own identity and port.
 
     Its config class (``config_name``, exported by the vendor's module) is ``BusConfig`` with the
-    ``endpoint`` default on ``port``. Its mapping is ``aep_collector.processors.mapping.<agent>``;
-    the surface finds it through the vendor registry lookup when the receiver is created.
+    ``endpoint`` default on ``port``. Its mapping is ``aep_collector.processors.mapping.<agent>``.
     """
     config_class = vendor_config(agent, BusConfig, port, f"{__package__}.{agent}", config_name)
     return VendorDeclaration(
         agent=agent, receiver_type=agent, port=port, config_class=config_class,
-        surface=lambda cfg, component: BusSurface(load_vendor(agent), cfg, component),
+        surface=lambda cfg, component: BusSurface(agent, cfg, component),
         mapping=f"aep_collector.processors.mapping.{agent}", registration=install.renderer(agent),
         neutral_reply=NEUTRAL_REPLY, description=description)

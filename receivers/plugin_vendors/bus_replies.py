@@ -24,6 +24,13 @@ from aep_collector.pipeline.payload import get_str
 
 NEUTRAL_REPLY: dict[str, Any] = {}
 """Fail-open reply: the plugin leaves the hook's ``output`` untouched."""
+REPLY_ROUTE_OPTIONS: list[dict[str, str]] = [
+    {"id": "once", "label": "Allow once"},
+    {"id": "always", "label": "Always allow"},
+    {"id": "reject", "label": "Reject"},
+]
+"""Kilo >=7.4.6 reply enum, verbatim (kilocode.json ``permission_asked``; Permission.Reply in the
+fork): the options a bus ``permission.asked`` card offers, which ``permission_route_body`` answers with."""
 
 
 def allow_reply() -> dict[str, str]:
