@@ -27,7 +27,8 @@ from aep_collector.pipeline.model import Signal
 
 log = logging.getLogger("aep.receiver.late_calls")
 
-Deliver = Callable[[list[Any]], Awaitable[Any]]
+SignalConsumer = Callable[[list[Any]], Awaitable[Any]]
+"""What a receiver hands its signals to (the pipeline's consume); a held Stop is delivered through it."""
 _SESSIONS_KEPT = 1024
 """Sessions with unreported calls remembered; the oldest is forgotten beyond this (bounded state)."""
 
@@ -35,7 +36,7 @@ _SESSIONS_KEPT = 1024
 class _Held:
     __slots__ = ("signal", "deliver", "reported", "sent", "delivered", "task")
 
-    def __init__(self, signal: Signal, deliver: Deliver) -> None:
+    def __init__(self, signal: Signal, deliver: SignalConsumer) -> None:
         self.signal, self.deliver = signal, deliver
         self.reported = asyncio.Event()  # the session's open calls are all reported
         self.sent = False
@@ -72,7 +73,7 @@ class LateCalls:
             if held is not None:
                 held.reported.set()
 
-    async def hold(self, session: str, signal: Signal, deliver: Deliver) -> bool:
+    async def hold(self, session: str, signal: Signal, deliver: SignalConsumer) -> bool:
         """Hold a run-ending ``signal`` while the session has an unreported call and return once it
         is delivered; False (at once): nothing to wait for, deliver it now."""
         if self.grace <= 0 or not self.open.get(session) or session in self.held:
