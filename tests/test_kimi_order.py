@@ -70,6 +70,14 @@ def kimi(tmp: Path, grace: float) -> Any:
                      tmp)
 
 
+def stop_released_by(port: int, path: Path, hook: str, **fields: Any) -> dict[str, Any]:
+    """A Stop the receiver holds, then ``hook`` posted: the Stop's outcome (``held_stop``) once it is let go."""
+    thread, out = held_stop(port, path)
+    post(port, hook, **fields)
+    thread.join(20)
+    return out
+
+
 def call(port: int) -> None:
     post(port, "SessionStart", source="startup")
     post(port, "UserPromptSubmit", prompt="run echo")
@@ -81,9 +89,7 @@ def test_stop_before_the_detached_post_tool_use_still_ends_the_run_last(tmp_path
         port = c.ports["receiver/kimi_code"]
         call(port)
         path = tmp_path / "logs" / "kimi-code" / f"{SID}.jsonl"
-        thread, out = held_stop(port, path)
-        post(port, "PostToolUse", tool_name="Bash", tool_call_id="call_1", tool_output="hi")
-        thread.join(20)
+        out = stop_released_by(port, path, "PostToolUse", tool_name="Bash", tool_call_id="call_1", tool_output="hi")
         assert out == {"reply": {}, "recorded": True}, out  # neutral, and only once run.finished is in
         seen = types_once(path, "run.finished")
     assert seen == ["session.started", "run.started", "tool.requested", "tool.completed", "run.finished"], seen
@@ -111,9 +117,8 @@ def test_the_next_hook_of_the_session_lets_the_held_stop_go_first(tmp_path: Path
         port = c.ports["receiver/kimi_code"]
         call(port)
         path = tmp_path / "logs" / "kimi-code" / f"{SID}.jsonl"
-        thread, out = held_stop(port, path)
-        post(port, "UserPromptSubmit", prompt="next")  # the run is over for Kimi: never wait for the grace
-        thread.join(20)
+        # The run is over for Kimi: never wait for the grace.
+        out = stop_released_by(port, path, "UserPromptSubmit", prompt="next")
         assert out == {"reply": {}, "recorded": True}, out
         seen = types_once(path, "run.started")
     assert seen == ["session.started", "run.started", "tool.requested", "run.finished", "run.started"], seen
