@@ -115,18 +115,26 @@ HOOK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
 """What a ``?hook=`` may name: the query is the shim's EVENT argument, never free text."""
 
 
+def query_hook(request: web.Request) -> str | None:
+    """The ``?hook=`` name, stripped; None without one. A 400 ``invalid-hook`` unless it is a hook
+    name (``HOOK_NAME``): the one rule for every receiver that takes the shim's EVENT argument."""
+    name = request.query.get("hook")
+    if name is None:
+        return None
+    name = name.strip()
+    if not HOOK_NAME.fullmatch(name):
+        raise HookError(400, "invalid-hook", "?hook= must be a hook event name "
+                        "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
+    return name
+
+
 def hook_signal(agent: str, payload: dict[str, Any], key: str, request: web.Request | None = None) -> Signal:
     """The Signal of a hook whose payload names it in ``key``; with ``request``, a ``?hook=`` name
     serves a payload that does not (a 400 ``invalid-hook`` unless it is a hook name, ``HOOK_NAME``).
     No name is a 400 ``invalid-payload`` saying where one goes."""
     name = payload.get(key)
     if (not isinstance(name, str) or not name) and request is not None:
-        name = request.query.get("hook")
-        if name is not None:
-            name = name.strip()
-            if not HOOK_NAME.fullmatch(name):
-                raise HookError(400, "invalid-hook", "?hook= must be a hook event name "
-                                "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
+        name = query_hook(request)
     if not isinstance(name, str) or not name:
         where = " (or pass ?hook=<EventName>)" if request is not None else ""
         raise HookError(400, "invalid-payload", f"{key} is missing or not a string{where}")

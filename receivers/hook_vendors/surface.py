@@ -40,11 +40,11 @@ from aep_collector.receivers.held import (
     permission_validator,
 )
 from aep_collector.receivers.hook_http import (
-    HOOK_NAME,
     FailOpenDelivery,
     HookError,
     HookReceiverConfig,
     HookServer,
+    query_hook,
     vendor_config,
 )
 from aep_collector.receivers.hook_vendors.late_calls import LateCalls
@@ -207,14 +207,10 @@ class HookVendorSurface:
         return extra
 
     def signal(self, payload: dict[str, Any], request: web.Request) -> Signal:
-        query = request.query.get("hook")
         name = next((v for k in self.handling.name_keys if (v := get_str(payload, k))), None)
-        if name is None and query is not None:
-            name = query.strip()
-            if not HOOK_NAME.fullmatch(name):
-                raise HookError(400, "invalid-hook", "?hook= must be a hook event name "
-                            "(a letter, then letters, digits, '_', '.', '-'; at most 64)")
-            if self.handling.canonical is not None:
+        if name is None:
+            name = query_hook(request)
+            if name is not None and self.handling.canonical is not None:
                 name = self.handling.canonical(name)
         if name is None:
             if not self.handling.name_keys:
