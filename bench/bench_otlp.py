@@ -116,7 +116,7 @@ def serve(spec: str, profile: str, mode: str, conn: Connection) -> None:
     require_upb()
     from aep_collector.pipeline.component import CreateSettings
     from aep_collector.pipeline.host import Host
-    from aep_collector.pipeline.service import freeze_startup_heap
+    from aep_collector.pipeline.service import freeze_startup_heap, raise_young_threshold
     from aep_collector.receivers.otlp import OtlpConfig, OtlpReceiver
 
     async def main() -> None:
@@ -126,8 +126,10 @@ def serve(spec: str, profile: str, mode: str, conn: Connection) -> None:
         receiver = OtlpReceiver(CreateSettings(id=f"otlp/{profile}"), cfg, consumer)
         await receiver.start(Host())
         # As the collector does once started (pipeline/service.py run_until_signalled): the start-up
-        # heap (grpc, protobuf, aiohttp) leaves the cyclic collector's scans, as bench_pipeline's does.
+        # heap (grpc, protobuf, aiohttp) leaves the cyclic collector's scans and the young generation
+        # grows, as in bench_pipeline.
         freeze_startup_heap()
+        raise_young_threshold()
         conn.send((receiver.grpc_port, receiver.http_port))
         await asyncio.get_running_loop().run_in_executor(None, conn.recv)
         await receiver.shutdown()

@@ -57,6 +57,23 @@ def freeze_startup_heap() -> int:
     return gc.get_freeze_count()
 
 
+YOUNG_THRESHOLD = 10_000
+"""Allocations (net of frees) of tracked objects between two generation-0 collections, once started."""
+
+
+def raise_young_threshold() -> None:
+    """Let the cyclic collector's young generation grow to ``YOUNG_THRESHOLD`` objects (700 by default).
+
+    Per event the pipeline frees by reference counting nearly all it allocates; what the collector
+    saw were objects of the batch in flight, alive while it scanned them, promoted for nothing. At
+    batches of 1,000 events that was ~1,000 collections per 100k events, 0.6-0.8 µs an event; none
+    at this threshold. On the hook path (bench_memory, 30k hooks): 30-50 collections, 10-13 ms, down
+    to none; resident memory the same (59.3 vs 59.4 MB with 1,000 live sessions). The older
+    generations keep their thresholds. Set once started, as the start-up heap is frozen.
+    """
+    gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 class Service:
     """Owns every component. Start: exporters, processors, receivers. Stop: the reverse."""
 
@@ -197,8 +214,10 @@ class Service:
                 loop.add_signal_handler(sig, self.request_stop)
         await self.start()
         # Here, not in start(): a process that starts services of its own (tests, embedding) keeps
-        # its heap collectable; the collector process freezes what its start-up built.
+        # its heap collectable; the collector process freezes what its start-up built and lets the
+        # young generation grow (both process-wide).
         frozen = freeze_startup_heap()
+        raise_young_threshold()
         if frozen:
             log.debug("start-up heap frozen: %d objects out of the cyclic collector's scans", frozen)
         try:

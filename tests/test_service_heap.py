@@ -1,4 +1,5 @@
-"""The service takes its start-up heap out of the cyclic garbage collector's scans, once per process."""
+"""The service takes its start-up heap out of the cyclic garbage collector's scans, once per process,
+and lets the young generation grow."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from aep_collector.pipeline.service import YOUNG_THRESHOLD
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,18 +43,21 @@ async def life(tmp):
     run = asyncio.get_running_loop().create_task(service.run_until_signalled())
     await asyncio.wait_for(started.seen.wait(), 20)
     frozen = gc.get_freeze_count()
+    young = gc.get_threshold()
     scanned = any(o is service.pipelines for o in gc.get_objects())
     service.request_stop()
     await run
     logging.getLogger("aep.service").removeHandler(started)
-    return frozen, scanned
+    return frozen, scanned, young
 
 
 before = gc.get_freeze_count()
-first, first_scanned = asyncio.run(life(Path(sys.argv[1]) / "one"))
-second, second_scanned = asyncio.run(life(Path(sys.argv[1]) / "two"))
+threshold_before = gc.get_threshold()
+first, first_scanned, first_threshold = asyncio.run(life(Path(sys.argv[1]) / "one"))
+second, second_scanned, second_threshold = asyncio.run(life(Path(sys.argv[1]) / "two"))
 print(json.dumps({"before": before, "first": first, "first_scanned": first_scanned,
-                  "second": second, "second_scanned": second_scanned}))
+                  "second": second, "second_scanned": second_scanned, "threshold_before": threshold_before,
+                  "first_threshold": first_threshold, "second_threshold": second_threshold}))
 """
 
 
@@ -60,6 +66,15 @@ def run_script(tmp_path: Path) -> dict[str, object]:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_started_service_raises_the_young_threshold_only(tmp_path: Path) -> None:
+    r = run_script(tmp_path)
+    # The interpreter's default before start; once started, generation 0 collects at YOUNG_THRESHOLD
+    # objects and the older generations keep theirs; a second start sets the same again.
+    assert r["threshold_before"][0] < YOUNG_THRESHOLD
+    assert r["first_threshold"] == [YOUNG_THRESHOLD, *r["threshold_before"][1:]]
+    assert r["second_threshold"] == r["first_threshold"]
 
 
 def test_started_service_heap_is_frozen_once(tmp_path: Path) -> None:
