@@ -169,7 +169,10 @@ def map_signal(signal: Signal, state: ClaudeCodeState) -> list[Event]:
     attention book like Codex's: one nobody answers over control is still closed before
     ``session.ended`` (AEP-0002 §7.1); the receiver holds it under the same key.
     """
-    drafts = map_hook(hf.hook_name(signal), hf.payload_of(signal), state, signal.form)
+    name, payload = hf.hook_call(signal)  # hook_name and payload_of in one step
+    form = signal.form
+    # map_hook, without its call (every hook of the stream takes this path).
+    drafts = hf.map_table(AGENT, HOOKS if form is None else {**HOOKS, **_asks(form)}, name, payload, state)
     for d in drafts:
         if d.get("type") == "attention.requested" and "_attention_key" not in d:
             d["_attention_key"] = hf.card_key(signal)
