@@ -1,5 +1,9 @@
 """The capture fast paths decide as the steps they skip would (issue 16).
 
+A string kept as structure that ``redact.PLAIN_ID`` matches (a short plain id: a tool call id) is
+kept without asking ``is_token`` and the detector; over generated strings rich in the token-shape
+literals, such a string is a token the detector clears, and the screen answers as the general rule.
+
 ``apply_cap`` keeps, per route, whether the type's annotations declare any ``_redacted`` twin and
 skips the twin walk when none is declared; the walk would have returned an equal copy. Routes of
 drafts with neither a hint nor a declared level are kept under the type alone. Over every corpus
@@ -9,11 +13,13 @@ payload (``tests.test_capture_plan.PAYLOADS``) both are held to the general path
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 import pytest
 from aep_collector.processors.capture import ceiling
-from aep_collector.processors.capture.redact import Redactor
+from aep_collector.processors.capture.redact import _SHAPE_LITERALS, PLAIN_ID, Redactor
+from aep_collector.processors.capture.structure import is_token, opaque
 
 from tests.test_capture_plan import HOME, PAYLOADS
 
@@ -51,3 +57,43 @@ def test_routes_kept_under_the_type_equal_deciding_anew(level: int) -> None:
                 assert ceiling.apply_cap(draft, policy, detector, routes) == want, (event_type, declared, with_hint)
     plain = {t for t, _, _ in PAYLOADS if not t.startswith("message.")}
     assert plain <= set(routes)
+
+
+def _strings(n: int) -> list[str]:
+    """Short strings of id characters, separators and shape-literal fragments, some with a literal."""
+    rng = random.Random(16)
+    alphabet = "AKISeyJghlpatxoskrnmuvIz_-.+/@:= 0189wqeZ"
+    out = []
+    for _ in range(n):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 44)))
+        if rng.random() < 0.3:
+            at = rng.randint(0, len(text))
+            text = text[:at] + rng.choice(_SHAPE_LITERALS) + text[at:]
+        out.append(text)
+    return out + ["toolu_01ABC", "call_9f", "a" * 39, "a" * 40, "Bash", "x.y+z", "sk-" + "a" * 30,
+                  "ghp_" + "a" * 36, "AKIA" + "B" * 16, "eyJhbGciOi.eyJzdWIi.sig", "npm_" + "b" * 36]
+
+
+@pytest.mark.parametrize("home", [HOME, None, "ab"])
+def test_a_plain_id_is_a_token_the_detector_clears(home: str | None) -> None:
+    detector = Redactor(home=home)
+    matched = 0
+    for text in _strings(20_000):
+        if PLAIN_ID.fullmatch(text):
+            matched += 1
+            assert is_token(text) and not detector._detect(text), text
+    assert 1_000 < matched < 19_000  # both sides exercised
+
+
+@pytest.mark.parametrize("level", [ceiling.NONE, ceiling.METADATA, ceiling.REDACTED])
+@pytest.mark.parametrize("secrets", [(), ("pata", "ghp_")], ids=["no-secrets", "secrets"])
+def test_the_screen_of_a_new_string_answers_as_the_general_rule(level: int, secrets: tuple[str, ...]) -> None:
+    detector = Redactor(secret_values=secrets, home=HOME)
+    screen = ceiling._screen(level, detector)
+    assert screen is not None
+    stand_in = detector.text if level == ceiling.REDACTED else opaque
+    reference = Redactor(secret_values=secrets, home=HOME)
+    for text in [*_strings(5_000), "call_pata_9", "pata"]:  # a configured value in a plain id
+        for token in (True, False):
+            want = stand_in(text) if (token and not is_token(text)) or reference.sensitive(text) else text
+            assert screen(text, token) == want, (text, token)
