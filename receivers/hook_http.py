@@ -285,13 +285,19 @@ class _Started(Coroutine[Any, Any, Any]):
         raise TypeError("_Started is run by a task, not awaited")
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""``json.dumps`` with these options would build a new encoder per reply."""
+
+
 def json_response(body: Any, status: int = 200) -> web.Response:
     """A JSON reply; ``bytes`` go out exactly as given (for replies whose bytes a vendor's docs pin)."""
     if body is None:
         return web.Response(status=status, body=b"", content_type=JSON)
     if isinstance(body, bytes):
         return web.Response(status=status, body=body, content_type=JSON)
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    if type(body) is dict and not body:  # the usual neutral reply
+        return web.Response(status=status, body=b"{}", content_type=JSON)
+    text = _ENCODER.encode(body)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate in a reply (a message quoting input): escape it
