@@ -114,13 +114,20 @@ class MappingProcessor:
                 return drafts  # type: ignore[return-value]  # a list of drafts we own (module docstring)
         else:
             drafts = []
+            booked = False
             for item in batch:
                 if isinstance(item, Signal):
-                    drafts.extend(self._map(item)[0])
+                    mapped, for_book = self._map(item)
+                    drafts.extend(mapped)
+                    booked = booked or for_book
                 elif isinstance(item, dict):
                     drafts.append(item)  # e.g. lifecycle legs a held control loop emits
+                    booked = booked or "_attention_key" in item or item.get("type") == "session.ended"
                 else:
                     passthrough.append(item)
+            if not booked:  # as for one signal: ``apply`` would hand back the same drafts
+                drafts.extend(passthrough)  # type: ignore[arg-type]  # batches keep what they do not map
+                return drafts  # type: ignore[return-value]
         orphans, invalid = self.attention.orphans, self.attention.invalid
         out: Batch = self.attention.apply(drafts)  # type: ignore[assignment]  # a new list of drafts
         if passthrough:
