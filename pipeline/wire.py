@@ -53,6 +53,10 @@ def _finite(text: str) -> float:
     return value
 
 
+# One decoder for every body: ``json.loads`` with hooks would build a new one per call.
+_DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_finite)
+
+
 def loads(raw: bytes | str) -> Any:
     """Decode a request body (see the module docstring); ``DecodeError`` says what is wrong."""
     if isinstance(raw, bytes):
@@ -65,7 +69,7 @@ def loads(raw: bytes | str) -> Any:
     if not text.strip():
         raise DecodeError("empty body: expected a JSON value")
     try:
-        value = json.loads(text, parse_constant=_constant, parse_float=_finite)
+        value = _DECODER.decode(text)
     except DecodeError:
         raise
     except json.JSONDecodeError as exc:

@@ -14,7 +14,7 @@ import contextvars
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Protocol
 
@@ -187,20 +187,41 @@ class FailOpenDelivery:
             coro = each(batch)
         else:
             coro = _single_lane(self.consumer, batch)
+        # The pipeline's first step runs here, in the hook's own task (the eager start Python 3.12
+        # has as a task factory): a pipeline that never suspends (the built-in one) is then done,
+        # with no task, loop turn, deadline timer, shield or waiter on the hook's critical path.
+        try:
+            yielded = coro.send(None)
+        except StopIteration as stop:
+            events = stop.value
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            self.health.incident(self.component, "pipeline-cancelled", "the pipeline's batch was cancelled; "
+                                 "replied neutral")
+            return None
+        except Exception as exc:
+            self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
+            return None
+        else:
+            # It suspended: the rest runs as a task of its own, so a slow batch finishes behind
+            # the neutral reply instead of being lost with the hook.
+            events = await self._wait(_Started(coro, yielded))
+            if events is None:
+                return None
+        self.health.count(self.component, "accepted", len(batch))
+        return events
+
+    async def _wait(self, rest: Coroutine[Any, Any, Any]) -> Any:
+        """The rest of a suspended batch as a task, awaited until the fail-open deadline; None if
+        it failed, was cancelled under the hook, or is still running when the deadline passes."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        task = asyncio.ensure_future(coro)
+        task = loop.create_task(rest)
         self.pending.add(task)
         task.add_done_callback(self._done)
         try:
-            # One loop turn first: the task's first step runs before this resumes (the ready queue
-            # is FIFO), and a pipeline that never suspends (the built-in one) is then done, so no
-            # deadline timer, shield or waiter is made on the hook's critical path.
-            await asyncio.sleep(0)
-            if not task.done():
-                events = await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - loop.time()))
-            else:
-                events = task.result()
+            return await asyncio.wait_for(asyncio.shield(task), self.timeout)
         except TimeoutError:
             # The batch keeps going in the background: slow is not lost.
             self.health.incident(self.component, "pipeline-slow",
@@ -217,8 +238,6 @@ class FailOpenDelivery:
         except Exception as exc:
             self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
             return None
-        self.health.count(self.component, "accepted", len(batch))
-        return events
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.pending.discard(task)
@@ -237,13 +256,48 @@ async def _single_lane(consumer: Consumer, batch: list[Any]) -> list[tuple[Any, 
     return [(consumer, await consumer.consume(batch))]
 
 
+class _Started(Coroutine[Any, Any, Any]):
+    """A coroutine whose first step already ran (yielding ``yielded``), as a coroutine a task can
+    finish: its first ``send`` hands the task that yield; everything else goes to ``coro``, so a
+    task cancelled even before its first step still cancels ``coro`` (its cleanup runs)."""
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], yielded: Any) -> None:
+        self._coro = coro
+        self._first: tuple[Any] | None = (yielded,)
+
+    def send(self, value: Any) -> Any:
+        if self._first is not None:
+            (first,), self._first = self._first, None
+            return first
+        return self._coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        self._first = None
+        if val is None and tb is None:
+            return self._coro.throw(typ)
+        return self._coro.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._first = None
+        self._coro.close()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        raise TypeError("_Started is run by a task, not awaited")
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""``json.dumps`` with these options would build a new encoder per reply."""
+
+
 def json_response(body: Any, status: int = 200) -> web.Response:
     """A JSON reply; ``bytes`` go out exactly as given (for replies whose bytes a vendor's docs pin)."""
     if body is None:
         return web.Response(status=status, body=b"", content_type=JSON)
     if isinstance(body, bytes):
         return web.Response(status=status, body=body, content_type=JSON)
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    if type(body) is dict and not body:  # the usual neutral reply
+        return web.Response(status=status, body=b"{}", content_type=JSON)
+    text = _ENCODER.encode(body)
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate in a reply (a message quoting input): escape it

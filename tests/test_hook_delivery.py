@@ -98,3 +98,45 @@ async def test_a_hook_cancelled_while_waiting_leaves_its_batch_running() -> None
         release.set()
         await deliver.drain(5.0)
         assert consumer.consumed == [4] and problems(health) == {}
+
+
+async def test_a_suspended_batch_cancelled_from_outside_is_cancelled_inside_and_the_hook_answers() -> None:
+    # The first step runs in the hook's task; the rest in a task of its own that carries a
+    # cancellation (shutdown, say) into the pipeline's coroutine, whose cleanup runs.
+    cleaned: list[str] = []
+
+    class Holding(Consumer):
+        async def consume(self, batch: list[Any]) -> list[dict[str, Any]]:
+            try:
+                await asyncio.Event().wait()  # never set
+            finally:
+                cleaned.append("cleanup ran")
+            return []
+
+    health = Health()
+    deliver = FailOpenDelivery(COMPONENT, Holding(), health, timeout=5.0)
+    hook = asyncio.ensure_future(deliver([5]))
+    await asyncio.sleep(0)
+    (batch,) = deliver.pending
+    batch.cancel()
+    assert await hook is None
+    assert cleaned == ["cleanup ran"] and batch.cancelled()
+    assert "pipeline-cancelled" in problems(health)
+
+
+async def test_a_pipeline_that_suspends_gets_what_it_awaited() -> None:
+    # Values a suspended pipeline awaits reach it through the task that finishes it.
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[int] = loop.create_future()
+
+    class Awaiting(Consumer):
+        async def consume(self, batch: list[Any]) -> list[dict[str, Any]]:
+            n = await answer
+            return [{"type": "x", "n": n + item} for item in batch]
+
+    deliver = FailOpenDelivery(COMPONENT, Awaiting(), Health(), timeout=5.0)
+    hook = asyncio.ensure_future(deliver([1, 2]))
+    await asyncio.sleep(0)
+    answer.set_result(40)
+    assert await hook == [{"type": "x", "n": 41}, {"type": "x", "n": 42}]
+    assert not deliver.pending

@@ -302,3 +302,42 @@ def test_what_orjson_cannot_read_back_exactly_comes_back_exactly(tmp_path):
     assert consumed == 3 and events == odd
     assert isinstance(events[0]["data"]["big"], int)
     q.close()
+
+
+class Batches(Peer):
+    """A peer that keeps each delivery's events as one batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[str]] = []
+
+    async def deliver(self, events: list[dict]) -> None:
+        self.batches.append([e["id"] for e in events])
+        await super().deliver(events)
+
+
+async def settle_loop() -> None:
+    for _ in range(20):  # every ready task runs: the worker picks up what it was woken for
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize(("linger", "expected"), [(1.0, [["e000000"], ["e000001", "e000002", "e000003"]]),
+                                                  (0, [["e000000"], ["e000001"], ["e000002"], ["e000003"]])])
+async def test_linger_lets_events_arriving_after_a_delivery_share_the_next_one(tmp_path, linger, expected):
+    peer = Batches()
+    q = make(tmp_path, peer, linger=linger)
+    q.start()
+    q.put([ev(0)])  # an idle queue delivers at once, linger or not
+    await wait_until(lambda: len(peer.got) == 1, "the first event delivered alone")
+    for i in (1, 2, 3):  # each arrives after the worker had its chance to run
+        q.put([ev(i)])
+        await settle_loop()
+    await wait_until(lambda: len(peer.got) == 4, "all delivered")
+    assert peer.batches == expected
+    await q.drain(1.0)
+
+
+@pytest.mark.parametrize("bad", [-0.001, 1.5, True, "5ms"])
+def test_linger_must_be_seconds_from_0_to_1(bad):
+    with pytest.raises(ValueError, match="linger must be a number of seconds from 0 to 1"):
+        SendingQueueConfig(linger=bad).validate()
