@@ -4,6 +4,9 @@ The receiver runs in a child process (its own interpreter, so client work does n
 with a pluggable next consumer; the parent fires pre-encoded export requests with a few in
 flight and counts a request done when its response arrives, which the receiver sends only after
 ``consume`` returned. Figures are a rough guide to headroom, not a test: nothing is asserted.
+Besides records/s (wall clock, which a busy machine moves), each row gives the receiver process's
+CPU µs per record over the same requests (every thread of it, grpc's included): what other load
+on the machine moves least.
 
     .venv/bin/python bench/bench_otlp.py                      # consumer: the whole pipeline (default)
     .venv/bin/python bench/bench_otlp.py --consumer null      # the receiver alone
@@ -131,7 +134,10 @@ def serve(spec: str, profile: str, mode: str, conn: Connection) -> None:
         freeze_startup_heap()
         raise_young_threshold()
         conn.send((receiver.grpc_port, receiver.http_port))
-        await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        # "cpu" asks for this process's CPU seconds so far (every thread: grpc's own included), so
+        # the parent can take the receiver's CPU per record around each measurement; "stop" ends.
+        while await asyncio.get_running_loop().run_in_executor(None, conn.recv) == "cpu":
+            conn.send(time.process_time())
         await receiver.shutdown()
         conn.send(getattr(consumer, "records", None))
 
@@ -165,8 +171,9 @@ def request_body(records: int) -> bytes:
     return request.SerializeToString()
 
 
-async def drive(send: Any, body: bytes, requests: int, concurrency: int) -> float:
-    """Seconds to get ``requests`` responses with ``concurrency`` requests in flight."""
+async def drive(send: Any, body: bytes, requests: int, concurrency: int, cpu: Any) -> tuple[float, float]:
+    """Seconds to get ``requests`` responses with ``concurrency`` requests in flight, and the
+    receiver process's CPU seconds meanwhile (``cpu()`` reads its clock)."""
     for _ in range(min(20, requests)):  # warm-up: connections, code paths
         await send(body)
     queue = iter(range(requests))
@@ -174,12 +181,15 @@ async def drive(send: Any, body: bytes, requests: int, concurrency: int) -> floa
     async def worker() -> None:
         for _ in queue:
             await send(body)
+    cpu0 = cpu()
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    return wall, cpu() - cpu0
 
 
-async def run(ports: tuple[int, int], target: int, concurrency: int) -> list[tuple[Any, ...]]:
+async def run(ports: tuple[int, int], target: int, concurrency: int, conn: Connection,
+              batches: tuple[int, ...] = BATCHES) -> list[tuple[Any, ...]]:
     import aiohttp
     import grpc
 
@@ -191,6 +201,10 @@ async def run(ports: tuple[int, int], target: int, concurrency: int) -> list[tup
     http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
     url = f"http://127.0.0.1:{http_port}/v1/logs"
 
+    def cpu() -> float:
+        conn.send("cpu")
+        return float(conn.recv())
+
     async def send_grpc(body: bytes) -> None:
         await export(body)
 
@@ -201,11 +215,11 @@ async def run(ports: tuple[int, int], target: int, concurrency: int) -> list[tup
             await r.read()
     try:
         for transport, send in (("gRPC", send_grpc), ("HTTP", send_http)):
-            for batch in BATCHES:
+            for batch in batches:
                 body = request_body(batch)
                 requests = max(target // batch, 50)
-                seconds = await drive(send, body, requests, concurrency)
-                rows.append((transport, batch, requests, requests * batch, len(body), seconds))
+                seconds, cpu_s = await drive(send, body, requests, concurrency, cpu)
+                rows.append((transport, batch, requests, requests * batch, len(body), seconds, cpu_s))
     finally:
         await http.close()
         await channel.close()
@@ -219,6 +233,8 @@ def main() -> None:
     parser.add_argument("--consumer", default="pipeline", help="pipeline | mapping | null | module:callable")
     parser.add_argument("--profile", default="vscode", choices=("vscode", "codex"))
     parser.add_argument("--mode", default="primary", choices=("companion", "primary"))
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
+                        help="records per request, comma-separated (default 1,100,1000)")
     args = parser.parse_args()
     require_upb()
 
@@ -228,7 +244,8 @@ def main() -> None:
     proc.start()
     try:
         ports = parent.recv()
-        rows = asyncio.run(run(ports, args.records, args.concurrency))
+        batches = tuple(int(b) for b in args.batches.split(","))
+        rows = asyncio.run(run(ports, args.records, args.concurrency, parent, batches))
         parent.send("stop")
         consumed = parent.recv()
     finally:
@@ -239,15 +256,16 @@ def main() -> None:
     print(f"otlp receiver -> {args.consumer} consumer ({args.profile}, {args.mode} mode), "
           f"{args.concurrency} requests in flight")
     print(f"{'transport':<9} {'batch':>6} {'requests':>9} {'records':>8} {'bytes/req':>10} "
-          f"{'seconds':>8} {'records/s':>10} {'requests/s':>10}")
-    for transport, batch, requests, records, size, seconds in rows:
+          f"{'seconds':>8} {'records/s':>10} {'requests/s':>10} {'rx CPU µs/record':>17}")
+    for transport, batch, requests, records, size, seconds, cpu_s in rows:
         print(f"{transport:<9} {batch:>6} {requests:>9} {records:>8} {size:>10} {seconds:>8.2f} "
-              f"{records / seconds:>10.0f} {requests / seconds:>10.0f}")
+              f"{records / seconds:>10.0f} {requests / seconds:>10.0f} {cpu_s / records * 1e6:>17.2f}")
     if consumed is not None:
         print(f"records consumed by the receiver's consumer (warm-up included): {consumed}")
     emit("otlp", consumer=args.consumer, profile=args.profile, mode=args.mode, concurrency=args.concurrency,
          rows=[{"transport": t, "batch": b, "requests": n, "records": r, "bytes_per_request": size,
-                "records_per_s": r / seconds} for t, b, n, r, size, seconds in rows])
+                "records_per_s": r / seconds, "receiver_cpu_us_per_record": cpu_s / r * 1e6}
+               for t, b, n, r, size, seconds, cpu_s in rows])
 
 
 if __name__ == "__main__":

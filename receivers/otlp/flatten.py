@@ -14,6 +14,12 @@ One flattened record::
 Values: string, bool, int (int64 exactly, never a float), float, list, dict; bytes become
 base64 text (the OTLP/JSON spelling); a non-finite double becomes its OTLP/JSON string
 (``"NaN"``, ``"Infinity"``, ``"-Infinity"``) so the record stays JSON. Keys left out are unset.
+
+Two paths give the same dicts: ``flatten_request`` reads a decoded message (OTLP/JSON comes in
+that way), ``flatten_protobuf`` reads a binary body. The binary one is the hot path: it reads
+each record's attributes as their raw ``KeyValue`` bytes (a second message class over the same
+wire format, ``_VIEW``) and converts each distinct one once, where reading them as messages
+builds two wrapper objects and a handful of C calls per attribute per record.
 """
 
 from __future__ import annotations
@@ -23,9 +29,17 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+from opentelemetry.proto.resource.v1 import resource_pb2
+
+from . import wire
 
 
 def any_value(value: AnyValue) -> Any:
@@ -125,3 +139,109 @@ def flatten_request(request: ExportLogsServiceRequest) -> list[dict[str, Any]]:
 def count_records(request: ExportLogsServiceRequest) -> int:
     """How many log records an export request carries."""
     return sum(len(sl.log_records) for rl in request.resource_logs for sl in rl.scope_logs)
+
+
+def _view_class() -> type[Message]:
+    """``ExportLogsServiceRequest`` with ``LogRecord.attributes`` read as ``repeated bytes``.
+
+    A ``KeyValue`` is length-delimited on the wire, as ``bytes`` is, so the same body parses
+    into this class with each attribute left as its raw encoding. Built in a private pool: the
+    generated classes in the default pool are untouched.
+    """
+    pool = descriptor_pool.DescriptorPool()
+    for module in (common_pb2, resource_pb2):
+        pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+    logs = descriptor_pb2.FileDescriptorProto.FromString(logs_pb2.DESCRIPTOR.serialized_pb)
+    (record,) = (m for m in logs.message_type if m.name == "LogRecord")
+    (field,) = (f for f in record.field if f.name == "attributes")
+    field.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+    field.ClearField("type_name")
+    pool.Add(logs)
+    pool.AddSerializedFile(logs_service_pb2.DESCRIPTOR.serialized_pb)
+    name = ExportLogsServiceRequest.DESCRIPTOR.full_name
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+
+
+_VIEW = _view_class()
+
+# Raw KeyValue bytes -> (key, value), for values that cannot be changed in place (str, int, float,
+# bool, None): attribute sets repeat across records (tool names, flags, model names), so most
+# attributes of a batch are one dict lookup. Bounded: emptied when full; long values (prompts,
+# outputs), rarely repeated, are never kept.
+_ATTRIBUTES: dict[bytes, tuple[str, Any]] = {}
+_CACHE_ENTRIES = 4096
+_CACHE_BYTES = 256
+
+
+def _attribute(raw: bytes) -> tuple[str, Any]:
+    """One raw ``KeyValue`` as ``(key, value)``, read as ``key_values`` reads it."""
+    kv = KeyValue.FromString(raw)  # the body already parsed whole as the real message: cannot fail
+    value = kv.value
+    kind = value.WhichOneof("value")
+    item = (kv.key, getattr(value, kind) if kind in _PLAIN else any_value(value))
+    if len(raw) <= _CACHE_BYTES and kind != "array_value" and kind != "kvlist_value":
+        if len(_ATTRIBUTES) >= _CACHE_ENTRIES:
+            _ATTRIBUTES.clear()
+        _ATTRIBUTES[raw] = item
+    return item
+
+
+def flatten_protobuf(body: bytes) -> list[dict[str, Any]]:
+    """A binary ``ExportLogsServiceRequest`` body flattened, in request order: what
+    ``flatten_request(wire.parse_protobuf(body))`` gives, and the same ``WireError`` for a body
+    it refuses (the body is parsed as the real message first, so what is refused is unchanged)."""
+    wire.parse_protobuf(body)
+    request = _VIEW.FromString(body)
+    cached = _ATTRIBUTES.get
+    out: list[dict[str, Any]] = []
+    append = out.append
+    for resource_logs in request.resource_logs:  # type: ignore[attr-defined]
+        resource = key_values(resource_logs.resource.attributes)
+        for scope_logs in resource_logs.scope_logs:
+            scope: dict[str, str] = {}
+            scope_message = scope_logs.scope
+            if scope_message.name:
+                scope["name"] = scope_message.name
+            if scope_message.version:
+                scope["version"] = scope_message.version
+            for record in scope_logs.log_records:
+                # flatten_record's reads, in its order, with the attributes from their bytes.
+                attributes: dict[str, Any] = {}
+                for raw in record.attributes:
+                    key, value = cached(raw) or _attribute(raw)
+                    attributes[key] = value
+                event_name = record.event_name
+                if event_name:
+                    name = attributes.get("event.name")
+                    if not isinstance(name, str) or not name:
+                        attributes["event.name"] = event_name
+                flat: dict[str, Any] = {"resource": dict(resource), "attributes": attributes}
+                if scope:
+                    flat["scope"] = dict(scope)
+                observed = record.observed_time_unix_nano
+                when = record.time_unix_nano or observed
+                if when:
+                    flat["time_unix_nano"] = when
+                if observed:
+                    flat["observed_time_unix_nano"] = observed
+                severity = record.severity_number
+                if severity:
+                    flat["severity_number"] = int(severity)
+                severity_text = record.severity_text
+                if severity_text:
+                    flat["severity_text"] = severity_text
+                trace_id = record.trace_id
+                if trace_id:
+                    flat["trace_id"] = trace_id.hex()
+                span_id = record.span_id
+                if span_id:
+                    flat["span_id"] = span_id.hex()
+                flags = record.flags
+                if flags:
+                    flat["flags"] = flags
+                if record.HasField("body"):
+                    body_value = any_value(record.body)
+                    if body_value is not None:
+                        flat["body"] = body_value
+                append(flat)
+    return out

@@ -1,8 +1,7 @@
 """The ``otlp`` receiver: OTLP/gRPC ``LogsService/Export`` and OTLP/HTTP ``POST /v1/logs``.
 
-Both transports decode to an ``ExportLogsServiceRequest``, flatten its records
-(``flatten.py``) and push one batch of ``Signal``s per export request. Answers follow the
-OTLP specification: success (with ``partial_success`` for records refused), 400 /
+Both transports decode and flatten the request's records (``flatten.py``) and push one batch
+of ``Signal``s per export request. Answers follow the OTLP specification: success (with ``partial_success`` for records refused), 400 /
 INVALID_ARGUMENT for a body that cannot be decoded (never retried), 413 / RESOURCE_EXHAUSTED
 over the size limit, 415 for an unsupported content type or encoding, and 503 / UNAVAILABLE
 (retryable) while the pipeline is failing.
@@ -20,15 +19,12 @@ from aep_collector.pipeline.config import parse_endpoint
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Signal
 from aiohttp import web
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-    ExportLogsServiceRequest,
-    ExportLogsServiceResponse,
-)
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
 from ..body import BodyError, ProtocolLog, read_body, reply_and_close
 from . import wire
 from .config import OtlpConfig
-from .flatten import flatten_request
+from .flatten import flatten_protobuf, flatten_request
 from .identity import SESSION_FROM, describe, session_of
 
 log = logging.getLogger("aep.receiver.otlp")
@@ -146,9 +142,8 @@ class OtlpReceiver:
 
     # -- the transport-independent part --------------------------------------------------------
 
-    async def ingest(self, request: ExportLogsServiceRequest) -> ExportLogsServiceResponse:
-        """Flatten, refuse records without a session, push one batch; the OTLP response."""
-        records = flatten_request(request)
+    async def ingest(self, records: list[dict[str, Any]]) -> ExportLogsServiceResponse:
+        """Refuse flattened records without a session, push one batch; the OTLP response."""
         batch: list[Signal | dict[str, Any]] = []
         rejected = 0
         mode, agent, places = self.config.mode, self.agent, self._session_at
@@ -195,7 +190,7 @@ class OtlpReceiver:
     async def _grpc_export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         code, message = None, ""
         try:
-            response = await self.ingest(wire.parse_protobuf(body))
+            response = await self.ingest(flatten_protobuf(body))
             return response.SerializeToString()
         except wire.WireError as exc:
             self._refused("gRPC", exc)
@@ -225,13 +220,12 @@ class OtlpReceiver:
                                 "OTLP/HTTP takes application/x-protobuf or application/json")
         try:
             body = await self._read_body(request, ctype)
-            otlp = wire.parse_json(body) if ctype == wire.JSON else wire.parse_protobuf(body)
-        except wire.WireError as exc:
+            records = flatten_request(wire.parse_json(body)) if ctype == wire.JSON else flatten_protobuf(body)
+            response = await self.ingest(records)
+        except wire.WireError as exc:  # only reading and decoding raise it, never ingest
             self._refused("HTTP", exc, getattr(exc, "cause", ""))
             out = self._status_response(exc.status, exc.code, exc.message, ctype)
             return await reply_and_close(request, out) if exc.status == 408 else out
-        try:
-            response = await self.ingest(otlp)
         except PipelineUnavailable as exc:
             # OTLP/HTTP: 503 is retryable; Retry-After paces the exporter's retries.
             out = self._status_response(503, wire.UNAVAILABLE, str(exc), ctype)

@@ -1,0 +1,216 @@
+"""The binary fast path (``flatten_protobuf``) gives exactly what the message path gives
+(``flatten_request(wire.parse_protobuf(body))``), and refuses exactly the bodies it refuses."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+from aep_collector.receivers.otlp import flatten, wire
+from aep_collector.receivers.otlp.flatten import flatten_protobuf, flatten_request
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+
+def reference(body: bytes) -> list[dict[str, Any]]:
+    return flatten_request(wire.parse_protobuf(body))
+
+
+def same(body: bytes) -> list[dict[str, Any]]:
+    """Both paths on ``body``: equal, with the same key order at every level and the same types."""
+    got, expect = flatten_protobuf(body), reference(body)
+    assert got == expect
+    assert shape(got) == shape(expect)
+    return got
+
+
+def shape(value: Any) -> Any:
+    # Key order and exact types: == alone would pass 1 for True and reordered dicts.
+    if isinstance(value, dict):
+        return [(k, shape(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return ("float", "nan")
+    return (type(value).__name__, value)
+
+
+def random_value(rng: random.Random, depth: int = 0) -> AnyValue:
+    kinds = ["string", "bool", "int", "double", "bytes", "unset"] + (["array", "kvlist"] if depth < 3 else [])
+    kind = rng.choice(kinds)
+    if kind == "string":
+        return AnyValue(string_value=rng.choice(["", "x", "readFile", "ü€😀", "a" * rng.choice([1, 127, 128, 300])]))
+    if kind == "bool":
+        return AnyValue(bool_value=rng.random() < 0.5)
+    if kind == "int":
+        return AnyValue(int_value=rng.choice([0, 1, -1, 63, 127, 128, 2**31, -(2**63), 2**63 - 1, rng.randrange(10**6)]))
+    if kind == "double":
+        return AnyValue(double_value=rng.choice([0.0, -0.0, 0.5, 1e300, math.inf, -math.inf, math.nan, rng.random()]))
+    if kind == "bytes":
+        return AnyValue(bytes_value=rng.choice([b"", b"\x00\xff", bytes(range(256))]))
+    if kind == "array":
+        return AnyValue(array_value=ArrayValue(values=[random_value(rng, depth + 1) for _ in range(rng.randrange(4))]))
+    if kind == "kvlist":
+        return AnyValue(kvlist_value=KeyValueList(values=random_attributes(rng, depth + 1)))
+    return AnyValue()
+
+
+def random_attributes(rng: random.Random, depth: int = 0) -> list[KeyValue]:
+    keys = ["event.name", "session.id", "gen_ai.tool.name", "duration_ms", "success", "k", "ü", ""]
+    out = []
+    for _ in range(rng.randrange(7)):
+        if rng.random() < 0.1:
+            out.append(KeyValue(key=rng.choice(keys)))  # no value at all
+        else:
+            out.append(KeyValue(key=rng.choice(keys), value=random_value(rng, depth)))
+    return out
+
+
+def random_record(rng: random.Random) -> LogRecord:
+    record = LogRecord(attributes=random_attributes(rng))
+    if rng.random() < 0.5:
+        record.event_name = rng.choice(["copilot_chat.tool.call", "codex.tool_result", "x"])
+    for name, values in (("time_unix_nano", [1783073704221000000, 1]), ("observed_time_unix_nano", [5, 2**64 - 1]),
+                         ("severity_number", [9, 24]), ("severity_text", ["INFO", "ü"]), ("flags", [1, 2**32 - 1])):
+        if rng.random() < 0.5:
+            setattr(record, name, rng.choice(values))
+    if rng.random() < 0.3:
+        record.trace_id = bytes(range(16))
+    if rng.random() < 0.3:
+        record.span_id = b"\x00\xf0g\xaa\x0b\xa9\x02\xb7"
+    if rng.random() < 0.4:
+        record.body.CopyFrom(random_value(rng))
+    return record
+
+
+def random_request(rng: random.Random) -> ExportLogsServiceRequest:
+    request = ExportLogsServiceRequest()
+    for _ in range(rng.randrange(4)):
+        rl = request.resource_logs.add()
+        if rng.random() < 0.8:
+            rl.resource.attributes.extend(random_attributes(rng))
+        for _ in range(rng.randrange(3)):
+            sl = rl.scope_logs.add()
+            if rng.random() < 0.5:
+                sl.scope.name = "copilot-chat"
+            if rng.random() < 0.5:
+                sl.scope.version = "0.37.0"
+            if rng.random() < 0.3:
+                sl.scope.attributes.extend(random_attributes(rng))
+            sl.log_records.extend(random_record(rng) for _ in range(rng.randrange(6)))
+    return request
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_requests_flatten_alike_on_both_paths(seed: int) -> None:
+    rng = random.Random(seed)
+    body = random_request(rng).SerializeToString()
+    same(body)
+    same(body)  # a second time: now from the attribute cache
+
+
+def test_every_any_value_kind_and_repeated_keys_alike() -> None:
+    values = [
+        AnyValue(string_value="x"), AnyValue(string_value=""), AnyValue(bool_value=True), AnyValue(bool_value=False),
+        AnyValue(int_value=-(2**63)), AnyValue(int_value=0), AnyValue(double_value=1.5),
+        AnyValue(double_value=math.inf), AnyValue(double_value=-math.inf), AnyValue(double_value=math.nan),
+        AnyValue(bytes_value=b"\x00\xff"), AnyValue(),
+        AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=1), AnyValue(kvlist_value=KeyValueList(
+            values=[KeyValue(key="deep", value=AnyValue(array_value=ArrayValue()))]))])),
+        AnyValue(kvlist_value=KeyValueList(values=[KeyValue(key="k", value=AnyValue(string_value="v")),
+                                                   KeyValue(key="k", value=AnyValue(int_value=2))])),
+    ]
+    attributes = [KeyValue(key=f"k{i}", value=v) for i, v in enumerate(values)]
+    attributes += [KeyValue(key="k0", value=AnyValue(int_value=7)), KeyValue(key="unset"),
+                   KeyValue(key="event.name", value=AnyValue(int_value=3))]  # not a str: the field wins
+    request = ExportLogsServiceRequest()
+    sl = request.resource_logs.add().scope_logs.add()
+    sl.log_records.add(attributes=attributes, event_name="from.field")
+    sl.log_records.add(attributes=attributes)
+    (one, two) = same(request.SerializeToString())
+    assert one["attributes"]["k0"] == 7 and one["attributes"]["event.name"] == "from.field"
+    assert two["attributes"]["event.name"] == 3 and two["attributes"]["unset"] is None
+    assert one["attributes"]["k13"] == {"k": 2}
+
+
+def test_records_never_share_a_list_or_dict_value() -> None:
+    # The cache keeps only values nothing can change in place; each record owns its lists and dicts.
+    request = ExportLogsServiceRequest()
+    rl = request.resource_logs.add()
+    rl.resource.attributes.add(key="session.id", value=AnyValue(string_value="s"))
+    sl = rl.scope_logs.add()
+    sl.scope.name = "n"
+    nested = KeyValue(key="list", value=AnyValue(array_value=ArrayValue(values=[AnyValue(int_value=1)])))
+    mapping = KeyValue(key="map", value=AnyValue(kvlist_value=KeyValueList(values=[nested])))
+    for _ in range(2):
+        sl.log_records.add(attributes=[nested, mapping])
+    one, two = same(request.SerializeToString())
+    one["attributes"]["list"].append(2)
+    one["attributes"]["map"]["list"].append(2)
+    one["resource"]["session.id"] = "changed"
+    one["scope"]["name"] = "changed"
+    assert two["attributes"] == {"list": [1], "map": {"list": [1]}}
+    assert two["resource"] == {"session.id": "s"} and two["scope"] == {"name": "n"}
+    (again, _) = flatten_protobuf(request.SerializeToString())
+    assert again["attributes"] == {"list": [1], "map": {"list": [1]}}
+
+
+def test_long_values_and_more_distinct_attributes_than_the_cache_holds() -> None:
+    request = ExportLogsServiceRequest()
+    sl = request.resource_logs.add().scope_logs.add()
+    for i in range(flatten._CACHE_ENTRIES + 500):  # the cache empties itself at least once on the way
+        sl.log_records.add(attributes=[KeyValue(key="n", value=AnyValue(int_value=i)),
+                                       KeyValue(key="prompt", value=AnyValue(string_value=f"{i}" + "p" * 400))])
+    body = request.SerializeToString()
+    got = same(body)
+    assert got[-1]["attributes"]["n"] == flatten._CACHE_ENTRIES + 499
+    assert len(flatten._ATTRIBUTES) <= flatten._CACHE_ENTRIES
+    assert not any(len(raw) > flatten._CACHE_BYTES for raw in flatten._ATTRIBUTES)
+    assert same(body) == got
+
+
+def corrupted(rng: random.Random, body: bytes) -> bytes:
+    data = bytearray(body)
+    for _ in range(rng.randrange(1, 4)):
+        what = rng.random()
+        at = rng.randrange(len(data))
+        if what < 0.5:
+            data[at] = rng.randrange(256)
+        elif what < 0.8:
+            del data[at:]
+        else:
+            data[at:at] = bytes([rng.randrange(256)])
+        if not data:
+            break
+    return bytes(data)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_corrupted_bodies_are_refused_or_read_alike(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    body = random_request(rng).SerializeToString() or b"\x0a\x00"
+    for _ in range(20):
+        bad = corrupted(rng, body)
+        try:
+            expect = reference(bad)
+        except wire.WireError as exc:
+            with pytest.raises(wire.WireError) as err:
+                flatten_protobuf(bad)
+            assert (err.value.status, err.value.code, err.value.message) == (exc.status, exc.code, exc.message)
+        else:
+            assert flatten_protobuf(bad) == expect
+
+
+def test_attribute_that_is_not_a_key_value_is_refused_as_before() -> None:
+    # Field 6 of a LogRecord with bytes that are no KeyValue (a string field holding invalid UTF-8):
+    # the message path refuses the body, so the bytes view must not let it through.
+    record = b"\x32\x03\x0a\x01\xff"  # attributes: KeyValue{key: b"\xff"}
+    body = b"\x0a" + bytes([len(record) + 4]) + b"\x12" + bytes([len(record) + 2]) + b"\x12" + bytes([len(record)]) + record
+    with pytest.raises(wire.WireError) as err:
+        flatten_protobuf(body)
+    assert (err.value.status, err.value.code) == (400, wire.INVALID_ARGUMENT)
+    with pytest.raises(wire.WireError):
+        wire.parse_protobuf(body)
