@@ -180,8 +180,11 @@ class JsonlExporter:
             groups: list[tuple[str, list[bytes]]] = [(path, lines)]
         else:
             by_path: dict[str, list[bytes]] = {}
+            paths = self._paths
             for event, line in zip(events, lines, strict=True):
-                by_path.setdefault(self._file(event), []).append(line)
+                # ``_file`` only when its cache misses: a call per event costs more than the look-up.
+                path = paths.get((event.get("agent", "unknown"), event.get("session"))) or self._file(event)
+                by_path.setdefault(path, []).append(line)
             groups = list(by_path.items())
         touched: list[int] = []
         failed = 0
