@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import FunctionType
 from typing import Any
 
 from .envelope import Stamper, StampError
@@ -83,6 +84,7 @@ class Pipeline:
         self.stamper = stamper
         self.health = health
         self.durable = list(durable)
+        self._durable = [(cid, exporter, (cid, "exported")) for cid, exporter in self.durable]
         self.queued = list(queued)
         self.component = f"pipeline/{name}"
         # A consumer with ``takes_lines = True`` accepts the events' lines (``wire.dumps_line`` of
@@ -91,10 +93,15 @@ class Pipeline:
         # gets the same bytes instead of serializing the same event again.
         takers = [e for _, e in self.durable] + self.queued
         self._share_lines = sum(getattr(c, "takes_lines", False) is True for c in takers) >= 2
+        # Per batch, each processor is called through its class's own ``__call__``, bound once here:
+        # calling the instance goes through the type's call slot (an argument tuple and a nested
+        # interpreter call per processor, per batch: a hook's batch is one signal). Same calls, same
+        # order; the list of processors is fixed once the pipeline is built.
+        self._steps: list[Callable[[Batch], Batch]] = [_bound_call(p) for p in self.processors]
 
     async def consume(self, batch: Batch) -> list[Event]:
-        for processor in self.processors:
-            batch = processor(batch)
+        for step in self._steps:
+            batch = step(batch)
         events: list[Event] = []
         for item in batch:
             if isinstance(item, Signal):
@@ -122,21 +129,34 @@ class Pipeline:
             except (TypeError, ValueError):  # not JSON (a plug-in's value): each consumer fails as before
                 lines = None
         if not redelivery:
-            for cid, exporter in self.durable:
+            health = self.health
+            for cid, exporter, exported in self._durable:
                 try:
                     if lines is not None and getattr(exporter, "takes_lines", False) is True:
                         exporter.export_now(events, lines)
                     else:
                         exporter.export_now(events)
-                    self.health.count(cid, "exported", len(events))
+                    # ``health.count(cid, "exported", n)`` without its call (once per batch, a hook's
+                    # batch being one event): the same counter under the same lock.
+                    with health._lock:
+                        health.counters[exported] = health.counters.get(exported, 0) + len(events)
                 except Exception as exc:
-                    self.health.count(cid, "failed", len(events))
-                    self.health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
+                    health.count(cid, "failed", len(events))
+                    health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
         for q in self.queued:
             if lines is not None and getattr(q, "takes_lines", False) is True:
                 q.put(events, lines)
             else:
                 q.put(events)
+
+
+def _bound_call(processor: Any) -> Callable[[Batch], Batch]:
+    """``processor``'s ``__call__`` bound to it when its class defines one in Python, else itself
+    (a function, a partial, a builtin: called as it is)."""
+    call = next((c.__dict__["__call__"] for c in type(processor).__mro__ if "__call__" in c.__dict__), None)
+    if isinstance(call, FunctionType):
+        return call.__get__(processor)  # what ``processor.__call__`` gives
+    return processor
 
 
 class Fanout:

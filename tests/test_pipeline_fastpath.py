@@ -1,0 +1,141 @@
+"""The pipeline's per-batch shortcuts give what the plain calls give (issue 16).
+
+``Pipeline.consume`` calls each processor through its class's ``__call__`` bound once, and counts a
+durable exporter's ``exported`` events without a ``Health.count`` call. Each test runs the corpus
+hook inputs (and processors of every callable kind) both ways and holds the results equal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.host import Health
+from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.pipeline import Pipeline, _bound_call
+from aep_collector.processors.capture import CaptureProcessor
+from aep_collector.processors.mapping import MappingProcessor
+from aep_collector.processors.runs import RunsProcessor
+
+from tests.conftest import FIXTURES
+from tests.test_stamp_equivalence import HOOK_VENDORS
+
+
+def signals() -> list[Signal]:
+    out = []
+    for agent in HOOK_VENDORS:
+        fx = json.loads((FIXTURES / "mappings" / f"{agent}.json").read_text())
+        for key in sorted(fx["hooks"]):
+            inp = fx["hooks"][key]["input"]
+            if isinstance(inp, dict):
+                out.append(Signal(agent, str(inp.get("hook_event_name", "hook")), dict(inp)))
+    return out
+
+
+class Tag:
+    """A processor object whose class defines ``__call__``: marks every draft it sees with an
+    extension attribute (scalar, ``[a-z0-9]``: the stamper keeps it), so a skipped step shows."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, batch: list[Any]) -> list[Any]:
+        return mark(batch, self.name)
+
+
+def mark(batch: list[Any], name: str = "fn") -> list[Any]:
+    """A processor that is a plain function (and, with ``functools.partial``, a partial)."""
+    return [dict(d, **{name: "1"}) if isinstance(d, dict) else d for d in batch]
+
+
+class Sink:
+    """A durable exporter that keeps what it was handed."""
+
+    durable = True
+
+    def __init__(self) -> None:
+        self.got: list[list[dict]] = []
+
+    def export_now(self, events: list[dict]) -> None:
+        self.got.append([dict(e) for e in events])
+
+
+class Broken(Sink):
+    def export_now(self, events: list[dict]) -> None:
+        raise OSError(5, "broken")
+
+
+def test_bound_call_is_the_processor_call():
+    tag = Tag("a")
+    assert _bound_call(tag).__func__ is Tag.__call__  # type: ignore[attr-defined]
+    assert _bound_call(tag).__self__ is tag  # type: ignore[attr-defined]
+    # Anything else callable is called as it is: a function, a partial, a builtin.
+    part = functools.partial(mark, name="part")
+    assert _bound_call(mark) is mark
+    assert _bound_call(part) is part
+    assert _bound_call(list) is list
+
+
+def _run(processors: list[Any], work: list[Signal], tmp: Path, by_hand: bool) -> tuple[list, dict]:
+    health = Health()
+    sink = Sink()
+    stamper = Stamper(tmp, "h")
+    pipe = Pipeline("p", processors, stamper, health, [("exporter/sink", sink)], [])
+
+    async def go() -> list:
+        out = []
+        for sig in work:
+            if by_hand:  # the plain path: each processor called as an object, then stamped and delivered
+                batch: list[Any] = [sig]
+                for p in processors:
+                    batch = p(batch)
+                events = [stamper.stamp(d) for d in batch]
+                if events:
+                    sink.export_now(events)
+                    health.count("exporter/sink", "exported", len(events))
+                out.append(events)
+            else:
+                out.append(await pipe.consume([sig]))
+        return out
+
+    events = asyncio.run(go())
+    return [_minted_in_order(events), _minted_in_order(sink.got)], dict(health.counters)
+
+
+# ULIDs (event ids, minted request ids) and minted run ids (``runs.mint_run_id``).
+_MINTED = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{26}\b|\br_[0-9a-f]{18,}\b")
+
+
+def _minted_in_order(batches: list[list[dict]]) -> Any:
+    """The batches with times dropped and every minted id (event ids, request ids the events cite,
+    run ids) replaced by its order of first appearance: both runs mint their own."""
+    text = json.dumps([[{k: v for k, v in e.items() if k != "time"} for e in b] for b in batches])
+    seen: dict[str, str] = {}
+    return json.loads(_MINTED.sub(lambda m: seen.setdefault(m.group(), f"minted-{len(seen)}"), text))
+
+
+def test_consume_equals_the_processors_called_one_by_one(tmp_path):
+    work = signals() * 2
+    chain = lambda: [MappingProcessor(), Tag("taga"), RunsProcessor(),  # noqa: E731
+                     functools.partial(mark, name="part"), Tag("tagb"), mark, CaptureProcessor()]
+    fast = _run(chain(), work, tmp_path / "fast", by_hand=False)
+    plain = _run(chain(), work, tmp_path / "plain", by_hand=True)
+    assert fast == plain
+    assert all(e["taga"] == e["tagb"] == e["part"] == e["fn"] == "1" for b in fast[0][0] for e in b)
+    assert fast[1][("exporter/sink", "exported")] == sum(len(b) for b in fast[0][0])
+
+
+def test_a_failing_durable_exporter_is_counted_as_before(tmp_path):
+    health = Health()
+    pipe = Pipeline("p", [MappingProcessor(), RunsProcessor(), CaptureProcessor()], Stamper(tmp_path, "h"), health,
+                    [("exporter/broken", Broken()), ("exporter/sink", Sink())], [])
+    n = sum(len(asyncio.run(pipe.consume([s]))) for s in signals())
+    assert health.counters[("exporter/broken", "failed")] == n
+    assert ("exporter/broken", "exported") not in health.counters
+    assert health.counters[("exporter/sink", "exported")] == n
+    assert "export-failed" in health.problems["exporter/broken"]
