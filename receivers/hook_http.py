@@ -198,12 +198,9 @@ class FailOpenDelivery:
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
-            self.health.incident(self.component, "pipeline-cancelled", "the pipeline's batch was cancelled; "
-                                 "replied neutral")
-            return None
+            return self._failed(None)
         except Exception as exc:
-            self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
-            return None
+            return self._failed(exc)
         else:
             # It suspended: the rest runs as a task of its own, so a slow batch finishes behind
             # the neutral reply instead of being lost with the hook.
@@ -232,12 +229,17 @@ class FailOpenDelivery:
             if not task.cancelled() or (current is not None and current.cancelling()):
                 raise  # the hook itself is being cancelled (its client left, shutdown): not ours to swallow
             # The batch was cancelled under a hook still waiting: that hook gets its neutral reply.
+            return self._failed(None)
+        except Exception as exc:
+            return self._failed(exc)
+
+    def _failed(self, exc: Exception | None) -> None:
+        """Show why a hook got its neutral reply: the pipeline raised ``exc``, or (None) was cancelled."""
+        if exc is None:
             self.health.incident(self.component, "pipeline-cancelled", "the pipeline's batch was cancelled; "
                                  "replied neutral")
-            return None
-        except Exception as exc:
+        else:
             self.health.incident(self.component, "pipeline-error", f"{type(exc).__name__}: {exc}")
-            return None
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.pending.discard(task)
