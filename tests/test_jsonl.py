@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter, repair_tor
 from aep_collector.exporters.jsonl.paths import encode_name
 from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.host import Host
+
+from tests.relay_double import wait_until
 
 
 def ev(session, seq=0, agent="claude-code", **kw):
@@ -213,3 +217,57 @@ async def test_short_write_keeps_the_whole_lines_it_wrote(tmp_path, monkeypatch)
     await exp.shutdown()
     assert [e["seq"] for e in lines(tmp_path / "logs" / "claude-code" / "s1.jsonl")] == [1, 3]
     assert host.health.snapshot()["dropped"]["exporter/jsonl"] == 1
+
+
+async def test_interval_fsync_keeps_a_file_written_while_its_thread_syncs_for_the_next_round(
+        tmp_path, monkeypatch):
+    synced: list[int] = []
+    held, release = threading.Event(), threading.Event()
+    real = os.fsync
+
+    def fsync(fd):
+        if hold_next and not held.is_set():
+            held.set()
+            release.wait(10)
+        synced.append(fd)
+        real(fd)
+
+    hold_next = False
+    monkeypatch.setattr(os, "fsync", fsync)
+    exp, _ = await make(tmp_path, fsync="interval", fsync_interval=0.01)
+    exp.export_now([ev("a", 0), ev("b", 0)])
+    fd_a, fd_b = (exp._fds[str(exp.path_for(ev(s)))] for s in "ab")
+    await wait_until(lambda: {fd_a, fd_b} <= set(synced), "the first round")
+    hold_next = True
+    exp.export_now([ev("a", 1)])  # only a is due next round; its fsync is held in the thread
+    await asyncio.to_thread(held.wait, 10)
+    exp.export_now([ev("b", 1)])  # written while the thread syncs a
+    synced.clear()
+    release.set()
+    await wait_until(lambda: fd_b in synced, "b synced in a later round")
+    await exp.shutdown()
+
+
+async def test_a_shutdown_while_the_interval_thread_syncs_still_syncs_every_file_it_closes(
+        tmp_path, monkeypatch):
+    synced: list[int] = []
+    held, release = threading.Event(), threading.Event()
+    real = os.fsync
+
+    def fsync(fd):
+        if threading.current_thread() is not threading.main_thread() and not held.is_set():
+            held.set()
+            release.wait(10)
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    exp, _ = await make(tmp_path, fsync="interval", fsync_interval=0.01)
+    exp.export_now([ev("a", 0), ev("b", 0)])
+    fds = set(exp._fds.values())
+    await asyncio.to_thread(held.wait, 10)  # the thread holds its first fsync; the other waits
+    try:
+        await exp.shutdown()  # cancels the round: closing each file syncs it on the loop
+        assert fds <= set(synced)
+    finally:
+        release.set()

@@ -635,3 +635,24 @@ async def test_a_relay_that_never_completes_the_upgrade_is_reported(
         await wait_until(lambda: host.health.snapshot()["ok"], "the problem to clear")
     finally:
         await relay.stop()
+
+
+async def test_a_flush_of_several_frames_is_one_socket_write(
+        relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
+    exporter, _ = await exporters(relay.ws_url)
+    await exporter.export([make(stamper, "s1")])
+    await wait_until(lambda: len(relay.stored) == 1, "the first event")
+    transport = exporter.links[CC]._ws.transport  # type: ignore[union-attr]
+    writes: list[bytes] = []
+    real_write = transport.write
+
+    def write(data: bytes) -> None:
+        writes.append(bytes(data))
+        real_write(data)
+
+    transport.write = write
+    batch = [make(stamper, "s1") for _ in range(20)]
+    await exporter.export(batch)  # queued at once: the writer's next flush takes all 20
+    await wait_until(lambda: len(relay.stored) == 21, "the 20 events")
+    assert len(writes) == 1  # the 20 frames (and the confirming ping) in one send
+    assert ids(relay.stored[1:]) == ids(batch)

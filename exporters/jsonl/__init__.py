@@ -97,6 +97,7 @@ class JsonlExporter:
         # Open files by path string (hashing a str is cached, a Path's is a Python call per lookup).
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._dirty: set[int] = set()
+        self._syncing: set[int] = set()  # the interval loop's thread is fsyncing these now
         self._task: asyncio.Task[None] | None = None
         self._paths: dict[tuple[Any, Any], str] = {}
         self._last_path: str | None = None  # the path at the end of _fds (most recently written), if any
@@ -441,22 +442,32 @@ class JsonlExporter:
 
     def _release(self, fd: int) -> None:
         with contextlib.suppress(OSError):
-            if fd in self._dirty and self.config.fsync != "never":
+            # One the interval thread holds may be closed before it gets to it: synced here.
+            if (fd in self._dirty or fd in self._syncing) and self.config.fsync != "never":
                 os.fsync(fd)
             os.close(fd)
         self._dirty.discard(fd)
 
     def sync(self) -> None:
-        for fd in list(self._dirty):
-            with contextlib.suppress(OSError):
-                os.fsync(fd)
-        self._dirty.clear()
+        """fsync every file written since the last sync."""
+        dirty, self._dirty = self._dirty, set()
+        _fsync_each(dirty)
 
     async def _fsync_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.fsync_interval)
             if self._dirty:
-                await asyncio.to_thread(self.sync)
+                # Taken on the loop, before the thread starts: a file written while the thread
+                # syncs is marked again and synced next time (clearing the set after the thread
+                # had synced it would lose that mark until the file is closed).
+                self._syncing, self._dirty = self._dirty, set()
+                try:
+                    await asyncio.to_thread(_fsync_each, self._syncing)
+                except BaseException:  # cancelled (shutdown): closing the files syncs them instead
+                    self._dirty |= self._syncing
+                    raise
+                finally:
+                    self._syncing = set()
 
     async def shutdown(self) -> None:
         if self._task is not None:
@@ -473,6 +484,12 @@ class JsonlExporter:
                     await self._retention_task
         for path in list(self._fds):
             self._close(path)
+
+
+def _fsync_each(fds: set[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
 
 
 def repair_torn_tail(path: Path) -> bool:

@@ -521,9 +521,20 @@ async def _send_all(ws: ClientConnection, texts: list[str]) -> None:
         for text in texts:
             await ws.send(text)
         return
+    transport = getattr(ws, "transport", None)
     async with context():
         for text in texts:
             protocol.send_text(text.encode())
+        # The context's exit writes each frame with a transport write of its own, and an idle
+        # transport makes each one a send(2): joined here, a flush is one system call (and one
+        # segment for the relay to read) instead of one per frame. Only frames are queued here
+        # (the state was OPEN); an end-of-stream marker (b"") would be left to websockets.
+        if transport is not None and hasattr(protocol, "data_to_send"):
+            chunks = protocol.data_to_send()
+            if all(chunks):
+                transport.write(b"".join(chunks))
+            else:
+                protocol.writes[:0] = chunks
 
 
 def _code(exc: ConnectionClosed) -> int | None:
