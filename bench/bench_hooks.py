@@ -9,8 +9,10 @@ a reply read only as far as its ``Content-Length``): it costs about 100 µs of C
 prints that figure, so at 1,000/s on two cores the p99 measures the server's queue, not the
 client's. Each server gets an unmeasured
 warm-up second at each rate first, the same for both. Prints p50/p99/max, each server's CPU per
-request, the generator's own CPU per request and how late it sent (p99), replies other than 200,
-and the ratios to the floor, with the load average before and after.
+request and how long it waited for a core per request (``wait µs``: what the rest of a shared
+machine cost it; near 0 on an idle one), the generator's own CPU per request and how late it
+sent (p99), replies other than 200, and the ratios to the floor, with the load average before
+and after.
 
 Usage: python bench/bench_hooks.py [--rates 100,1000] [--duration 10] [--relay] [--connections 64]
 """
@@ -187,13 +189,26 @@ def load(port: int, rate: int, duration: float, connections: int, first: int = 0
     return Run(gen.latencies, gen.statuses, pct(gen.send_lag, 99) if gen.send_lag else 0.0, cpu / gen.n * 1e6)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU time of process ``pid`` so far, and time its threads waited for a core (Linux ``/proc``).
+
+    ``schedstat`` counts both in nanoseconds per thread (summed here over the live threads: the
+    collector's fsync workers stay alive); ``stat``'s clock ticks (10 ms, sampled) are the fallback,
+    without the wait. The wait is how much the rest of a shared machine held the server back.
+    """
+    try:
+        cpu = wait = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            fields = (task / "schedstat").read_text().split()
+            cpu, wait = cpu + int(fields[0]), wait + int(fields[1])
+        return cpu / 1e9, wait / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 0.0
 
 
 def _loadavg() -> str:
@@ -238,8 +253,8 @@ def main() -> None:
         try:
             print(f"load average {_loadavg()} at the start")
             print(f"{'target':<10} {'rate/s':>7} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-                  f"{'CPU µs/req':>10} {'client µs':>9} {'lag p99':>8} {'not 200':>7}")
-            rows, cpu, runs = {}, {}, {}
+                  f"{'CPU µs/req':>10} {'wait µs':>8} {'client µs':>9} {'lag p99':>8} {'not 200':>7}")
+            rows, cpu, wait, runs = {}, {}, {}, {}
             first = 0
             for rate in rates:
                 for name, proc, port in (("echo", echo, eport), ("collector", collector, cport)):
@@ -247,17 +262,20 @@ def main() -> None:
                     # first event opens, first-call caches) are not what a steady hook rate pays.
                     load(port, rate, args.warmup, args.connections, first)
                     first += int(rate * args.warmup)
-                    cpu0 = cpu_seconds(proc.pid)
+                    cpu0, wait0 = cpu_seconds(proc.pid)
                     run = load(port, rate, args.duration, args.connections, first)
                     first += len(run.latencies)
                     lat = run.latencies
                     # The server's own CPU per request: latency on a shared machine is noisy, this less so.
-                    cpu[(name, rate)] = (cpu_seconds(proc.pid) - cpu0) / len(lat) * 1e6
+                    cpu1, wait1 = cpu_seconds(proc.pid)
+                    cpu[(name, rate)] = (cpu1 - cpu0) / len(lat) * 1e6
+                    wait[(name, rate)] = (wait1 - wait0) / len(lat) * 1e6
                     rows[(name, rate)] = lat
                     runs[(name, rate)] = run
                     bad = sum(n for status, n in run.statuses.items() if status != 200)
                     print(f"{name:<10} {rate:>7} {len(lat):>6} {pct(lat, 50):>8.2f} {pct(lat, 99):>8.2f} "
-                          f"{max(lat) * 1000:>8.2f} {cpu[(name, rate)]:>10.0f} {run.client_cpu_us:>9.0f} "
+                          f"{max(lat) * 1000:>8.2f} {cpu[(name, rate)]:>10.0f} {wait[(name, rate)]:>8.0f} "
+                          f"{run.client_cpu_us:>9.0f} "
                           f"{run.send_lag_p99_ms:>8.2f} {bad:>7}")
             print(f"load average {_loadavg()} at the end")
             print()
@@ -271,7 +289,8 @@ def main() -> None:
                                 "max_ms": max(c) * 1000, "echo_p50_ms": statistics.median(e) * 1000,
                                 "echo_p99_ms": pct(e, 99), "echo_max_ms": max(e) * 1000, "p50_ratio": r50,
                                 "p99_ratio": r99, "cpu_us": cpu[("collector", rate)],
-                                "echo_cpu_us": cpu[("echo", rate)],
+                                "echo_cpu_us": cpu[("echo", rate)], "wait_us": wait[("collector", rate)],
+                                "echo_wait_us": wait[("echo", rate)],
                                 "client_cpu_us": runs[("collector", rate)].client_cpu_us,
                                 "not_200": sum(n for st, n in runs[("collector", rate)].statuses.items() if st != 200)})
             emit("hooks", relay=args.relay, duration_s=args.duration, rows=summary)

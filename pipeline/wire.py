@@ -57,8 +57,31 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_constant, parse_float=_finite)
 
 
+# A run of 19 digits may be an integer beyond 64 bits, which orjson reads as a float. Found by
+# mapping every digit to "0" and anything else to " " (two C passes; a regex is four times slower).
+_DIGITS_ONLY = bytes(ord("0") if ord("0") <= i <= ord("9") else ord(" ") for i in range(256))
+_LONG_RUN = b"0" * 19
+
+
 def loads(raw: bytes | str) -> Any:
-    """Decode a request body (see the module docstring); ``DecodeError`` says what is wrong."""
+    """Decode a request body (see the module docstring); ``DecodeError`` says what is wrong.
+
+    A body orjson accepts decodes to what ``loads_exact`` gives (three times faster on a hook's
+    body): orjson refuses what the rules refuse (bad UTF-8, NaN/Infinity, numbers beyond a
+    float, lone surrogates: none needs scrubbing then), and bodies with a 19-digit run go
+    straight to ``loads_exact``. What orjson refuses also goes there, which accepts it or says
+    what is wrong in its own words. ``tests/test_wire_fastpath.py`` holds the two equal.
+    """
+    if isinstance(raw, bytes) and _LONG_RUN not in raw.translate(_DIGITS_ONLY):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return loads_exact(raw)
+
+
+def loads_exact(raw: bytes | str) -> Any:
+    """``loads`` by the standard library's decoder alone: the reference its fast path is held to."""
     if isinstance(raw, bytes):
         try:
             text = raw.decode("utf-8")
