@@ -214,3 +214,218 @@ def test_attribute_that_is_not_a_key_value_is_refused_as_before() -> None:
     assert (err.value.status, err.value.code) == (400, wire.INVALID_ARGUMENT)
     with pytest.raises(wire.WireError):
         wire.parse_protobuf(body)
+
+
+# -- the real parse is skipped unless the view cannot vouch for a body: refusals stay its own -------
+
+
+def outcome(flatten_fn: Any, body: bytes) -> tuple[Any, ...]:
+    """What a path makes of ``body``: its records (with key order and types), or its refusal."""
+    try:
+        return ("read", shape(flatten_fn(body)))
+    except wire.WireError as exc:
+        return ("refused", exc.status, exc.code, exc.message)
+
+
+def alike(body: bytes) -> tuple[Any, ...]:
+    """``body`` read or refused alike by both paths, with the attribute cache cold and warm."""
+    expect = outcome(reference, body)
+    flatten._ATTRIBUTES.clear()
+    assert outcome(flatten_protobuf, body) == expect
+    assert outcome(flatten_protobuf, body) == expect
+    return expect
+
+
+def varint(n: int) -> bytes:
+    return wire._varint(n)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def body_with(attribute: bytes, record_extra: bytes = b"") -> bytes:
+    """A request whose one record carries ``attribute`` (raw bytes, field 6) and a session id."""
+    session = field(1, field(1, field(1, b"session.id") + field(2, field(1, b"s"))))  # Resource.attributes
+    record = field(6, attribute) + record_extra
+    return field(1, field(1, session) + field(2, field(2, record)))
+
+
+def nested_arrays(depth: int) -> bytes:
+    """An AnyValue holding ``depth`` arrays, one inside the other, around a string."""
+    value = field(1, b"x")
+    for _ in range(depth):
+        value = field(5, field(1, value))  # AnyValue.array_value{values: [value]}
+    return value
+
+
+def nested_kvlists(depth: int) -> bytes:
+    value = field(1, b"x")
+    for _ in range(depth):
+        value = field(6, field(1, field(1, b"k") + field(2, value)))  # kvlist_value{values: [{k: value}]}
+    return value
+
+
+def nested_groups(depth: int) -> bytes:
+    """``depth`` unknown groups (field 7), one inside the other: a flat KeyValue may carry them."""
+    return b"\x3b" * depth + b"\x3c" * depth
+
+
+def test_the_real_parse_runs_only_when_the_view_cannot_vouch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The point of the shortcut: a body of short flat attributes is parsed once, into the view.
+    calls: list[bytes] = []
+    real = wire.parse_protobuf
+    monkeypatch.setattr(wire, "parse_protobuf", lambda body: calls.append(body) or real(body))
+    flat_body = body_with(field(1, b"k") + field(2, field(1, b"v")))
+    alike(flat_body)
+    calls.clear()
+    flatten_protobuf(flat_body)
+    assert calls == []
+    short_nested = body_with(field(1, b"k") + field(2, nested_arrays(3)))
+    alike(short_nested)
+    calls.clear()
+    flatten_protobuf(short_nested)  # not cached (a list), parsed alone each time: still too short to matter
+    assert calls == []
+    long = body_with(field(1, b"k") + field(2, field(1, b"v" * flatten._CACHE_BYTES)))
+    flatten_protobuf(long)
+    assert calls == [long]
+
+
+@pytest.mark.parametrize("kind", ["arrays", "kvlists"])
+def test_attributes_nested_up_to_and_past_the_depth_limit_alike(kind: str) -> None:
+    # protobuf refuses a message nested past 100 levels; an attribute parsed alone starts 4 levels
+    # higher than in place, so only the real parse can say where a body's limit falls.
+    nest = nested_arrays if kind == "arrays" else nested_kvlists
+    seen = set()
+    for depth in range(30, 60):
+        attribute = field(1, b"k") + field(2, nest(depth))
+        seen.add(alike(body_with(attribute))[0])
+        seen.add(alike(body_with(attribute, record_extra=field(6, field(1, b"a") + field(2, field(1, b"b")))))[0])
+    assert seen == {"read", "refused"}  # the range crosses the limit
+
+
+def test_unknown_groups_in_a_flat_attribute_up_to_and_past_the_depth_limit_alike() -> None:
+    seen = set()
+    for depth in range(85, 101):
+        attribute = field(1, b"k") + field(2, field(1, b"v")) + nested_groups(depth)
+        seen.add(alike(body_with(attribute))[0])
+    assert seen == {"read", "refused"}
+
+
+def test_an_attribute_the_view_vouches_for_alone_cannot_reach_the_depth_limit() -> None:
+    # _CACHE_BYTES is the bound below which an attribute is trusted on its own parse: at two bytes a
+    # level, the deepest attribute of that many bytes still parses in place (and leaves room).
+    depth = (flatten._CACHE_BYTES - 4) // 2
+    attribute = field(1, b"k") + b"\x3b" * depth + b"\x3c" * depth
+    assert len(attribute) <= flatten._CACHE_BYTES
+    wire.parse_protobuf(body_with(attribute))
+    wire.parse_protobuf(body_with(field(1, b"k") + field(2, nested_arrays(depth // 2))))
+    assert alike(body_with(attribute))[0] == "read"
+
+
+def test_a_cached_attribute_in_a_body_too_deep_elsewhere_is_refused_alike() -> None:
+    # The cache may vouch for one attribute; the rest of the body is still judged by the view parse
+    # (body values and resource attributes are real messages there) or by the real parse.
+    flat_attr = field(1, b"k") + field(2, field(1, b"v"))
+    alike(body_with(flat_attr))
+    for depth in (45, 47, 48, 49, 50, 60):
+        deep_body_value = field(5, nested_arrays(depth))  # LogRecord.body
+        alike(body_with(flat_attr, record_extra=deep_body_value))
+        alike(body_with(flat_attr, record_extra=field(6, field(1, b"d") + field(2, nested_kvlists(depth)))))
+
+
+def test_malformed_attributes_are_refused_alike() -> None:
+    flat = field(1, b"k") + field(2, field(1, b"v"))
+    cases = [
+        field(1, b"\xff"),                                   # key not UTF-8
+        field(1, b"k") + field(2, field(1, b"\xc3")),        # string value not UTF-8
+        field(1, b"k") + field(2, nested_kvlists(2).replace(b"\x0a\x01k", b"\x0a\x01\xff")),  # nested key
+        field(1, b"k") + b"\x12\x05\x0a\x01",                # value longer than the attribute
+        field(1, b"k") + b"\x12\x01\xff",                    # value with a broken varint tag
+        flat + b"\x3c",                                      # an end group with no start
+        flat + b"\x3b",                                      # a group never ended
+        flat + b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # an overlong varint
+        flat + b"\x0f",                                      # wire type 7
+        flat + b"\x15\x01\x02",                              # a fixed32 cut short
+        b"",                                                 # an empty KeyValue: valid
+        flat + b"\x08\x01",                                  # an unknown varint field: valid
+        field(1, b"k") + field(2, field(1, b"v") + field(3, b"\x01")),  # wire-type clash in AnyValue
+    ]
+    outcomes = {alike(body_with(attribute))[0] for attribute in cases}
+    assert outcomes == {"read", "refused"}
+    for attribute in cases:  # the bad one after good ones, then before
+        alike(body_with(flat, record_extra=field(6, attribute)))
+        alike(body_with(attribute, record_extra=field(6, flat)))
+
+
+def test_attribute_field_with_another_wire_type_alike() -> None:
+    # LogRecord field 6 as a varint or fixed64: both message classes keep it as an unknown field.
+    for extra in (b"\x30\x01", b"\x31" + bytes(8), b"\x35" + bytes(4)):
+        alike(body_with(field(1, b"k") + field(2, field(1, b"v")), record_extra=extra))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_every_truncation_of_a_body_alike(seed: int) -> None:
+    rng = random.Random(2000 + seed)
+    body = random_request(rng).SerializeToString()
+    for cut in range(len(body)):
+        alike(body[:cut])
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_random_bytes_alike(seed: int) -> None:
+    rng = random.Random(3000 + seed)
+    for _ in range(200):
+        alike(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))))
+
+
+def wrong_types() -> list[Any]:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    rng = random.Random(7)
+    traces = ExportTraceServiceRequest()
+    span = traces.resource_spans.add().scope_spans.add().spans.add(
+        trace_id=bytes(16), span_id=bytes(8), name="chat", attributes=random_attributes(rng))
+    span.events.add(name="e", attributes=random_attributes(rng))
+    metrics = ExportMetricsServiceRequest()
+    metric = metrics.resource_metrics.add().scope_metrics.add().metrics.add(name="tokens")
+    metric.sum.data_points.add(as_int=3, attributes=random_attributes(rng))
+    record = random_record(rng)
+    return [
+        pytest.param(traces.SerializeToString(), id="trace-request"),
+        pytest.param(metrics.SerializeToString(), id="metrics-request"),
+        pytest.param(record.SerializeToString(), id="a-log-record-alone"),
+        pytest.param(KeyValue(key="k", value=AnyValue(string_value="v")).SerializeToString(), id="a-key-value"),
+        pytest.param(b'{"resourceLogs": []}', id="otlp-json"),
+        pytest.param(b"", id="empty"),
+    ]
+
+
+@pytest.mark.parametrize("body", wrong_types())
+def test_bodies_of_another_type_alike(body: bytes) -> None:
+    alike(body)
+
+
+def corpus_bodies() -> list[Any]:
+    from tests.conftest import corpus
+    from tests.test_otlp_flatten import sdk_request
+
+    out = []
+    for fname in ("vscode-otel.json", "codex-otel.json"):
+        doc = corpus(f"mappings/{fname}")
+        cases = [c["input"] for c in (*doc["records"].values(), doc["unknown"])]
+        resource = cases[0]["resource"]
+        records = [{"event_name": c["attributes"]["event.name"],
+                    "attributes": {k: v for k, v in c["attributes"].items() if k != "event.name"}}
+                   for c in cases]
+        out.append(pytest.param(sdk_request(resource, records).SerializeToString(), id=fname))
+    return out
+
+
+@pytest.mark.parametrize("body", corpus_bodies())
+def test_corpus_records_read_alike_and_every_truncation_refused_alike(body: bytes) -> None:
+    assert alike(body)[0] == "read"
+    for cut in range(0, len(body), 7):
+        alike(body[:cut])

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.common.v1 import common_pb2
@@ -170,32 +170,57 @@ _VIEW = _view_class()
 # outputs), rarely repeated, are never kept.
 _ATTRIBUTES: dict[bytes, tuple[str, Any]] = {}
 _CACHE_ENTRIES = 4096
-_CACHE_BYTES = 256
-
-
-def _attribute(raw: bytes) -> tuple[str, Any]:
-    """One raw ``KeyValue`` as ``(key, value)``, read as ``key_values`` reads it."""
-    kv = KeyValue.FromString(raw)  # the body already parsed whole as the real message: cannot fail
-    value = kv.value
-    kind = value.WhichOneof("value")
-    item = (kv.key, getattr(value, kind) if kind in _PLAIN else any_value(value))
-    if len(raw) <= _CACHE_BYTES and kind != "array_value" and kind != "kvlist_value":
-        if len(_ATTRIBUTES) >= _CACHE_ENTRIES:
-            _ATTRIBUTES.clear()
-        _ATTRIBUTES[raw] = item
-    return item
+# Also the length up to which an attribute's own parse is trusted for the body: protobuf refuses a
+# message nested past its depth limit (100 levels), and an attribute parsed alone starts 4 levels
+# higher than in place, so a KeyValue accepted alone may be refused inside a body. Each level
+# costs at least 2 bytes (a tag and a length, or a group's start and end tags), so nothing in 160
+# bytes nests deep enough to matter (tests/test_otlp_fastpath.py holds that); a longer attribute,
+# nested or not, has the whole body parsed as the real message once.
+_CACHE_BYTES = 160
 
 
 def flatten_protobuf(body: bytes) -> list[dict[str, Any]]:
     """A binary ``ExportLogsServiceRequest`` body flattened, in request order: what
     ``flatten_request(wire.parse_protobuf(body))`` gives, and the same ``WireError`` for a body
-    it refuses (the body is parsed as the real message first, so what is refused is unchanged)."""
-    wire.parse_protobuf(body)
-    request = _VIEW.FromString(body)
+    it refuses.
+
+    The body is parsed once, into the view. The view takes any bytes as an attribute, so each
+    attribute is then parsed alone (or found in the cache, which holds only attributes that
+    parsed). Where that cannot tell what the real parse would say, the real parse decides: when the
+    view or an attribute fails to parse (its error is the refusal), and when an attribute is long
+    enough to nest past protobuf's depth limit in place (see ``_CACHE_BYTES``).
+    """
+    unsure = True  # until the real parse has accepted the body
+
+    def attribute(raw: bytes) -> tuple[str, Any]:
+        # One raw KeyValue as (key, value), read as key_values reads it (a cache miss).
+        nonlocal unsure
+        kv = KeyValue.FromString(raw)
+        value = kv.value
+        kind = value.WhichOneof("value")
+        item = (kv.key, getattr(value, kind) if kind in _PLAIN else any_value(value))
+        if len(raw) > _CACHE_BYTES:
+            if unsure:
+                wire.parse_protobuf(body)  # raises the refusal if the body is past the depth limit
+                unsure = False
+        elif kind != "array_value" and kind != "kvlist_value":
+            if len(_ATTRIBUTES) >= _CACHE_ENTRIES:
+                _ATTRIBUTES.clear()
+            _ATTRIBUTES[raw] = item
+        return item
+
+    try:
+        return _flatten_view(_VIEW.FromString(body), attribute)
+    except (DecodeError, RecursionError, ValueError):  # what wire.parse_protobuf catches
+        pass
+    return flatten_request(wire.parse_protobuf(body))  # raises its refusal
+
+
+def _flatten_view(request: Any, attribute: Callable[[bytes], tuple[str, Any]]) -> list[dict[str, Any]]:
     cached = _ATTRIBUTES.get
     out: list[dict[str, Any]] = []
     append = out.append
-    for resource_logs in request.resource_logs:  # type: ignore[attr-defined]
+    for resource_logs in request.resource_logs:
         resource = key_values(resource_logs.resource.attributes)
         for scope_logs in resource_logs.scope_logs:
             scope: dict[str, str] = {}
@@ -208,7 +233,7 @@ def flatten_protobuf(body: bytes) -> list[dict[str, Any]]:
                 # flatten_record's reads, in its order, with the attributes from their bytes.
                 attributes: dict[str, Any] = {}
                 for raw in record.attributes:
-                    key, value = cached(raw) or _attribute(raw)
+                    key, value = cached(raw) or attribute(raw)
                     attributes[key] = value
                 event_name = record.event_name
                 if event_name:
