@@ -81,8 +81,12 @@ def key_values(kvs: Iterable[KeyValue]) -> dict[str, Any]:
 
 def flatten_record(resource: dict[str, Any], scope: dict[str, str], record: LogRecord) -> dict[str, Any]:
     """One ``LogRecord`` with its resource and scope as a flat dict (see the module docstring)."""
+    return _flat(resource, scope, record, key_values(record.attributes))
+
+
+def _flat(resource: dict[str, Any], scope: dict[str, str], record: Any, attributes: dict[str, Any]) -> dict[str, Any]:
+    """A record's flat dict around ``attributes`` already read (from messages, or from raw bytes)."""
     # Each field is read once: a protobuf attribute read is a C call that builds a Python value.
-    attributes = key_values(record.attributes)
     event_name = record.event_name
     if event_name:
         name = attributes.get("event.name")
@@ -217,7 +221,7 @@ def flatten_protobuf(body: bytes) -> list[dict[str, Any]]:
 
 
 def _flatten_view(request: Any, attribute: Callable[[bytes], tuple[str, Any]]) -> list[dict[str, Any]]:
-    cached = _ATTRIBUTES.get
+    cached, flat_record = _ATTRIBUTES.get, _flat
     out: list[dict[str, Any]] = []
     append = out.append
     for resource_logs in request.resource_logs:
@@ -230,43 +234,10 @@ def _flatten_view(request: Any, attribute: Callable[[bytes], tuple[str, Any]]) -
             if scope_message.version:
                 scope["version"] = scope_message.version
             for record in scope_logs.log_records:
-                # flatten_record's reads, in its order, with the attributes from their bytes.
+                # flatten_record's, with the attributes from their bytes.
                 attributes: dict[str, Any] = {}
                 for raw in record.attributes:
                     key, value = cached(raw) or attribute(raw)
                     attributes[key] = value
-                event_name = record.event_name
-                if event_name:
-                    name = attributes.get("event.name")
-                    if not isinstance(name, str) or not name:
-                        attributes["event.name"] = event_name
-                flat: dict[str, Any] = {"resource": dict(resource), "attributes": attributes}
-                if scope:
-                    flat["scope"] = dict(scope)
-                observed = record.observed_time_unix_nano
-                when = record.time_unix_nano or observed
-                if when:
-                    flat["time_unix_nano"] = when
-                if observed:
-                    flat["observed_time_unix_nano"] = observed
-                severity = record.severity_number
-                if severity:
-                    flat["severity_number"] = int(severity)
-                severity_text = record.severity_text
-                if severity_text:
-                    flat["severity_text"] = severity_text
-                trace_id = record.trace_id
-                if trace_id:
-                    flat["trace_id"] = trace_id.hex()
-                span_id = record.span_id
-                if span_id:
-                    flat["span_id"] = span_id.hex()
-                flags = record.flags
-                if flags:
-                    flat["flags"] = flags
-                if record.HasField("body"):
-                    body_value = any_value(record.body)
-                    if body_value is not None:
-                        flat["body"] = body_value
-                append(flat)
+                append(flat_record(resource, scope, record, attributes))
     return out
