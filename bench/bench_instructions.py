@@ -28,14 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from result import emit
+from result import callgrind, emit
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -174,19 +172,9 @@ def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int 
 
 def count(events: int, stage: str, sessions: int, root: Path, built: int) -> int:
     """Instructions of one whole process running `events` events (of `built` built)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        env = dict(os.environ, PYTHONHASHSEED="0")
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-line=no",
-               sys.executable, str(Path(__file__).resolve()), "--inner", str(events), "--stage", stage,
-               "--sessions", str(sessions), "--root", str(root), "--built", str(built)]
-        r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"callgrind run failed ({r.returncode}):\n{r.stderr[-2000:]}")
-        m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
-        if m is None:
-            raise SystemExit(f"no instruction count in callgrind output:\n{r.stderr[-2000:]}")
-        return int(m.group(1))
+    return callgrind([sys.executable, str(Path(__file__).resolve()), "--inner", str(events), "--stage", stage,
+                      "--sessions", str(sessions), "--root", str(root), "--built", str(built)],
+                     root, dict(os.environ, PYTHONHASHSEED="0"))
 
 
 def per_event(events: int, stage: str, sessions: int, root: Path) -> float:

@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from result import emit
+from result import callgrind, emit
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOADS = ("bench", "varied")
@@ -109,19 +106,9 @@ def inner(workload: str, batch: int, requests: int, built: int) -> None:
 
 
 def count(workload: str, batch: int, requests: int, built: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "cg.out"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-line=no",
-               sys.executable, str(Path(__file__).resolve()), "--inner", str(requests), "--workload", workload,
-               "--batch", str(batch), "--built", str(built)]
-        r = subprocess.run(cmd, cwd=ROOT, env={"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"},
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise SystemExit(f"callgrind run failed ({r.returncode}):\n{r.stderr[-2000:]}")
-        m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
-        if m is None:
-            raise SystemExit(f"no instruction count in callgrind output:\n{r.stderr[-2000:]}")
-        return int(m.group(1))
+    return callgrind([sys.executable, str(Path(__file__).resolve()), "--inner", str(requests), "--workload",
+                      workload, "--batch", str(batch), "--built", str(built)],
+                     ROOT, {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"})
 
 
 def per_record(workload: str, batch: int, requests: int) -> float:

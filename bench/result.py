@@ -7,6 +7,10 @@ the README performance table (``--markdown``); a human reads the tables above th
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 PREFIX = "RESULT "
@@ -26,3 +30,17 @@ def parse(line: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def callgrind(args: list[str], cwd: Path, env: dict[str, str]) -> int:
+    """Instructions valgrind's callgrind counts for one whole ``python args...`` process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={Path(tmp) / 'cg.out'}", "--dump-line=no",
+               *args]
+        r = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"callgrind run failed ({r.returncode}):\n{r.stderr[-2000:]}")
+        m = re.search(r"Collected\s*:\s*(\d+)", r.stderr)
+        if m is None:
+            raise SystemExit(f"no instruction count in callgrind output:\n{r.stderr[-2000:]}")
+        return int(m.group(1))
