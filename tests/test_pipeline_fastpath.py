@@ -22,19 +22,7 @@ from aep_collector.processors.capture import CaptureProcessor
 from aep_collector.processors.mapping import MappingProcessor
 from aep_collector.processors.runs import RunsProcessor
 
-from tests.conftest import FIXTURES
-from tests.test_stamp_equivalence import HOOK_VENDORS
-
-
-def signals() -> list[Signal]:
-    out = []
-    for agent in HOOK_VENDORS:
-        fx = json.loads((FIXTURES / "mappings" / f"{agent}.json").read_text())
-        for key in sorted(fx["hooks"]):
-            inp = fx["hooks"][key]["input"]
-            if isinstance(inp, dict):
-                out.append(Signal(agent, str(inp.get("hook_event_name", "hook")), dict(inp)))
-    return out
+from tests.test_serialize_once import signals
 
 
 class Tag:
