@@ -84,7 +84,6 @@ class Pipeline:
         self.stamper = stamper
         self.health = health
         self.durable = list(durable)
-        self._durable = [(cid, exporter, (cid, "exported")) for cid, exporter in self.durable]
         self.queued = list(queued)
         self.component = f"pipeline/{name}"
         # A consumer with ``takes_lines = True`` accepts the events' lines (``wire.dumps_line`` of
@@ -130,16 +129,13 @@ class Pipeline:
                 lines = None
         if not redelivery:
             health = self.health
-            for cid, exporter, exported in self._durable:
+            for cid, exporter in self.durable:
                 try:
                     if lines is not None and getattr(exporter, "takes_lines", False) is True:
                         exporter.export_now(events, lines)
                     else:
                         exporter.export_now(events)
-                    # ``health.count(cid, "exported", n)`` without its call (once per batch, a hook's
-                    # batch being one event): the same counter under the same lock.
-                    with health._lock:
-                        health.counters[exported] = health.counters.get(exported, 0) + len(events)
+                    health.count(cid, "exported", len(events))
                 except Exception as exc:
                     health.count(cid, "failed", len(events))
                     health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
