@@ -219,26 +219,33 @@ async def test_short_write_keeps_the_whole_lines_it_wrote(tmp_path, monkeypatch)
     assert host.health.snapshot()["dropped"]["exporter/jsonl"] == 1
 
 
-async def test_interval_fsync_keeps_a_file_written_while_its_thread_syncs_for_the_next_round(
-        tmp_path, monkeypatch):
+def hold_one_fsync(monkeypatch, when):
+    """Patch ``os.fsync`` to record every fd it syncs and to block the first call made while
+    ``when()`` is true until ``release`` is set; ``held`` is set once that call is blocked."""
     synced: list[int] = []
     held, release = threading.Event(), threading.Event()
     real = os.fsync
 
     def fsync(fd):
-        if hold_next and not held.is_set():
+        if when() and not held.is_set():
             held.set()
             release.wait(10)
         synced.append(fd)
         real(fd)
 
-    hold_next = False
     monkeypatch.setattr(os, "fsync", fsync)
+    return synced, held, release
+
+
+async def test_interval_fsync_keeps_a_file_written_while_its_thread_syncs_for_the_next_round(
+        tmp_path, monkeypatch):
+    hold_next = threading.Event()
+    synced, held, release = hold_one_fsync(monkeypatch, hold_next.is_set)
     exp, _ = await make(tmp_path, fsync="interval", fsync_interval=0.01)
     exp.export_now([ev("a", 0), ev("b", 0)])
     fd_a, fd_b = (exp._fds[str(exp.path_for(ev(s)))] for s in "ab")
     await wait_until(lambda: {fd_a, fd_b} <= set(synced), "the first round")
-    hold_next = True
+    hold_next.set()
     exp.export_now([ev("a", 1)])  # only a is due next round; its fsync is held in the thread
     await asyncio.to_thread(held.wait, 10)
     exp.export_now([ev("b", 1)])  # written while the thread syncs a
@@ -250,18 +257,8 @@ async def test_interval_fsync_keeps_a_file_written_while_its_thread_syncs_for_th
 
 async def test_a_shutdown_while_the_interval_thread_syncs_still_syncs_every_file_it_closes(
         tmp_path, monkeypatch):
-    synced: list[int] = []
-    held, release = threading.Event(), threading.Event()
-    real = os.fsync
-
-    def fsync(fd):
-        if threading.current_thread() is not threading.main_thread() and not held.is_set():
-            held.set()
-            release.wait(10)
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
+    synced, held, release = hold_one_fsync(
+        monkeypatch, lambda: threading.current_thread() is not threading.main_thread())
     exp, _ = await make(tmp_path, fsync="interval", fsync_interval=0.01)
     exp.export_now([ev("a", 0), ev("b", 0)])
     fds = set(exp._fds.values())
