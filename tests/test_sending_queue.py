@@ -5,9 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import random
+import re
 
 import aiohttp
 import pytest
+from aep_collector.pipeline import sending_queue
 from aep_collector.pipeline.config import ConfigError, parse
 from aep_collector.pipeline.host import Health
 from aep_collector.pipeline.pipeline import QueuedExporter
@@ -341,3 +345,48 @@ async def test_linger_lets_events_arriving_after_a_delivery_share_the_next_one(t
 def test_linger_must_be_seconds_from_0_to_1(bad):
     with pytest.raises(ValueError, match="linger must be a number of seconds from 0 to 1"):
         SendingQueueConfig(linger=bad).validate()
+
+
+def test_the_long_number_check_is_the_regex_it_replaced():
+    """``_decode`` sends a line with a run of 20 digits to the exact decoder: found by a translate
+    and a substring search, it is the same predicate as ``re.search(rb"[0-9]{20}")``."""
+    reference = re.compile(rb"[0-9]{20}")
+    rng = random.Random(16)
+    alphabet = b"0123456789" * 4 + b'/:."-e+ ,{}[]\xa0\xff'
+    lines = [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(5000)]
+    lines += [b"1" * n for n in range(25)] + [b"x" + b"9" * 20 + b"x", b"9" * 19 + b"a" + b"9" * 19]
+    lines += [json.dumps(ev(i)).encode() for i in range(50)]
+    for line in lines:
+        assert sending_queue._long_number(line) == (reference.search(line) is not None), line
+
+
+def queue_fds(directory) -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory)):
+            out.append(target)
+    return out
+
+
+async def test_the_segment_read_stays_open_across_deliveries_and_follows_the_segments(tmp_path):
+    """The worker keeps the segment it reads open between deliveries; it moves to the next
+    segment with the cursor, closes a deleted one, and closes it with the queue."""
+    peer = Peer()
+    q = make(tmp_path, peer, segment_bytes=4096, batch_size=5)
+    q.start()
+    for i in range(60):  # about 9 segments of 4 KiB
+        q.put([ev(i, pad=400)])
+        await settle_loop()
+    await wait_until(lambda: len(peer.got) == 60, "every event")
+    assert [e["id"] for e in peer.got] == [f"e{i:06d}" for i in range(60)]
+    read = q._read
+    assert read is not None and read[0] == q.cursor[0]
+    # lock, cursor, the segment appended to and the one read from; no file of a deleted segment
+    fds = queue_fds(tmp_path / "q")
+    assert len(fds) <= 4 and not any(t.endswith("(deleted)") for t in fds), fds
+    await q.drain(0.1)
+    assert q._read is None and queue_fds(tmp_path / "q") == []
