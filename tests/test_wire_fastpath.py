@@ -138,3 +138,22 @@ def test_generated_documents() -> None:
 def test_a_text_body_takes_the_exact_path_unchanged() -> None:
     assert same(wire.loads('{"a": 1.5, "b": "\\ud800"}'), {"a": 1.5, "b": "\ufffd"})
 
+
+
+def check_text(text: str) -> None:
+    fast, exact = outcome(wire.loads, text), outcome(wire.loads_exact, text)  # type: ignore[arg-type]
+    assert fast[0] == exact[0] and (same(fast[1], exact[1]) if fast[0] == "value" else fast[1] == exact[1]), text[:200]
+
+
+def test_text_decodes_as_the_exact_decoder_reads_it() -> None:
+    """A ``str`` (a WebSocket text frame) goes the fast way as its UTF-8 bytes: the same value or
+    the same refusal as the standard library's decoder reading the text itself."""
+    for value in corpus_inputs():
+        check_text(json.dumps(value, ensure_ascii=False))
+        check_text(json.dumps(value))
+    for number in EDGE_NUMBERS:
+        check_text(f'{{"n": {number}, "list": [{number}, "{number}"]}}')
+    for text in ['{"type":"pong","t":5703769}', '{"a": "\\ud800"}', '{"a": "\ud83d\ude00"}', '{"a": "\ud800"}',
+                 '{"a": "lone \ud800 literal"}', '"\u2028"', "", "  ", "{", '{"a": NaN}', '{"a": 1}x', "[1, 2,]",
+                 '{"k": "caf\u00e9 \u00e9"}', "\ufeff{}"]:
+        check_text(text)
