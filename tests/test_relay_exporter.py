@@ -656,3 +656,17 @@ async def test_a_flush_of_several_frames_is_one_socket_write(
     await wait_until(lambda: len(relay.stored) == 21, "the 20 events")
     assert len(writes) == 1  # the 20 frames (and the confirming ping) in one send
     assert ids(relay.stored[1:]) == ids(batch)
+
+
+async def test_deliver_returns_once_the_relay_confirmed_one_agent_or_several(
+        relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
+    """The sending queue's call waits for every event's pong: a one-agent batch (one ticket, awaited
+    alone) and a two-agent batch (a ticket per connection) alike."""
+    exporter, _ = await exporters(relay.ws_url)
+    one = [make(stamper, "s1"), make(stamper, "s1")]
+    await asyncio.wait_for(exporter.deliver(one), 10)
+    assert ids(relay.stored) == ids(one)
+    two = [make(stamper, "s1"), make(stamper, "t1", agent="codex"), make(stamper, "s2")]
+    await asyncio.wait_for(exporter.deliver(two), 10)
+    assert sorted(ids(relay.stored)) == sorted(ids(one + two))
+    assert not exporter.links[CC].inflight and not exporter.links["codex"].inflight
