@@ -580,16 +580,18 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
         # detector hit is replaced, by the same stand-in at every level below full, so the stream
         # still correlates.
         for name in ENVELOPE_TOKEN:
-            value = out.get(name)
-            if isinstance(value, str):
-                out[name] = screen(value, True)
-        known = detector.verdicts.get  # the detector's memo first: ids repeat on every event
+            if name in out:  # a draft carries few of them: a membership test before any read
+                value = out[name]
+                if isinstance(value, str):
+                    out[name] = screen(value, True)
+        verdicts = detector.verdicts  # the detector's memo first: ids repeat on every event
         for name in ENVELOPE_IDS:
-            value = out.get(name)
-            if isinstance(value, str):
-                hit = known(value)
-                if hit or (hit is None and detector.sensitive(value)):
-                    out[name] = opaque(value)
+            if name in out:
+                value = out[name]
+                if isinstance(value, str):
+                    hit = verdicts.get(value)
+                    if hit or (hit is None and detector.sensitive(value)):
+                        out[name] = opaque(value)
     data = out.get("data")
     if level == NONE or not isinstance(data, dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
