@@ -545,14 +545,16 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
     that depends on the draft's type, declared level and hint but not on its values. ``routes``
     assumes the policy and the detector no longer change (the processor builds both once).
     """
-    out = dict(draft)  # shallow: ``data`` is rebuilt by _apply, so the input is never mutated
+    # Shallow: ``data`` is rebuilt by _apply, so the input is never mutated. ``copy`` of a plain
+    # dict is the same dict as ``dict(draft)`` without the constructor's call.
+    out = draft.copy() if draft.__class__ is dict else dict(draft)
     hint = out.pop("_capture") if "_capture" in out else None
     structural = out.pop("_structural") if "_structural" in out else None
     fields = out.pop("_fields") if "_fields" in out else None
     event_type = out.get("type")
     if not isinstance(event_type, str):
         event_type = ""
-    declared = out.get("capture")
+    declared = out["capture"] if "capture" in out else None  # most drafts declare no level
     key: Any = None
     route = None
     if routes is not None and not event_type.startswith("message."):  # message.*: data-dependent
