@@ -98,6 +98,8 @@ class AgentLink:
         self._rehello = False
         self._written = 0
         self._ping: _Ping | None = None
+        self._alarm: asyncio.TimerHandle | None = None
+        """Wakes the writer at an outstanding ping's deadline (see ``_write``)."""
         self._confirms = True
         self._last_t = 0
         self._episode_dropped = 0
@@ -308,6 +310,9 @@ class AgentLink:
         self._requeued = len(back)
         self.inflight.clear()
         self._ping = None
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
         self._dropped(self.outbox.push_front(back))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(), self.owner.config.connect_timeout)
@@ -370,17 +375,22 @@ class AgentLink:
                 await self._wake.wait()
                 continue
             # The pong's deadline wakes this loop like new work does (a timer, not a wait_for task).
-            timer = loop.call_at(self._ping.deadline, self._wake.set)
-            try:
-                await self._wake.wait()
-            finally:
-                timer.cancel()
+            # One alarm stays armed across pings: a ping a delivery each created and cancelled a
+            # timer, and a cancelled timer stays in the loop's heap until its time comes. An alarm
+            # set for an earlier ping's deadline rings early; the loop then arms it for this one.
+            if self._alarm is None:
+                self._alarm = loop.call_at(self._ping.deadline, self._ring)
+            await self._wake.wait()
             if self._ping is not None and loop.time() >= self._ping.deadline:
                 self._confirms, self._ping = False, None
                 settle(i for _, i in self.inflight)
                 self.inflight.clear()
                 self._once("no-pong", "the relay does not answer ping frames; events sent to it now "
                                       "count as delivered once written")
+
+    def _ring(self) -> None:
+        self._alarm = None
+        self._wake.set()
 
     async def _send_ping(self, ws: ClientConnection) -> None:
         await ws.send(self._new_ping())
