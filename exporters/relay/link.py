@@ -441,7 +441,10 @@ class AgentLink:
         while self.inflight and self.inflight[0][0] <= ping.mark:
             settle([self.inflight.popleft()[1]])
         self._ping = None
-        self._wake.set()
+        # The writer, parked until this pong, has something to do only if one of these holds
+        # (what its loop checks before parking again); else waking it is a task step for nothing.
+        if self.outbox or self.inflight or self._closing or self._rehello or self._episode_dropped:
+            self._wake.set()
 
     def _error(self, frame: dict[str, Any]) -> None:
         code = str(frame.get("code", "error"))
