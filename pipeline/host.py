@@ -74,6 +74,10 @@ class Health:
             log.error("%s: %s%s", component, cause, f": {detail}" if detail else "")
 
     def recover(self, component: str, cause: str | None = None) -> None:
+        if component not in self.problems:
+            # The usual call (a hook, a delivery) has nothing to recover from. Read without the
+            # lock: a problem another thread reports meanwhile is kept, as if it came just after.
+            return
         with self._lock:
             gone = self._drop(component, cause)
         for c in gone:

@@ -56,6 +56,29 @@ def test_a_condition_stays_until_recovered_or_its_cause_is_gone():
     assert h.snapshot()["ok"] is True  # cleared by the probe, no write needed
 
 
+def test_recover_drops_only_the_named_cause_of_its_own_component(caplog: Any) -> None:
+    """``recover`` returns at once for a component with no problem (a hook's and a delivery's usual
+    call) and otherwise drops exactly the cause named, or every cause without one."""
+    caplog.set_level("WARNING", "aep.health")
+    h = Health()
+    h.recover("receiver/x", "overloaded")  # nothing to recover: nothing changes, nothing logged
+    assert h.snapshot() == {"ok": True, "relay": False} and not caplog.records
+    h.fail("exporter/a", "eacces")
+    h.fail("exporter/a", "enospc")
+    h.incident("exporter/b", "bad")
+    h.recover("exporter/c")
+    h.recover("exporter/a", "export-failed")
+    assert h.snapshot()["problems"] == {"exporter/a": {"eacces": "eacces", "enospc": "enospc"},
+                                        "exporter/b": {"bad": "bad"}}
+    h.recover("exporter/a", "eacces")
+    assert h.snapshot()["problems"] == {"exporter/a": {"enospc": "enospc"}, "exporter/b": {"bad": "bad"}}
+    h.recover("exporter/a")
+    h.recover("exporter/b")
+    assert h.snapshot() == {"ok": True, "relay": False}
+    assert [r.getMessage() for r in caplog.records if "recovered" in r.getMessage()] == [
+        "exporter/a: recovered from eacces", "exporter/a: recovered from enospc", "exporter/b: recovered from bad"]
+
+
 def test_a_condition_reported_again_is_not_turned_into_an_incident():
     clock = Clock()
     h = Health(window=1, clock=clock)

@@ -512,6 +512,24 @@ async def test_a_relay_that_ignores_ping_falls_back_to_written_is_delivered(
     assert "does not answer ping" in caplog.text
 
 
+async def test_pongs_that_stop_coming_are_noticed_after_answered_ones(
+        relay: RelayDouble, exporters: Any, stamper: Stamper, caplog: pytest.LogCaptureFixture) -> None:
+    """The pong deadline's timer stays armed across pings: armed for an earlier, answered ping, it
+    rings before the outstanding one's deadline and is armed again for it, so a relay that stops
+    answering is still noticed, and no timer is left per delivery."""
+    caplog.set_level(logging.WARNING, "aep.exporter.relay")
+    exporter, _ = await exporters(relay.ws_url, hello_timeout=0.3)
+    for _ in range(4):  # answered pings spread over the first one's deadline
+        await asyncio.wait_for(exporter.deliver([make(stamper, "s1")]), 10)
+        await asyncio.sleep(0.1)
+    assert "does not answer ping" not in caplog.text
+    relay.answer_pings = False
+    await exporter.export([make(stamper, "s1") for _ in range(2)])
+    await wait_until(lambda: len(relay.stored) == 6, "the events")
+    await wait_until(lambda: exporter.links[CC].pending == 0, "the unconfirmed tail released")
+    assert "does not answer ping" in caplog.text
+
+
 async def test_a_wrong_token_is_reported_as_unauthorized(relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
     exporter, host = await exporters(relay.ws_url, token="wrong")
     await exporter.export([make(stamper, "s1")])

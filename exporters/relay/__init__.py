@@ -103,7 +103,12 @@ class RelayExporter:
             ticket = Ticket(len(batch))
             self._link(agent).enqueue(batch, ticket)
             tickets.append(ticket)
-        await asyncio.gather(*(t.done for t in tickets))
+        if len(tickets) == 1:
+            # Every hook's delivery is one agent's batch: awaited alone, its ticket costs no
+            # gathering future, done callback or extra loop turn between the pong and the cursor.
+            await tickets[0].done
+        else:
+            await asyncio.gather(*(t.done for t in tickets))
         lost = sum(t.lost for t in tickets)
         if lost:
             raise RuntimeError(f"{lost} events were dropped from the relay outbox before delivery")

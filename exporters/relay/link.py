@@ -98,6 +98,8 @@ class AgentLink:
         self._rehello = False
         self._written = 0
         self._ping: _Ping | None = None
+        self._alarm: asyncio.TimerHandle | None = None
+        """Wakes the writer at an outstanding ping's deadline (see ``_write``)."""
         self._confirms = True
         self._last_t = 0
         self._episode_dropped = 0
@@ -308,6 +310,9 @@ class AgentLink:
         self._requeued = len(back)
         self.inflight.clear()
         self._ping = None
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
         self._dropped(self.outbox.push_front(back))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(ws.close(), self.owner.config.connect_timeout)
@@ -370,17 +375,22 @@ class AgentLink:
                 await self._wake.wait()
                 continue
             # The pong's deadline wakes this loop like new work does (a timer, not a wait_for task).
-            timer = loop.call_at(self._ping.deadline, self._wake.set)
-            try:
-                await self._wake.wait()
-            finally:
-                timer.cancel()
+            # One alarm stays armed across pings: a ping a delivery each created and cancelled a
+            # timer, and a cancelled timer stays in the loop's heap until its time comes. An alarm
+            # set for an earlier ping's deadline rings early; the loop then arms it for this one.
+            if self._alarm is None:
+                self._alarm = loop.call_at(self._ping.deadline, self._ring)
+            await self._wake.wait()
             if self._ping is not None and loop.time() >= self._ping.deadline:
                 self._confirms, self._ping = False, None
                 settle(i for _, i in self.inflight)
                 self.inflight.clear()
                 self._once("no-pong", "the relay does not answer ping frames; events sent to it now "
                                       "count as delivered once written")
+
+    def _ring(self) -> None:
+        self._alarm = None
+        self._wake.set()
 
     async def _send_ping(self, ws: ClientConnection) -> None:
         await ws.send(self._new_ping())
@@ -431,7 +441,10 @@ class AgentLink:
         while self.inflight and self.inflight[0][0] <= ping.mark:
             settle([self.inflight.popleft()[1]])
         self._ping = None
-        self._wake.set()
+        # The writer, parked until this pong, has something to do only if one of these holds
+        # (what its loop checks before parking again); else waking it is a task step for nothing.
+        if self.outbox or self.inflight or self._closing or self._rehello or self._episode_dropped:
+            self._wake.set()
 
     def _error(self, frame: dict[str, Any]) -> None:
         code = str(frame.get("code", "error"))
