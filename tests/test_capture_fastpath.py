@@ -2,7 +2,8 @@
 
 A string kept as structure that ``redact.PLAIN_ID`` matches (a short plain id: a tool call id) is
 kept without asking ``is_token`` and the detector; over generated strings rich in the token-shape
-literals, such a string is a token the detector clears, and the screen answers as the general rule.
+literals, such a string is a token the detector clears, the screen's two-pass form of it
+(``PLAIN_RUN``, ``SHAPE_LITERAL``) answers as it does, and the screen answers as the general rule.
 
 ``apply_cap`` keeps, per route, whether the type's annotations declare any ``_redacted`` twin and
 skips the twin walk when none is declared; the walk would have returned an equal copy. Routes of
@@ -18,7 +19,13 @@ from typing import Any
 
 import pytest
 from aep_collector.processors.capture import ceiling
-from aep_collector.processors.capture.redact import _SHAPE_LITERALS, PLAIN_ID, Redactor
+from aep_collector.processors.capture.redact import (
+    _SHAPE_LITERALS,
+    PLAIN_ID,
+    PLAIN_RUN,
+    SHAPE_LITERAL,
+    Redactor,
+)
 from aep_collector.processors.capture.structure import is_token, opaque
 
 from tests.test_capture_plan import HOME, PAYLOADS
@@ -83,6 +90,19 @@ def test_a_plain_id_is_a_token_the_detector_clears(home: str | None) -> None:
             matched += 1
             assert is_token(text) and not detector._detect(text), text
     assert 1_000 < matched < 19_000  # both sides exercised
+
+
+def test_plain_id_in_two_passes_answers_as_plain_id() -> None:
+    """The screen's ``PLAIN_RUN`` then ``SHAPE_LITERAL`` decide what ``PLAIN_ID`` does, its reference."""
+    rng = random.Random(7)
+    texts = _strings(20_000) + ["", "_a", "-a", ".a", "+a", "a" * 38 + "gh", "gh" + "a" * 37, "a\n", "a b", "é", "a/b"]
+    texts += ["".join(rng.choice("ghAKIASeyJxok_-.+9z") for _ in range(rng.randint(1, 41))) for _ in range(20_000)]
+    agree = 0
+    for text in texts:
+        two = PLAIN_RUN.fullmatch(text) is not None and SHAPE_LITERAL.search(text) is None
+        assert two == (PLAIN_ID.fullmatch(text) is not None), text
+        agree += two
+    assert 1_000 < agree < len(texts) - 1_000  # both answers exercised
 
 
 @pytest.mark.parametrize("level", [ceiling.NONE, ceiling.METADATA, ceiling.REDACTED])

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from .redact import PLAIN_ID, SECRET, Redactor, is_credential_key
+from .redact import PLAIN_RUN, SECRET, SHAPE_LITERAL, Redactor, is_credential_key
 from .structure import (
     ENVELOPE_IDS,
     ENVELOPE_TOKEN,
@@ -647,13 +647,13 @@ def _screen(level: int, detector: Redactor) -> Screen | None:
     # What each string became, by whether its path is token-classed (bounded like the detector's
     # own memo): the same tool names, models and ids come by on every event.
     memos: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
-    plain_id = PLAIN_ID.fullmatch
+    plain_run, shape_literal = PLAIN_RUN.fullmatch, SHAPE_LITERAL.search  # redact.PLAIN_ID in two passes
 
     def to_structure(value: str, token: bool) -> Any:
         memo = memos[token]
         out = memo.get(value)
         if out is None:
-            if plain_id(value) is not None and not detector.secret_values:
+            if plain_run(value) is not None and shape_literal(value) is None and not detector.secret_values:
                 out = value  # a token the detector clears (redact.PLAIN_ID): the usual new call id
             else:
                 out = stand_in(value) if (token and not is_token(value)) or detector.sensitive(value) else value
