@@ -530,6 +530,22 @@ async def test_pongs_that_stop_coming_are_noticed_after_answered_ones(
     assert "does not answer ping" in caplog.text
 
 
+async def test_a_delivery_written_from_the_callers_task_still_falls_back_without_pongs(
+        relay: RelayDouble, exporters: Any, stamper: Stamper, caplog: pytest.LogCaptureFixture) -> None:
+    """``deliver`` writes on a parked writer's connection itself (``send_now``); its ping's deadline
+    is still watched, so a relay that stops answering releases the delivery after hello_timeout."""
+    caplog.set_level(logging.WARNING, "aep.exporter.relay")
+    exporter, _ = await exporters(relay.ws_url, hello_timeout=0.3)
+    await asyncio.wait_for(exporter.deliver([make(stamper, "s1")]), 10)
+    await asyncio.sleep(0.4)  # past the first ping's deadline: its timer rang, none is armed now
+    await wait_until(lambda: exporter.links[CC]._parked is not None, "the writer parked")
+    relay.answer_pings = False
+    late = [make(stamper, "s1"), make(stamper, "s2")]
+    await asyncio.wait_for(exporter.deliver(late), 10)  # released by the fallback, not by a pong
+    assert ids(relay.stored[-2:]) == ids(late)
+    assert "does not answer ping" in caplog.text and exporter.links[CC].pending == 0
+
+
 async def test_a_wrong_token_is_reported_as_unauthorized(relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
     exporter, host = await exporters(relay.ws_url, token="wrong")
     await exporter.export([make(stamper, "s1")])

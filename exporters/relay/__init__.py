@@ -101,7 +101,9 @@ class RelayExporter:
         tickets = []
         for agent, batch in by_agent.items():
             ticket = Ticket(len(batch))
-            self._link(agent).enqueue(batch, ticket)
+            link = self._link(agent)
+            link.enqueue(batch, ticket, wake=False)
+            await link.send_now()  # from this task while the link's writer is idle: no wake-up
             tickets.append(ticket)
         if len(tickets) == 1:
             # Every hook's delivery is one agent's batch: awaited alone, its ticket costs no

@@ -100,6 +100,11 @@ class AgentLink:
         self._ping: _Ping | None = None
         self._alarm: asyncio.TimerHandle | None = None
         """Wakes the writer at an outstanding ping's deadline (see ``_write``)."""
+        self._parked: ClientConnection | None = None
+        """The connection whose writer is parked waiting for work (``send_now`` may write on it)."""
+        self._since_ping = 0
+        self._writer_error: Exception | None = None
+        """What a ``send_now`` write raised: the parked writer raises it, ending the connection."""
         self._confirms = True
         self._last_t = 0
         self._episode_dropped = 0
@@ -114,8 +119,9 @@ class AgentLink:
         self._task = loop.create_task(self._run(), name=f"relay:{self.agent}")
         self._worker = loop.create_task(self._submit_loop(), name=f"relay-commands:{self.agent}")
 
-    def enqueue(self, events: list[Event], ticket: Ticket | None = None) -> None:
-        """Queue ``events``; ``ticket`` (from ``deliver``) is settled as each is confirmed or lost."""
+    def enqueue(self, events: list[Event], ticket: Ticket | None = None, wake: bool = True) -> None:
+        """Queue ``events``; ``ticket`` (from ``deliver``) is settled as each is confirmed or lost.
+        ``wake=False``: the caller writes them itself with ``send_now``."""
         for event in events:
             item = pending(event, ticket)
             name = category(item.type)
@@ -133,7 +139,26 @@ class AgentLink:
         if self.live and self._accepts() != self.declared:
             # Opt-in gates join ``accepts`` on the next hello (reference-stack §0.4): re-hello now.
             self._rehello = True
-        self._wake.set()
+        if wake:
+            self._wake.set()
+
+    async def send_now(self) -> None:
+        """Write what is queued from the caller's task when the writer is parked with nothing to
+        do (the sending queue's delivery, after ``enqueue(..., wake=False)``): the same flush the
+        writer would make, without a loop turn and a task step to wake it. Otherwise, or when the
+        writer has something else to do first (a re-hello, closing), it wakes the writer."""
+        ws = self._parked
+        if ws is None or self._rehello or self._closing or not self.outbox:
+            self._wake.set()
+            return
+        try:
+            await self._flush(ws)
+        except Exception as exc:  # the writer raises it: the connection ends as if it had failed there
+            self._writer_error = exc
+            self._wake.set()
+            return
+        if self._ping is not None and self._alarm is None:
+            self._alarm = asyncio.get_running_loop().call_at(self._ping.deadline, self._ring)
 
     @property
     def pending(self) -> int:
@@ -327,35 +352,14 @@ class AgentLink:
         for item in claims:  # not tracked: a lost claim is recomputed on the next connection
             await ws.send(item.text)
         loop = asyncio.get_running_loop()
-        since_ping = 0
-        cap = self.owner.config.outbox_size
+        self._since_ping = 0
+        self._writer_error = None
         while True:
             if self._rehello and not self._closing:
                 await ws.send(compact({"type": "closing", "reason": "capabilities-changed", "delivered": []}))
                 return
             if self.outbox:
-                # Everything queued goes out in one socket write (frames in order, the confirming
-                # ping last): one syscall per flush instead of one per event and one per ping.
-                texts: list[str] = []
-                size = 0
-                while self.outbox and len(texts) < CONFIRM_EVERY and size < WRITE_BYTES:
-                    item = self.outbox.pop()
-                    self._requeued = max(0, self._requeued - 1)  # requeued entries sit at the head
-                    self._written += 1
-                    self.inflight.append((self._written, item))
-                    texts.append(item.text)
-                    size += len(item.text)
-                since_ping += len(texts)
-                if self._confirms and self._ping is None and (not self.outbox or since_ping >= CONFIRM_EVERY):
-                    texts.append(self._new_ping())
-                    since_ping = 0
-                await _send_all(ws, texts)
-                if not self._confirms:
-                    settle(i for _, i in self.inflight)
-                    self.inflight.clear()
-                else:
-                    while len(self.inflight) > cap:  # bounded: past the cap, written is all we know
-                        settle([self.inflight.popleft()[1]])
+                await self._flush(ws)
                 continue
             if self._episode_dropped:
                 log.warning("%s: relay outbox for %s drained; %d events were dropped while it was full",
@@ -364,29 +368,58 @@ class AgentLink:
                 self.owner.overflowing(self.agent, False)
             if self._confirms and self.inflight and self._ping is None:
                 await self._send_ping(ws)
-                since_ping = 0
+                self._since_ping = 0
                 continue
             if self._closing and not self.inflight:
                 await ws.send(compact({"type": "closing", "reason": "shutdown", "delivered": []}))
                 await ws.close(1000, "collector shutting down")
                 return
             self._wake.clear()
-            if self._ping is None:
-                await self._wake.wait()
-                continue
             # The pong's deadline wakes this loop like new work does (a timer, not a wait_for task).
             # One alarm stays armed across pings: a ping a delivery each created and cancelled a
             # timer, and a cancelled timer stays in the loop's heap until its time comes. An alarm
             # set for an earlier ping's deadline rings early; the loop then arms it for this one.
-            if self._alarm is None:
+            if self._ping is not None and self._alarm is None:
                 self._alarm = loop.call_at(self._ping.deadline, self._ring)
-            await self._wake.wait()
+            self._parked = ws
+            try:
+                await self._wake.wait()
+            finally:
+                self._parked = None
+            if self._writer_error is not None:
+                exc, self._writer_error = self._writer_error, None
+                raise exc
             if self._ping is not None and loop.time() >= self._ping.deadline:
                 self._confirms, self._ping = False, None
                 settle(i for _, i in self.inflight)
                 self.inflight.clear()
                 self._once("no-pong", "the relay does not answer ping frames; events sent to it now "
                                       "count as delivered once written")
+
+    async def _flush(self, ws: ClientConnection) -> None:
+        """Write what is queued: every frame in one socket write, in order, the confirming ping
+        last (one syscall per flush instead of one per event and one per ping)."""
+        texts: list[str] = []
+        size = 0
+        while self.outbox and len(texts) < CONFIRM_EVERY and size < WRITE_BYTES:
+            item = self.outbox.pop()
+            self._requeued = max(0, self._requeued - 1)  # requeued entries sit at the head
+            self._written += 1
+            self.inflight.append((self._written, item))
+            texts.append(item.text)
+            size += len(item.text)
+        self._since_ping += len(texts)
+        if self._confirms and self._ping is None and (not self.outbox or self._since_ping >= CONFIRM_EVERY):
+            texts.append(self._new_ping())
+            self._since_ping = 0
+        await _send_all(ws, texts)
+        if not self._confirms:
+            settle(i for _, i in self.inflight)
+            self.inflight.clear()
+        else:
+            cap = self.owner.config.outbox_size
+            while len(self.inflight) > cap:  # bounded: past the cap, written is all we know
+                settle([self.inflight.popleft()[1]])
 
     def _ring(self) -> None:
         self._alarm = None
