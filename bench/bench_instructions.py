@@ -1,6 +1,6 @@
 """Instructions per event for the in-process path (mapping + runs + capture + stamping + JSONL).
 
-Usage: python bench/bench_instructions.py [--events N] [--stages] [--root DIR]
+Usage: python bench/bench_instructions.py [--events N] [--stages] [--root DIR] [--workload pipeline]
 
 Counted with ``valgrind --tool=callgrind``: unlike time, an instruction count is repeatable on a
 busy machine. Start-up (interpreter, imports, warm-up) is removed by differencing: the same
@@ -14,6 +14,13 @@ capture cut in both, so a cut could read higher than the one after it; built ali
 has it at the same point of both runs. ``--stages`` repeats the differencing with the pipeline
 cut after each stage. ``--root`` measures another checkout, also one from before the namespace move (the
 baseline below was measured that way). Needs valgrind; exits 2 without it.
+
+``--workload pipeline`` counts ``bench_pipeline.py``'s workload instead, the one issue 16's floor
+ratio is timed on: its Claude Code PreToolUse/PostToolUse signals (a new call id and command on
+every event, ``--sessions`` 100 as there) through ``Pipeline.consume`` at batch 1 with the JSONL
+exporter, as that script drives it. It differs from the corpus workload where a change does: a
+digest on every event, a new call id for the capture screen on every event, and the pipeline's
+own per-batch steps (the stamp loop, the exporter call, its counter). No baseline is set for it.
 
 Under callgrind a process runs ~50x slower, so nearly every event falls in a new millisecond:
 the counts take the "new millisecond" path of anything cached per millisecond (ULIDs), which is
@@ -100,6 +107,51 @@ def use_root(root: Path) -> str:
     return "aep_collector."
 
 
+def inner_pipeline(events: int, sessions: int, root: Path = ROOT, built: int = 0) -> None:
+    """``inner`` for ``--workload pipeline``: bench_pipeline.py's signals through ``Pipeline.consume``."""
+    import asyncio
+    import importlib
+
+    prefix = use_root(root)
+
+    def load(module: str, *names: str) -> list:
+        mod = importlib.import_module(prefix + module)
+        return [getattr(mod, n) for n in names]
+
+    JsonlConfig, JsonlExporter = load("exporters.jsonl", "JsonlConfig", "JsonlExporter")
+    [CreateSettings] = load("pipeline.component", "CreateSettings")
+    [Stamper] = load("pipeline.envelope", "Stamper")
+    [Host] = load("pipeline.host", "Host")
+    [Pipeline] = load("pipeline.pipeline", "Pipeline")
+    CaptureConfig, CaptureProcessor = load("processors.capture", "CaptureConfig", "CaptureProcessor")
+    [MappingProcessor] = load("processors.mapping", "MappingProcessor")
+    [RunsProcessor] = load("processors.runs", "RunsProcessor")
+    measured = Path(sys.modules[MappingProcessor.__module__].__file__ or "").resolve()
+    if not measured.is_relative_to(root.resolve()):
+        raise SystemExit(f"measuring {measured}, not the checkout at {root}")
+    if not prefix:
+        raise SystemExit("--workload pipeline needs a checkout from after the namespace move")
+    # This checkout's bench_pipeline.py: its imports find the measured checkout (use_root above).
+    import bench_pipeline
+
+    async def run() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            host = Host(state_dir=Path(tmp))
+            jsonl = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=f"{tmp}/logs", fsync="never"))
+            await jsonl.start(host)
+            procs = [MappingProcessor(), RunsProcessor(), CaptureProcessor(CaptureConfig())]
+            pipe = Pipeline("bench", procs, Stamper(Path(tmp), "bench"), host.health, [("exporter/jsonl", jsonl)], [])
+            warm = max(2000, 2 * sessions)
+            work = bench_pipeline.signals(warm + max(built, events), sessions)
+            for i in range(warm):  # identical for N and 2N: every session's file open, every cache warm
+                await pipe.consume(work[i:i + 1])
+            for i in range(warm, warm + events):
+                await pipe.consume(work[i:i + 1])
+            await jsonl.shutdown()
+
+    asyncio.run(run())
+
+
 def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int = 0) -> None:
     """The measured process: warm up, then push `events` signals through the cut pipeline.
 
@@ -170,35 +222,53 @@ def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int 
     asyncio.run(run())
 
 
-def count(events: int, stage: str, sessions: int, root: Path, built: int) -> int:
+def count(events: int, stage: str, sessions: int, root: Path, built: int, workload: str = "corpus") -> int:
     """Instructions of one whole process running `events` events (of `built` built)."""
     return callgrind([sys.executable, str(Path(__file__).resolve()), "--inner", str(events), "--stage", stage,
-                      "--sessions", str(sessions), "--root", str(root), "--built", str(built)],
+                      "--sessions", str(sessions), "--root", str(root), "--built", str(built),
+                      "--workload", workload],
                      root, dict(os.environ, PYTHONHASHSEED="0"))
 
 
-def per_event(events: int, stage: str, sessions: int, root: Path) -> float:
+def per_event(events: int, stage: str, sessions: int, root: Path, workload: str = "corpus") -> float:
     built = 2 * events
-    return (count(built, stage, sessions, root, built) - count(events, stage, sessions, root, built)) / events
+    return (count(built, stage, sessions, root, built, workload)
+            - count(events, stage, sessions, root, built, workload)) / events
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=2000)
-    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--sessions", type=int, help="sessions the signals rotate over (default 20; 100 for pipeline)")
     ap.add_argument("--stages", action="store_true", help="also count with the pipeline cut after each stage")
+    ap.add_argument("--workload", choices=("corpus", "pipeline"), default="corpus",
+                    help="pipeline: bench_pipeline.py's signals through Pipeline.consume (see the docstring)")
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout to measure (default: this one)")
     ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--built", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--stage", default="jsonl", choices=STAGES, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.sessions is None:
+        args.sessions = 100 if args.workload == "pipeline" else 20
+    if args.workload == "pipeline" and args.stages:
+        ap.error("--stages counts the corpus workload only")
     if args.inner is not None:
-        inner(args.inner, args.stage, args.sessions, args.root.resolve(), args.built)
+        if args.workload == "pipeline":
+            inner_pipeline(args.inner, args.sessions, args.root.resolve(), args.built)
+        else:
+            inner(args.inner, args.stage, args.sessions, args.root.resolve(), args.built)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind not found: instruction counts need valgrind --tool=callgrind", file=sys.stderr)
         return 2
     root = args.root.resolve()
+    if args.workload == "pipeline":
+        print(f"workload: bench_pipeline.py's signals, {args.sessions} sessions, through Pipeline.consume, "
+              f"N={args.events} vs 2N, batch 1")
+        total = per_event(args.events, "jsonl", args.sessions, root, "pipeline")
+        print(f"instructions/event (bench_pipeline.py's workload): {total:,.0f}")
+        emit("instructions_pipeline", events=args.events, instructions_per_event=total)
+        return 0
     stages: dict[str, float] = {}
     print(f"workload: {len(workload_inputs())} pinned hook inputs cycled, {args.sessions} sessions, "
           f"N={args.events} vs 2N, batch 1")

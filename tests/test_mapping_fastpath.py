@@ -179,3 +179,58 @@ def test_laned_keys_follow_eviction_and_close(run_ids):
     assert p.state.laned == {k for k in p.state.open if k[2]} and ("a", "s5", "sub") not in p.state.open
     p([{"type": "run.finished", "agent": "a", "session": "s3", "data": {}, "_lane": "sub"}])
     assert p.state.laned == set()
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def json_copy_reference(value: Any) -> Any:
+    """``drafting.json_copy`` as it was before plain dicts were copied in one call (the oracle)."""
+    if isinstance(value, dict):
+        return {k: v if isinstance(v, _SCALARS) else json_copy_reference(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [v if isinstance(v, _SCALARS) else json_copy_reference(v) for v in value]
+    if isinstance(value, _SCALARS):
+        return value
+    import copy
+
+    return copy.deepcopy(value)
+
+
+def same_copy(got: Any, want: Any, original: Any) -> None:
+    """Equal with the same types and key order all the way down, sharing no container with ``original``."""
+    assert type(got) is type(want), (got, want)
+    if isinstance(want, dict):
+        assert got is not original and list(got) == list(want)
+        for k in want:
+            same_copy(got[k], want[k], original[k])
+    elif isinstance(want, list):
+        assert got is not original and len(got) == len(want)
+        for g, w, o in zip(got, want, original, strict=True):
+            same_copy(g, w, o)
+    else:
+        assert got == want or (got != got and want != want)  # NaN
+
+
+class _Tagged(dict):  # a dict subclass: copied by the comprehension, as before
+    pass
+
+
+def test_json_copy_copies_as_before() -> None:
+    from aep_collector.processors.mapping.drafting import json_copy
+
+    values: list[Any] = [payload for _, payload in hook_inputs()]
+    rng = random.Random(3)
+
+    def gen(depth: int = 0) -> Any:
+        roll = rng.random()
+        if depth < 4 and roll < 0.25:
+            return {f"k{i}": gen(depth + 1) for i in range(rng.randint(0, 4))}
+        if depth < 4 and roll < 0.4:
+            return [gen(depth + 1) for _ in range(rng.randint(0, 4))]
+        return rng.choice(["s", 1, 1.5, float("nan"), True, None, (1, [2]), {1, 2}, _Tagged(a=[1]), b"x"])
+
+    values += [gen() for _ in range(3_000)]
+    values += [{"a": _Tagged(b={"c": [1, {"d": 2}]})}, _Tagged(x=[{"y": 1}]), {1: [2], None: {"z": 3}}]
+    for value in values:
+        same_copy(json_copy(value), json_copy_reference(value), value)

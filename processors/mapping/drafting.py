@@ -25,6 +25,14 @@ _SCALARS = (str, int, float, bool, type(None))
 def json_copy(value: Any) -> Any:
     """A deep copy of parsed JSON (dicts, lists, scalars) — several times faster than deepcopy,
     which it replaces on the per-event path (tool arguments and results); anything else deepcopies."""
+    if value.__class__ is dict:
+        # A plain dict is copied in one C call, then only its containers are replaced by copies of
+        # their own (most values of a payload are scalars): no comprehension frame, no re-insert.
+        out = value.copy()
+        for k, v in out.items():
+            if not isinstance(v, _SCALARS):
+                out[k] = json_copy(v)  # replaces a value: the dict's size, so the iteration, stands
+        return out
     if isinstance(value, dict):
         # Scalars are taken as they are without a call per value (most values of a payload are).
         return {k: v if isinstance(v, _SCALARS) else json_copy(v) for k, v in value.items()}
