@@ -45,13 +45,14 @@ from result import emit  # noqa: E402
 
 
 def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None,
-          ready: str = "aep-collector started") -> tuple[subprocess.Popen[str], int]:
-    """Start ``cmd``; return it and the port its log names once its ``ready`` line appears."""
+          ready: str = "aep-collector started", wait: float = 20) -> tuple[subprocess.Popen[str], int]:
+    """Start ``cmd``; return it and the port its log names once its ``ready`` line appears (within
+    ``wait`` seconds)."""
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, **(env or {})})
     assert proc.stdout is not None
     port = None
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if not line:
@@ -220,6 +221,31 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p / 100 * len(s)))] * 1000
 
 
+def start_relay() -> tuple[subprocess.Popen[str], int]:
+    """The relay test double; it stands in for a relay that would run elsewhere, so at the lowest
+    CPU priority it competes as little as possible with the collector on a 2-core machine."""
+    return start(["nice", "-n", "19", sys.executable, "-m", "tests.relay_double"], r"listening on \S+:(\d+)",
+                 ready="listening")
+
+
+def write_config(tmp: str, relay_port: int | None) -> Path:
+    """The benchmark's collector config in ``tmp``: Claude Code's receiver, the three processors,
+    JSONL, and the relay exporter when ``relay_port`` is given."""
+    cfg: dict[str, Any] = {
+        "receivers": {"claude_code": {"endpoint": "127.0.0.1:0"}},
+        "processors": {"mapping": None, "runs": None, "capture": None},
+        "exporters": {"jsonl": {"directory": f"{tmp}/logs"}},
+        "service": {"state_dir": f"{tmp}/state", "telemetry": {"logs": {"level": "info"}},
+                    "pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping", "runs", "capture"],
+                                        "exporters": ["jsonl"]}}}}
+    if relay_port is not None:
+        cfg["exporters"]["relay"] = {"endpoint": f"ws://127.0.0.1:{relay_port}/socket"}
+        cfg["service"]["pipelines"]["p"]["exporters"].append("relay")
+    path = Path(tmp) / "bench.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rates", default="100,1000")
@@ -230,22 +256,8 @@ def main() -> None:
     args = ap.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = {"receivers": {"claude_code": {"endpoint": "127.0.0.1:0"}},
-               "processors": {"mapping": None, "runs": None, "capture": None},
-               "exporters": {"jsonl": {"directory": f"{tmp}/logs"}},
-               "service": {"state_dir": f"{tmp}/state", "telemetry": {"logs": {"level": "info"}},
-                           "pipelines": {"p": {"receivers": ["claude_code"], "processors": ["mapping", "runs", "capture"],
-                                               "exporters": ["jsonl"]}}}}
-        relay = None
-        if args.relay:
-            # The double stands in for a relay that would run elsewhere: at the lowest CPU priority
-            # it competes as little as possible with the collector on a 2-core machine.
-            relay = start(["nice", "-n", "19", sys.executable, "-m", "tests.relay_double"],
-                          r"listening on \S+:(\d+)", ready="listening")
-            cfg["exporters"]["relay"] = {"endpoint": f"ws://127.0.0.1:{relay[1]}/socket"}
-            cfg["service"]["pipelines"]["p"]["exporters"].append("relay")
-        path = Path(tmp) / "bench.yaml"
-        path.write_text(yaml.safe_dump(cfg))
+        relay = start_relay() if args.relay else None
+        path = write_config(tmp, relay[1] if relay else None)
         collector, cport = start([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(path)],
                                  r"receiver/claude_code listening on \S+:(\d+)")
         echo, eport = start([sys.executable, "bench/echo_server.py"], r"echo listening on \S+:(\d+)",
