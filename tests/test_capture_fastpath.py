@@ -117,3 +117,53 @@ def test_the_screen_of_a_new_string_answers_as_the_general_rule(level: int, secr
         for token in (True, False):
             want = stand_in(text) if (token and not is_token(text)) or reference.sensitive(text) else text
             assert screen(text, token) == want, (text, token)
+
+
+def envelope_reference(out: dict[str, Any], screen: Any, detector: Redactor) -> None:
+    """The envelope screen of ``apply_cap`` as it was, a loop over each tuple (the oracle)."""
+    from aep_collector.processors.capture.structure import ENVELOPE_IDS, ENVELOPE_TOKEN
+
+    for name in ENVELOPE_TOKEN:
+        if name in out:
+            value = out[name]
+            if isinstance(value, str):
+                out[name] = screen(value, True)
+    for name in ENVELOPE_IDS:
+        if name in out:
+            value = out[name]
+            if isinstance(value, str):
+                hit = detector.verdicts.get(value)
+                if hit or (hit is None and detector.sensitive(value)):
+                    out[name] = opaque(value)
+
+
+class _Text(str):
+    pass
+
+
+ENVELOPE_VALUES = ["Bash", "call_9f", "sk-" + "a" * 30, "a@example.com", "/home/alice/secret", "two words",
+                   "", _Text("ghp_" + "b" * 36), 3, None, ["x"], {"k": "v"}]
+
+
+@pytest.mark.parametrize("ceiling_", ["none", "metadata", "redacted", "full"])
+def test_the_envelope_screen_answers_as_the_loops_over_its_tuples(ceiling_: str) -> None:
+    policy = ceiling.CapturePolicy(ceiling=ceiling_, overrides={})
+    detector = Redactor(home=HOME)
+    reference = Redactor(home=HOME)
+    screen = ceiling._screen(ceiling.rank(ceiling_), reference)
+    rng = random.Random(5)
+    absent = object()
+    for _ in range(2_000):
+        draft: dict[str, Any] = {"type": "tool.requested", "agent": "a", "data": {}}
+        for name in ("subject", "session", "run", "step"):
+            value = rng.choice([absent, *ENVELOPE_VALUES])
+            if value is not absent:
+                draft[name] = value
+        got = ceiling.apply_cap(draft, policy, detector, {})
+        want = dict(draft)
+        if screen is not None:
+            envelope_reference(want, screen, reference)
+        for name in ("subject", "session", "run", "step"):
+            assert (name in got) == (name in want), (draft, name)
+            if name in want:
+                assert got[name] == want[name] and type(got[name]) is type(want[name]), (draft, name)

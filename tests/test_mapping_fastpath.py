@@ -234,3 +234,47 @@ def test_json_copy_copies_as_before() -> None:
     values += [{"a": _Tagged(b={"c": [1, {"d": 2}]})}, _Tagged(x=[{"y": 1}]), {1: [2], None: {"z": 3}}]
     for value in values:
         same_copy(json_copy(value), json_copy_reference(value), value)
+
+
+def tool_requested_reference(payload: dict[str, Any], call_ids: bool = True) -> dict[str, Any]:
+    """``hook_vendors.tool_requested`` as it was, through ``draft`` (the oracle)."""
+    tool = hf.tool_of(payload, call_ids)
+    data: dict[str, Any] = {"tool": tool}
+    if payload.get("tool_input") is not None:
+        raw = payload["tool_input"]
+        data["args_digest"] = hf.digest(raw)
+        if isinstance(raw, dict):
+            data["args"] = hf.json_copy(raw)
+    return hf.draft("tool.requested", data, tool["name"])
+
+
+def tool_completed_reference(payload: dict[str, Any], call_ids: bool = True) -> dict[str, Any]:
+    """``hook_vendors.tool_completed`` as it was, through ``draft`` (the oracle)."""
+    tool = hf.tool_of(payload, call_ids)
+    data: dict[str, Any] = {"tool": tool}
+    if payload.get("tool_response") is not None:
+        raw = payload["tool_response"]
+        data["result_digest"] = hf.digest(raw)
+        if isinstance(raw, (dict, str)):
+            data["result"] = hf.json_copy(raw)
+    hf._duration(payload, data)
+    return hf.draft("tool.completed", data, tool["name"])
+
+
+class _Name(str):  # a str subclass tool name: the subject becomes a plain str, as draft() makes it
+    pass
+
+
+def test_tool_drafts_as_through_draft() -> None:
+    payloads = [payload for _, payload in hook_inputs()]
+    payloads += [{"tool_name": _Name("Bash"), "tool_use_id": "c1", "tool_input": {"a": 1}, "tool_response": "ok"},
+                 {"tool_name": "", "tool_input": "x", "tool_response": [1]}, {"tool_name": 3, "tool_response": {}},
+                 {"tool_input": None, "tool_response": None, "duration_ms": 12.5}, {}]
+    for payload in payloads:
+        for call_ids in (True, False):
+            for got, want in ((hf.tool_requested(payload, call_ids=call_ids),
+                               tool_requested_reference(payload, call_ids)),
+                              (hf.tool_completed(payload, call_ids=call_ids),
+                               tool_completed_reference(payload, call_ids))):
+                assert got == want and list(got) == list(want), payload
+                assert type(got["subject"]) is str

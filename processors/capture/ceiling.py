@@ -581,19 +581,22 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
         # before `none` returns: the envelope always leaves. Identifiers keep their shape; only a
         # detector hit is replaced, by the same stand-in at every level below full, so the stream
         # still correlates.
-        for name in ENVELOPE_TOKEN:
-            if name in out:  # a draft carries few of them: a membership test before any read
-                value = out[name]
-                if isinstance(value, str):
-                    out[name] = screen(value, True)
-        verdicts = detector.verdicts  # the detector's memo first: ids repeat on every event
-        for name in ENVELOPE_IDS:
-            if name in out:
-                value = out[name]
-                if isinstance(value, str):
-                    hit = verdicts.get(value)
-                    if hit or (hit is None and detector.sensitive(value)):
-                        out[name] = opaque(value)
+        # ENVELOPE_TOKEN and ENVELOPE_IDS spelled out, each a membership test before any read (a
+        # draft carries few of them): the loops over the two tuples cost more than these tests.
+        if "subject" in out:
+            value = out["subject"]
+            if isinstance(value, str):
+                out["subject"] = screen(value, True)
+        if "session" in out:  # ``_screen_id`` without its call: nearly every draft has a session
+            value = out["session"]
+            if isinstance(value, str):
+                hit = detector.verdicts.get(value)
+                if hit or (hit is None and detector.sensitive(value)):
+                    out["session"] = opaque(value)
+        if "run" in out:
+            _screen_id(out, "run", detector)
+        if "step" in out:
+            _screen_id(out, "step", detector)
     data = out.get("data")
     if level == NONE or not isinstance(data, dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
@@ -627,6 +630,19 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
             _set_path(data, path, screen(value, False) if screen is not None and isinstance(value, str) else value)
     out["data"] = data
     return out
+
+
+# What apply_cap spells out: a change to structure.py's tuples must change it too.
+assert ENVELOPE_TOKEN == ("subject",) and ENVELOPE_IDS == ("session", "run", "step")
+
+
+def _screen_id(out: dict[str, Any], name: str, detector: Redactor) -> None:
+    """An envelope identifier keeps its shape; a detector hit in it leaves as the opaque digest."""
+    value = out[name]
+    if isinstance(value, str):
+        hit = detector.verdicts.get(value)  # the detector's memo first: ids repeat on every event
+        if hit or (hit is None and detector.sensitive(value)):
+            out[name] = opaque(value)
 
 
 _SCREEN_MEMO_LIMIT = 4096

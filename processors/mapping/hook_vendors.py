@@ -174,7 +174,10 @@ def tool_requested(payload: Payload, _state: Any = None, *, call_ids: bool = Tru
         data["args_digest"] = digest(raw)  # AEP-0003 §9.3: over the original, before redaction
         if isinstance(raw, dict):  # the schema's `args` is an object; a bare string is digest-only
             data["args"] = json_copy(raw)
-    return draft("tool.requested", data, tool["name"])
+    name = tool["name"]
+    if name.__class__ is not str:  # a str subclass: ``draft`` makes the subject a str
+        return draft("tool.requested", data, name)
+    return {"type": "tool.requested", "data": data, "subject": name}  # ``draft``'s, without the call
 
 
 def tool_completed(payload: Payload, _state: Any = None, *, call_ids: bool = True) -> Event:
@@ -187,7 +190,10 @@ def tool_completed(payload: Payload, _state: Any = None, *, call_ids: bool = Tru
         if isinstance(raw, (dict, str)):  # the schema's `result` is an object or a string
             data["result"] = json_copy(raw)
     _duration(payload, data)
-    return draft("tool.completed", data, tool["name"])
+    name = tool["name"]
+    if name.__class__ is not str:  # a str subclass: ``draft`` makes the subject a str
+        return draft("tool.completed", data, name)
+    return {"type": "tool.completed", "data": data, "subject": name}  # ``draft``'s, without the call
 
 
 def _duration(payload: Payload, data: Payload) -> None:
