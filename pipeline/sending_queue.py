@@ -350,6 +350,8 @@ class SendingQueue:
     def read_batch(self) -> tuple[list[Event], tuple[int, int], int]:
         """Up to ``batch_size`` events from the cursor: (events, cursor after them, lines consumed)."""
         seg, off = self.cursor
+        if self.segments and seg == self.segments[-1] and off >= self.sizes.get(seg, 0):
+            return [], (seg, off), 0  # all read (the worker's look after each delivery)
         events: list[Event] = []
         consumed = 0
         while len(events) < self.config.batch_size:
@@ -401,12 +403,15 @@ class SendingQueue:
         self.cursor = cursor
         self.pending_events = max(0, self.pending_events - consumed)
         if self._cursor_fd is not None:
-            with contextlib.suppress(OSError):
+            try:  # a cursor step that fails is retaken by the next one (at worst a redelivery)
                 os.pwrite(self._cursor_fd, _CURSOR.pack(*cursor), 0)
                 if self.config.fsync == "always":
                     os.fsync(self._cursor_fd)
-        for n in [n for n in self.segments[:-1] if n < cursor[0]]:
-            self._unlink(n)
+            except OSError:
+                pass
+        if self.segments and self.segments[0] < cursor[0]:  # in order: only then is one wholly delivered
+            for n in [n for n in self.segments[:-1] if n < cursor[0]]:
+                self._unlink(n)
         if self._full and self.pending_bytes < int(self.config.max_bytes * LOW_SHARE):
             self._full = False
             self.health.recover(self.id, "queue-full")

@@ -409,7 +409,7 @@ class HookServer:
                 self.health.recover(self.id, "overloaded")
 
     async def _hook_inner(self, request: web.Request, payload: dict[str, Any]) -> web.Response:
-        if set(payload) == {"batch"} and hasattr(self.surface, "awaits_reply"):
+        if len(payload) == 1 and "batch" in payload and hasattr(self.surface, "awaits_reply"):
             return await self._batch(payload["batch"], request)
         signal: Signal | None = None
         try:
