@@ -1,6 +1,6 @@
 """Instructions per event for the in-process path (mapping + runs + capture + stamping + JSONL).
 
-Usage: python bench/bench_instructions.py [--events N] [--stages] [--root DIR] [--workload pipeline]
+Usage: python bench/bench_instructions.py [--events N] [--stages] [--root DIR] [--workload pipeline [--batch B]]
 
 Counted with ``valgrind --tool=callgrind``: unlike time, an instruction count is repeatable on a
 busy machine. Start-up (interpreter, imports, warm-up) is removed by differencing: the same
@@ -21,6 +21,8 @@ every event, ``--sessions`` 100 as there) through ``Pipeline.consume`` at batch 
 exporter, as that script drives it. It differs from the corpus workload where a change does: a
 digest on every event, a new call id for the capture screen on every event, and the pipeline's
 own per-batch steps (the stamp loop, the exporter call, its counter). No baseline is set for it.
+``--batch B`` consumes the counted events B at a time (N a multiple of B): set beside batch 1, what
+the per-batch steps cost an event, for comparing with ``bench_pipeline.py``'s times per batch size.
 
 Under callgrind a process runs ~50x slower, so nearly every event falls in a new millisecond:
 the counts take the "new millisecond" path of anything cached per millisecond (ULIDs), which is
@@ -107,7 +109,7 @@ def use_root(root: Path) -> str:
     return "aep_collector."
 
 
-def inner_pipeline(events: int, sessions: int, root: Path = ROOT, built: int = 0) -> None:
+def inner_pipeline(events: int, sessions: int, root: Path = ROOT, built: int = 0, batch: int = 1) -> None:
     """``inner`` for ``--workload pipeline``: bench_pipeline.py's signals through ``Pipeline.consume``."""
     import asyncio
     import importlib
@@ -145,8 +147,8 @@ def inner_pipeline(events: int, sessions: int, root: Path = ROOT, built: int = 0
             work = bench_pipeline.signals(warm + max(built, events), sessions)
             for i in range(warm):  # identical for N and 2N: every session's file open, every cache warm
                 await pipe.consume(work[i:i + 1])
-            for i in range(warm, warm + events):
-                await pipe.consume(work[i:i + 1])
+            for i in range(warm, warm + events, batch):
+                await pipe.consume(work[i:i + batch])
             await jsonl.shutdown()
 
     asyncio.run(run())
@@ -222,18 +224,19 @@ def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int 
     asyncio.run(run())
 
 
-def count(events: int, stage: str, sessions: int, root: Path, built: int, workload: str = "corpus") -> int:
+def count(events: int, stage: str, sessions: int, root: Path, built: int, workload: str = "corpus",
+          batch: int = 1) -> int:
     """Instructions of one whole process running `events` events (of `built` built)."""
     return callgrind([sys.executable, str(Path(__file__).resolve()), "--inner", str(events), "--stage", stage,
                       "--sessions", str(sessions), "--root", str(root), "--built", str(built),
-                      "--workload", workload],
+                      "--workload", workload, "--batch", str(batch)],
                      root, dict(os.environ, PYTHONHASHSEED="0"))
 
 
-def per_event(events: int, stage: str, sessions: int, root: Path, workload: str = "corpus") -> float:
+def per_event(events: int, stage: str, sessions: int, root: Path, workload: str = "corpus", batch: int = 1) -> float:
     built = 2 * events
-    return (count(built, stage, sessions, root, built, workload)
-            - count(events, stage, sessions, root, built, workload)) / events
+    return (count(built, stage, sessions, root, built, workload, batch)
+            - count(events, stage, sessions, root, built, workload, batch)) / events
 
 
 def main() -> int:
@@ -243,6 +246,7 @@ def main() -> int:
     ap.add_argument("--stages", action="store_true", help="also count with the pipeline cut after each stage")
     ap.add_argument("--workload", choices=("corpus", "pipeline"), default="corpus",
                     help="pipeline: bench_pipeline.py's signals through Pipeline.consume (see the docstring)")
+    ap.add_argument("--batch", type=int, default=1, help="--workload pipeline: events a consume call (default 1)")
     ap.add_argument("--root", type=Path, default=ROOT, help="checkout to measure (default: this one)")
     ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--built", type=int, default=0, help=argparse.SUPPRESS)
@@ -252,9 +256,11 @@ def main() -> int:
         args.sessions = 100 if args.workload == "pipeline" else 20
     if args.workload == "pipeline" and args.stages:
         ap.error("--stages counts the corpus workload only")
+    if args.batch != 1 and (args.workload != "pipeline" or args.batch < 1 or args.events % args.batch):
+        ap.error("--batch needs --workload pipeline and --events a multiple of it")
     if args.inner is not None:
         if args.workload == "pipeline":
-            inner_pipeline(args.inner, args.sessions, args.root.resolve(), args.built)
+            inner_pipeline(args.inner, args.sessions, args.root.resolve(), args.built, args.batch)
         else:
             inner(args.inner, args.stage, args.sessions, args.root.resolve(), args.built)
         return 0
@@ -264,10 +270,10 @@ def main() -> int:
     root = args.root.resolve()
     if args.workload == "pipeline":
         print(f"workload: bench_pipeline.py's signals, {args.sessions} sessions, through Pipeline.consume, "
-              f"N={args.events} vs 2N, batch 1")
-        total = per_event(args.events, "jsonl", args.sessions, root, "pipeline")
+              f"N={args.events} vs 2N, batch {args.batch}")
+        total = per_event(args.events, "jsonl", args.sessions, root, "pipeline", args.batch)
         print(f"instructions/event (bench_pipeline.py's workload): {total:,.0f}")
-        emit("instructions_pipeline", events=args.events, instructions_per_event=total)
+        emit("instructions_pipeline", events=args.events, batch=args.batch, instructions_per_event=total)
         return 0
     stages: dict[str, float] = {}
     print(f"workload: {len(workload_inputs())} pinned hook inputs cycled, {args.sessions} sessions, "
