@@ -136,6 +136,32 @@ def test_every_any_value_kind_and_repeated_keys_alike() -> None:
     assert one["attributes"]["k13"] == {"k": 2}
 
 
+@pytest.mark.parametrize("severity", [1, 9, 24, 25, 2**31 - 1, -1, -(2**31)])
+def test_severity_number_is_the_plain_int_the_field_holds(severity: int) -> None:
+    # _flat, shared by both paths, no longer wraps the field in int(): an enum field (open in
+    # proto3, so any int32 arrives) must read as an exact int, on both paths, as int() gave.
+    request = ExportLogsServiceRequest()
+    request.resource_logs.add().scope_logs.add().log_records.add(severity_number=severity)
+    body = request.SerializeToString()
+    (flat,) = same(body)
+    assert type(flat["severity_number"]) is int and flat["severity_number"] == severity
+    (record,) = wire.parse_protobuf(body).resource_logs[0].scope_logs[0].log_records
+    assert type(record.severity_number) is int
+
+
+def test_many_attributes_in_order_alike() -> None:
+    # The view's attributes are read as one slice of the repeated field: every one, in order.
+    for count in (0, 1, 2, 200):
+        request = ExportLogsServiceRequest()
+        sl = request.resource_logs.add().scope_logs.add()
+        sl.log_records.add(attributes=[KeyValue(key=f"k{i % 150}", value=AnyValue(int_value=i)) for i in range(count)])
+        expect: dict[str, int] = {}
+        for i in range(count):  # a repeated key keeps its first place and takes the last value
+            expect[f"k{i % 150}"] = i
+        (flat,) = same(request.SerializeToString())
+        assert list(flat["attributes"].items()) == list(expect.items())
+
+
 def test_records_never_share_a_list_or_dict_value() -> None:
     # The cache keeps only values nothing can change in place; each record owns its lists and dicts.
     request = ExportLogsServiceRequest()

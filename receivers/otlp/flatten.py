@@ -104,7 +104,7 @@ def _flat(resource: dict[str, Any], scope: dict[str, str], record: Any, attribut
         flat["observed_time_unix_nano"] = observed
     severity = record.severity_number
     if severity:
-        flat["severity_number"] = int(severity)
+        flat["severity_number"] = severity  # an enum field reads as a plain int
     severity_text = record.severity_text
     if severity_text:
         flat["severity_text"] = severity_text
@@ -236,7 +236,9 @@ def _flatten_view(request: Any, attribute: Callable[[bytes], tuple[str, Any]]) -
             for record in scope_logs.log_records:
                 # flatten_record's, with the attributes from their bytes.
                 attributes: dict[str, Any] = {}
-                for raw in record.attributes:
+                # A slice hands the raw attributes over as one list: iterating the repeated
+                # field itself fetches each element through a separate C call.
+                for raw in record.attributes[:]:
                     key, value = cached(raw) or attribute(raw)
                     attributes[key] = value
                 append(flat_record(resource, scope, record, attributes))
