@@ -41,6 +41,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from result import callgrind, emit
 
@@ -109,30 +110,38 @@ def use_root(root: Path) -> str:
     return "aep_collector."
 
 
+def components(root: Path) -> tuple[str, dict[str, Any]]:
+    """The measured checkout's import prefix (``use_root``) and the classes both workloads build
+    the path from, checked to come from ``root``."""
+    import importlib
+
+    prefix = use_root(root)
+    found: dict[str, Any] = {}
+    for module, names in (("exporters.jsonl", ("JsonlConfig", "JsonlExporter")),
+                          ("pipeline.component", ("CreateSettings",)), ("pipeline.envelope", ("Stamper",)),
+                          ("pipeline.host", ("Host",)), ("pipeline.model", ("Signal",)),
+                          ("processors.capture", ("CaptureConfig", "CaptureProcessor")),
+                          ("processors.mapping", ("MappingProcessor",)), ("processors.runs", ("RunsProcessor",))):
+        mod = importlib.import_module(prefix + module)
+        found.update((name, getattr(mod, name)) for name in names)
+    measured = Path(sys.modules[found["MappingProcessor"].__module__].__file__ or "").resolve()
+    if not measured.is_relative_to(root.resolve()):
+        raise SystemExit(f"measuring {measured}, not the checkout at {root}")
+    return prefix, found
+
+
 def inner_pipeline(events: int, sessions: int, root: Path = ROOT, built: int = 0, batch: int = 1) -> None:
     """``inner`` for ``--workload pipeline``: bench_pipeline.py's signals through ``Pipeline.consume``."""
     import asyncio
     import importlib
 
-    prefix = use_root(root)
-
-    def load(module: str, *names: str) -> list:
-        mod = importlib.import_module(prefix + module)
-        return [getattr(mod, n) for n in names]
-
-    JsonlConfig, JsonlExporter = load("exporters.jsonl", "JsonlConfig", "JsonlExporter")
-    [CreateSettings] = load("pipeline.component", "CreateSettings")
-    [Stamper] = load("pipeline.envelope", "Stamper")
-    [Host] = load("pipeline.host", "Host")
-    [Pipeline] = load("pipeline.pipeline", "Pipeline")
-    CaptureConfig, CaptureProcessor = load("processors.capture", "CaptureConfig", "CaptureProcessor")
-    [MappingProcessor] = load("processors.mapping", "MappingProcessor")
-    [RunsProcessor] = load("processors.runs", "RunsProcessor")
-    measured = Path(sys.modules[MappingProcessor.__module__].__file__ or "").resolve()
-    if not measured.is_relative_to(root.resolve()):
-        raise SystemExit(f"measuring {measured}, not the checkout at {root}")
+    prefix, c = components(root)
+    JsonlConfig, JsonlExporter, CreateSettings = c["JsonlConfig"], c["JsonlExporter"], c["CreateSettings"]
+    Stamper, Host, CaptureConfig, CaptureProcessor = c["Stamper"], c["Host"], c["CaptureConfig"], c["CaptureProcessor"]
+    MappingProcessor, RunsProcessor = c["MappingProcessor"], c["RunsProcessor"]
     if not prefix:
         raise SystemExit("--workload pipeline needs a checkout from after the namespace move")
+    Pipeline = importlib.import_module(prefix + "pipeline.pipeline").Pipeline
     # This checkout's bench_pipeline.py: its imports find the measured checkout (use_root above).
     import bench_pipeline
 
@@ -162,25 +171,11 @@ def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int 
     receiver's work, not the in-process path's.
     """
     import asyncio
-    import importlib
 
-    prefix = use_root(root)
-
-    def load(module: str, *names: str) -> list:
-        mod = importlib.import_module(prefix + module)
-        return [getattr(mod, n) for n in names]
-
-    JsonlConfig, JsonlExporter = load("exporters.jsonl", "JsonlConfig", "JsonlExporter")
-    [CreateSettings] = load("pipeline.component", "CreateSettings")
-    [Stamper] = load("pipeline.envelope", "Stamper")
-    [Host] = load("pipeline.host", "Host")
-    [Signal] = load("pipeline.model", "Signal")
-    CaptureConfig, CaptureProcessor = load("processors.capture", "CaptureConfig", "CaptureProcessor")
-    [MappingProcessor] = load("processors.mapping", "MappingProcessor")
-    [RunsProcessor] = load("processors.runs", "RunsProcessor")
-    measured = Path(sys.modules[MappingProcessor.__module__].__file__ or "").resolve()
-    if not measured.is_relative_to(root.resolve()):
-        raise SystemExit(f"measuring {measured}, not the checkout at {root}")
+    _, c = components(root)
+    JsonlConfig, JsonlExporter, CreateSettings = c["JsonlConfig"], c["JsonlExporter"], c["CreateSettings"]
+    Stamper, Host, CaptureConfig, CaptureProcessor = c["Stamper"], c["Host"], c["CaptureConfig"], c["CaptureProcessor"]
+    MappingProcessor, RunsProcessor, Signal = c["MappingProcessor"], c["RunsProcessor"], c["Signal"]
 
     inputs = workload_inputs()
 
