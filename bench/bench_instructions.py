@@ -130,15 +130,20 @@ def components(root: Path) -> tuple[str, dict[str, Any]]:
     return prefix, found
 
 
+async def started(c: dict[str, Any], tmp: str) -> tuple[Any, Any, list[Any]]:
+    """A host, the JSONL exporter (started, no fsync) and the three processors, from ``components``."""
+    host = c["Host"](state_dir=Path(tmp))
+    jsonl = c["JsonlExporter"](c["CreateSettings"](id="jsonl"), c["JsonlConfig"](directory=f"{tmp}/logs", fsync="never"))
+    await jsonl.start(host)
+    return host, jsonl, [c["MappingProcessor"](), c["RunsProcessor"](), c["CaptureProcessor"](c["CaptureConfig"]())]
+
+
 def inner_pipeline(events: int, sessions: int, root: Path = ROOT, built: int = 0, batch: int = 1) -> None:
     """``inner`` for ``--workload pipeline``: bench_pipeline.py's signals through ``Pipeline.consume``."""
     import asyncio
     import importlib
 
     prefix, c = components(root)
-    JsonlConfig, JsonlExporter, CreateSettings = c["JsonlConfig"], c["JsonlExporter"], c["CreateSettings"]
-    Stamper, Host, CaptureConfig, CaptureProcessor = c["Stamper"], c["Host"], c["CaptureConfig"], c["CaptureProcessor"]
-    MappingProcessor, RunsProcessor = c["MappingProcessor"], c["RunsProcessor"]
     if not prefix:
         raise SystemExit("--workload pipeline needs a checkout from after the namespace move")
     Pipeline = importlib.import_module(prefix + "pipeline.pipeline").Pipeline
@@ -147,11 +152,8 @@ def inner_pipeline(events: int, sessions: int, root: Path = ROOT, built: int = 0
 
     async def run() -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            host = Host(state_dir=Path(tmp))
-            jsonl = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=f"{tmp}/logs", fsync="never"))
-            await jsonl.start(host)
-            procs = [MappingProcessor(), RunsProcessor(), CaptureProcessor(CaptureConfig())]
-            pipe = Pipeline("bench", procs, Stamper(Path(tmp), "bench"), host.health, [("exporter/jsonl", jsonl)], [])
+            host, jsonl, procs = await started(c, tmp)
+            pipe = Pipeline("bench", procs, c["Stamper"](Path(tmp), "bench"), host.health, [("exporter/jsonl", jsonl)], [])
             warm = max(2000, 2 * sessions)
             work = bench_pipeline.signals(warm + max(built, events), sessions)
             for i in range(warm):  # identical for N and 2N: every session's file open, every cache warm
@@ -173,9 +175,7 @@ def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int 
     import asyncio
 
     _, c = components(root)
-    JsonlConfig, JsonlExporter, CreateSettings = c["JsonlConfig"], c["JsonlExporter"], c["CreateSettings"]
-    Stamper, Host, CaptureConfig, CaptureProcessor = c["Stamper"], c["Host"], c["CaptureConfig"], c["CaptureProcessor"]
-    MappingProcessor, RunsProcessor, Signal = c["MappingProcessor"], c["RunsProcessor"], c["Signal"]
+    Signal = c["Signal"]
 
     inputs = workload_inputs()
 
@@ -191,12 +191,9 @@ def inner(events: int, stage: str, sessions: int, root: Path = ROOT, built: int 
 
     async def run() -> None:
         with tempfile.TemporaryDirectory() as tmp:
-            host = Host(state_dir=Path(tmp))
-            jsonl = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory=f"{tmp}/logs", fsync="never"))
-            await jsonl.start(host)
-            procs = [MappingProcessor(), RunsProcessor(), CaptureProcessor(CaptureConfig())]
+            _, jsonl, procs = await started(c, tmp)
             procs = procs[:STAGES.index(stage) + 1]
-            stamper = Stamper(Path(tmp), "bench") if STAGES.index(stage) >= 3 else None
+            stamper = c["Stamper"](Path(tmp), "bench") if STAGES.index(stage) >= 3 else None
 
             def step(batch: list) -> None:
                 for p in procs:
