@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_hooks import _CONTENT_LENGTH, requests_for, start, start_relay, write_config
+from bench_hooks import reply_status, requests_for, start, start_relay, write_config
 from result import emit
 
 READY_WAIT = 300.0
@@ -65,18 +65,14 @@ def _send(sock: socket.socket, requests: list[bytes], rate: float) -> None:
             time.sleep(delay)
         sock.sendall(request)
         reply = b""
-        while True:
+        status = None
+        while status is None:
             chunk = sock.recv(65536)
             if not chunk:
                 raise SystemExit("the server closed the connection")
             reply += chunk
-            head_end = reply.find(b"\r\n\r\n")
-            if head_end < 0:
-                continue
-            m = _CONTENT_LENGTH.search(reply[:head_end].lower())
-            if m is not None and len(reply) >= head_end + 4 + int(m.group(1)):
-                break
-        if not reply.startswith(b"HTTP/1.1 200 "):
+            status = reply_status(reply)
+        if status != 200:
             raise SystemExit(f"a reply other than 200: {reply[:200]!r}")
 
 

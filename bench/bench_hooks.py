@@ -83,6 +83,21 @@ def body(i: int) -> bytes:
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length: *([0-9]+)")
 
 
+def reply_status(reply: bytes) -> int | None:
+    """The status of the HTTP/1.1 reply ``reply`` starts with once all of it has been read (its
+    head and ``Content-Length`` bytes of body), else None: read on."""
+    head_end = reply.find(b"\r\n\r\n")
+    if head_end < 0:
+        return None
+    head = reply[:head_end].lower()
+    m = _CONTENT_LENGTH.search(head)
+    if m is None:  # aiohttp always sends one for a plain Response
+        raise RuntimeError(f"reply without Content-Length: {head[:200]!r}")
+    if len(reply) < head_end + 4 + int(m.group(1)):
+        return None
+    return int(head[9:12])
+
+
 class OpenLoop:
     """An open-loop HTTP/1.1 load generator: one thread, non-blocking sockets, ``select(2)``.
 
@@ -135,20 +150,12 @@ class OpenLoop:
                         raise RuntimeError("the server closed a keep-alive connection")
                     slot = busy[s]
                     slot[1] += data
-                    reply = slot[1]
-                    head_end = reply.find(b"\r\n\r\n")
-                    if head_end < 0:
-                        continue
-                    head = reply[:head_end].lower()
-                    m = _CONTENT_LENGTH.search(head)
-                    if m is None:  # aiohttp always sends one for a plain Response
-                        raise RuntimeError(f"reply without Content-Length: {head[:200]!r}")
-                    if len(reply) < head_end + 4 + int(m.group(1)):
+                    status = reply_status(slot[1])
+                    if status is None:
                         continue
                     done = perf()
                     index = slot[0]
                     self.latencies[index] = done - (t0 + index * interval)
-                    status = int(head[9:12])
                     self.statuses[status] = self.statuses.get(status, 0) + 1
                     finished += 1
                     if backlog:  # queued behind a busy pool: sent now, still timed from when it was due
