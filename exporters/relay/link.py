@@ -157,8 +157,7 @@ class AgentLink:
             self._writer_error = exc
             self._wake.set()
             return
-        if self._ping is not None and self._alarm is None:
-            self._alarm = asyncio.get_running_loop().call_at(self._ping.deadline, self._ring)
+        self._arm()
 
     @property
     def pending(self) -> int:
@@ -376,11 +375,7 @@ class AgentLink:
                 return
             self._wake.clear()
             # The pong's deadline wakes this loop like new work does (a timer, not a wait_for task).
-            # One alarm stays armed across pings: a ping a delivery each created and cancelled a
-            # timer, and a cancelled timer stays in the loop's heap until its time comes. An alarm
-            # set for an earlier ping's deadline rings early; the loop then arms it for this one.
-            if self._ping is not None and self._alarm is None:
-                self._alarm = loop.call_at(self._ping.deadline, self._ring)
+            self._arm()
             self._parked = ws
             try:
                 await self._wake.wait()
@@ -420,6 +415,14 @@ class AgentLink:
             cap = self.owner.config.outbox_size
             while len(self.inflight) > cap:  # bounded: past the cap, written is all we know
                 settle([self.inflight.popleft()[1]])
+
+    def _arm(self) -> None:
+        """Arm the alarm for the outstanding ping's deadline, unless one is armed. One alarm stays
+        armed across pings: a ping a delivery each created and cancelled a timer, and a cancelled
+        timer stays in the loop's heap until its time comes. An alarm set for an earlier ping's
+        deadline rings early; the writer then arms it for this one."""
+        if self._ping is not None and self._alarm is None:
+            self._alarm = asyncio.get_running_loop().call_at(self._ping.deadline, self._ring)
 
     def _ring(self) -> None:
         self._alarm = None
