@@ -18,8 +18,8 @@ Wire protocol (one JetStream stream, core NATS request/reply for control):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
+import logging
 import re
 import socket
 import ssl
@@ -34,6 +34,8 @@ AGENT_HEADER = "Aep-Agent"
 ERROR_HEADER = "Aep-Error"
 MSG_ID_HEADER = "Nats-Msg-Id"
 NO_SESSION = "~"
+
+log = logging.getLogger("aep.nats")
 
 # Subject tokens: NATS separates on '.', treats '*' and '>' as wildcards and whitespace as a
 # protocol delimiter. Only this set passes through; every other byte becomes '~XX' (and '~'
@@ -203,6 +205,24 @@ class NatsStream:
         await js.add_stream(self.config())
 
 
+class _LinkClosed(Exception):
+    """Raised from the client's error callback to end its connect loop once the link is closed."""
+
+
+async def _settle(aw: Awaitable[Any], timeout: float) -> bool:
+    """Await ``aw`` for at most ``timeout`` seconds; never waits on a cancellation the client may
+    swallow (nats-py does, in its connect loop and in drain), so a stuck client cannot hang a
+    shutdown. True when it finished (its outcome, error or not, is consumed)."""
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        return False
+    if not task.cancelled():
+        task.exception()
+    return True
+
+
 class Link:
     """One NATS connection kept up for a component: connects in the background (never blocking
     its start), lets the client reconnect forever, and reports each change through ``up`` and
@@ -259,7 +279,11 @@ class Link:
         self._lost("the NATS connection closed")
 
     async def _error(self, exc: Exception) -> None:
-        # The client retries a refused connect forever and reports each failure here.
+        # The client retries a refused connect forever and reports each failure here. It can
+        # swallow the cancellation ``close`` sends (then it would retry for ever after): raising
+        # here, outside the errors it retries on, is what ends its loop once the link is closed.
+        if self.stopped and self.nc is None:
+            raise _LinkClosed("the NATS link is closed")
         if not self.ready.is_set():
             self._lost(f"cannot reach NATS at {', '.join(self.conn.servers)}: {type(exc).__name__}: {exc}")
 
@@ -272,14 +296,16 @@ class Link:
         return self.nc
 
     async def close(self) -> None:
+        """Stop connecting and close the connection; bounded even when the client does not
+        honour cancellation."""
         self.stopped = True
         self.ready.clear()
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            # An attempt in flight ends within connect_timeout; its error callback then ends the loop.
+            if not await _settle(self._task, self.conn.connect_timeout + self.conn.reconnect_wait + 1.0):
+                log.warning("NATS connect loop did not stop on close; left behind")
         if self.nc is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.nc.drain(), 2.0)
-            with contextlib.suppress(Exception):
-                await self.nc.close()
+            await _settle(self.nc.drain(), 2.0)
+            if not await _settle(self.nc.close(), 2.0):
+                log.warning("NATS connection did not close within 2 s; left behind")

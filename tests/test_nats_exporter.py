@@ -23,6 +23,7 @@ from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.natsconn import (
     AGENT_HEADER,
     CONTROL_HEADER,
+    Link,
     NatsConnection,
     NatsStream,
     event_subject,
@@ -261,7 +262,7 @@ async def test_a_held_permission_is_answered_over_nats_and_re_acks_are_byte_iden
     assert not service.host.control.route_live(CC)
 
 
-async def test_token_auth_and_tls_against_a_real_server(tmp_path: Path) -> None:
+def _tls_node(tmp_path: Path) -> tuple[NatsNode, Path]:
     import subprocess
 
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
@@ -270,6 +271,37 @@ async def test_token_auth_and_tls_against_a_real_server(tmp_path: Path) -> None:
                    check=True, capture_output=True)
     node = NatsNode(tmp_path, extra=["--auth", "s3cret-fleet", "--tls", "--tlscert", str(cert),
                                      "--tlskey", str(key)]).start()
+    return node, cert
+
+
+async def test_closing_a_link_the_server_keeps_refusing_never_hangs(tmp_path: Path) -> None:
+    """nats-py's connect loop can swallow the cancellation ``close`` sends and then retry a refused
+    token for ever (a CI run hung on it for ten minutes): close must end it, every time."""
+    import random
+
+    node, cert = _tls_node(tmp_path)
+    try:
+        rng = random.Random(16)
+        for _ in range(20):
+            link = Link(NatsConnection(servers=[f"tls://127.0.0.1:{node.port}"], token="not-it",
+                                       tls_ca=str(cert), reconnect_wait=0.1, connect_timeout=1.0),
+                        _never_up, lambda detail: None)
+            link.start("nats:refused")
+            await asyncio.sleep(rng.uniform(0.0, 0.5))  # close lands at a different point of the loop each time
+            closing = asyncio.ensure_future(link.close())
+            done, _ = await asyncio.wait({closing}, timeout=5.0)
+            assert done, "Link.close did not return within 5 s while the server refused the token"
+            assert link._task is not None and link._task.done(), "the connect loop is still running"
+    finally:
+        node.kill()
+
+
+async def _never_up(nc: Any) -> None:
+    raise AssertionError("a refused token never connects")
+
+
+async def test_token_auth_and_tls_against_a_real_server(tmp_path: Path) -> None:
+    node, cert = _tls_node(tmp_path)
     try:
         url = f"tls://127.0.0.1:{node.port}"
         stamper = Stamper(tmp_path / "st", "h")
