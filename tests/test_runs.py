@@ -52,6 +52,9 @@ def test_opt_out_agent_scoped_and_signals_pass_untouched():
     sig = Signal(agent="claude-code", name="Stop", payload={})
     out = p([d("tool.requested", _runs="none"), {"type": "agent.idle", "agent": "claude-code"}, sig])
     assert "run" not in out[0] and "run" not in out[1] and out[2] is sig
+    # The opt-out hint is this step's: honoured, then taken off, so the draft reaches the stamper
+    # in the usual shape; its other keys are untouched.
+    assert out[0] == d("tool.requested")
 
 
 def test_session_ended_forgets_the_session():

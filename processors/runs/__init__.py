@@ -139,7 +139,13 @@ class RunsProcessor:
         kinds = self._kinds
         for item in batch:
             # ``item.get("_runs") == "none"`` with no call when the hint is absent (nearly always).
-            if not isinstance(item, dict) or ("_runs" in item and item["_runs"] == "none"):
+            if not isinstance(item, dict):
+                append(item)
+                continue
+            if "_runs" in item and item["_runs"] == "none":
+                # The hint is this step's alone: taken off once honoured, so the stamper sees the
+                # usual draft shape (its fast path) and not a key it must filter out.
+                del item["_runs"]
                 append(item)
                 continue
             etype = item.get("type", "")
