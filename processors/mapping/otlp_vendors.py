@@ -92,18 +92,6 @@ def new_state() -> None:
     return None
 
 
-def attributes_of(flat: Any) -> dict[str, Any]:
-    """The record attributes of a flattened record (``{}`` for any odd shape)."""
-    attrs = flat.get("attributes") if isinstance(flat, dict) else None
-    return attrs if isinstance(attrs, dict) else {}
-
-
-def event_name(flat: Any) -> str | None:
-    """The record's ``event.name`` (the flattener already folded in the LogRecord field)."""
-    name = attributes_of(flat).get("event.name")
-    return name if isinstance(name, str) and name else None
-
-
 def severity_of(flat: Any) -> str | None:
     """AEP severity from ``severity_number``; None for unset, out of range, or the default info."""
     number = flat.get("severity_number") if isinstance(flat, dict) else None
@@ -205,8 +193,20 @@ def unknown_draft(profile: Profile, name: str | None) -> Event:
 def map_record(profile: Profile, flat: Any, mode: str = COMPANION, session: str | None = None) -> list[Event]:
     """Map one flattened record to drafts (pure; severity and traceparent included), filed under
     ``session``: the receiver applies the profile's identity rule (``receivers/otlp/identity.py``)."""
-    attrs = attributes_of(flat)
-    name = event_name(flat)
+    # The record's attributes ({} for any odd shape) and its event.name (the flattener already
+    # folded in the LogRecord field), each read once: this runs for every record of every export.
+    if isinstance(flat, dict):
+        attrs = flat.get("attributes")
+        if not isinstance(attrs, dict):
+            attrs = {}
+        # Each helper is called only when its field is there: absent, it would return None.
+        severity = severity_of(flat) if "severity_number" in flat else None
+        traceparent = traceparent_of(flat) if "trace_id" in flat else None
+    else:
+        attrs, severity, traceparent = {}, None, None
+    name = attrs.get("event.name")
+    if not isinstance(name, str) or not name:
+        name = None
     suffix = profile.known.get(name) if name else None
     if suffix is None:
         drafts = [unknown_draft(profile, name)]  # both modes: never guess
@@ -215,8 +215,6 @@ def map_record(profile: Profile, flat: Any, mode: str = COMPANION, session: str 
         if mode == PRIMARY and name in profile.primary:
             core = profile.primary[name](attrs)
         drafts = [companion_draft(profile, suffix, attrs)] if core is None else core
-    severity = severity_of(flat)
-    traceparent = traceparent_of(flat)
     for d in drafts:
         # No session: the stamper files the event in its `unknown` lane (the receiver rejects
         # records without one first; see receivers/otlp/README.md).
