@@ -1,12 +1,15 @@
 """Instructions per record on the OTLP receiver's side: decode, flatten and ingest, null consumer.
 
 Usage: python bench/bench_otlp_instructions.py [--requests N] [--batch B] [--workload bench|varied|both]
+                                              [--consumer null|pipeline]
 
 Counted with ``valgrind --tool=callgrind`` as ``bench_instructions.py`` counts the in-process path:
 the same process runs N and 2N export requests through the receiver's gRPC servicer method
 (``_grpc_export``: parse, flatten, the ingest loop, the response) and the figure is
-(I(2N) - I(N)) / (N x B). The transport (grpc's C core, aiohttp) is not in it: this is the
-receiver's own cost per record, what its code can change. Workloads:
+(I(2N) - I(N)) / (N x B). The transport (grpc's C core, aiohttp) is not in it: with the default
+null consumer this is the receiver's own cost per record, what its code can change; with
+``--consumer pipeline`` the records go on through ``bench_otlp.py``'s whole pipeline (mapping,
+runs, capture, stamping, JSONL), the path ``bench_otlp.py`` times. Workloads:
 
 - ``bench``: ``bench_otlp.py``'s request, B copilot_chat tool.call records whose attributes repeat
   (one body sent over and over, as that benchmark does);
@@ -77,14 +80,14 @@ def bodies(workload: str, batch: int, requests: int) -> list[bytes]:
     return [varied_body(batch, r) for r in range(requests)]
 
 
-def inner(workload: str, batch: int, requests: int, built: int) -> None:
+def inner(workload: str, batch: int, requests: int, built: int, consumer_spec: str = "null") -> None:
     """The measured process: warm up, then ``requests`` exports through ``_grpc_export``."""
     from aep_collector.pipeline.component import CreateSettings
     from aep_collector.pipeline.service import freeze_startup_heap, raise_young_threshold
     from aep_collector.receivers.otlp import OtlpConfig, OtlpReceiver
-    from bench_otlp import NullConsumer
+    from bench_otlp import make_consumer
 
-    consumer = NullConsumer()
+    consumer = make_consumer(consumer_spec)
     receiver = OtlpReceiver(CreateSettings(id="otlp/vscode"),
                             OtlpConfig(profile="vscode", mode="primary", grpc={"endpoint": "127.0.0.1:0"}),
                             consumer)
@@ -105,15 +108,16 @@ def inner(workload: str, batch: int, requests: int, built: int) -> None:
         raise SystemExit(f"consumed {consumer.records} records, expected {(len(warm) + len(work)) * batch}")
 
 
-def count(workload: str, batch: int, requests: int, built: int) -> int:
+def count(workload: str, batch: int, requests: int, built: int, consumer: str) -> int:
     return callgrind([sys.executable, str(Path(__file__).resolve()), "--inner", str(requests), "--workload",
-                      workload, "--batch", str(batch), "--built", str(built)],
+                      workload, "--batch", str(batch), "--built", str(built), "--consumer", consumer],
                      ROOT, {"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"})
 
 
-def per_record(workload: str, batch: int, requests: int) -> float:
+def per_record(workload: str, batch: int, requests: int, consumer: str) -> float:
     built = 2 * requests
-    return (count(workload, batch, built, built) - count(workload, batch, requests, built)) / (requests * batch)
+    return (count(workload, batch, built, built, consumer)
+            - count(workload, batch, requests, built, consumer)) / (requests * batch)
 
 
 def main() -> int:
@@ -121,21 +125,25 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=50, help="N (default 50; the second run has 2N)")
     ap.add_argument("--batch", type=int, default=100, help="records per request (default 100)")
     ap.add_argument("--workload", default="both", choices=(*WORKLOADS, "both"))
+    ap.add_argument("--consumer", default="null", choices=("null", "pipeline"),
+                    help="null: the receiver alone (default); pipeline: on through the whole pipeline")
     ap.add_argument("--inner", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--built", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.inner is not None:
-        inner(args.workload, args.batch, args.inner, args.built)
+        inner(args.workload, args.batch, args.inner, args.built, args.consumer)
         return 0
     if shutil.which("valgrind") is None:
         print("valgrind not found: instruction counts need valgrind --tool=callgrind", file=sys.stderr)
         return 2
     figures = {}
     for workload in (WORKLOADS if args.workload == "both" else (args.workload,)):
-        figures[workload] = per_record(workload, args.batch, args.requests)
+        figures[workload] = per_record(workload, args.batch, args.requests, args.consumer)
         print(f"{workload:>7}: {figures[workload]:>9,.0f} instructions/record "
-              f"(N={args.requests} vs 2N requests of {args.batch} records, gRPC servicer method, null consumer)")
-    emit("otlp_instructions", batch=args.batch, requests=args.requests, instructions_per_record=figures)
+              f"(N={args.requests} vs 2N requests of {args.batch} records, gRPC servicer method, "
+              f"{args.consumer} consumer)")
+    emit("otlp_instructions", batch=args.batch, requests=args.requests, consumer=args.consumer,
+         instructions_per_record=figures)
     return 0
 
 
