@@ -253,6 +253,8 @@ class Link:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # e.g. a bad creds file: reported, retried with backoff
+                if self.stopped:  # closed meanwhile (_LinkClosed, or a cancellation the client swallowed)
+                    break
                 self._lost(f"cannot connect to {servers}: {type(exc).__name__}: {exc}")
                 await asyncio.sleep(min(self.conn.reconnect_wait * 2 ** min(attempt, 4), 10.0))
                 attempt += 1
