@@ -129,7 +129,7 @@ def raw_speed(res: dict[str, dict[str, Any]]) -> str | None:
     if 100 not in pipe:
         return None
     return (f"floor {pipe[100]['floor_us']:.2f} µs/event (the run's stamped events serialized with orjson and "
-            f"appended to a file, batches of 100)")
+            f"appended to a file, batches of 100, the median of five passes)")
 
 
 def commit() -> str:
