@@ -12,9 +12,11 @@ warm-up second at each rate first, the same for both. Prints p50/p99/max, each s
 request and how long it waited for a core per request (``wait µs``: what the rest of a shared
 machine cost it; near 0 on an idle one), the generator's own CPU per request and how late it
 sent (p99), replies other than 200, and the ratios to the floor, with the load average before
-and after.
+and after. Where the machine has two cores or more, each server under test gets a core of its own
+and the generator and the relay double (under ``SCHED_IDLE``) share another (``PLACEMENT``;
+``--no-pin`` leaves placement to the scheduler).
 
-Usage: python bench/bench_hooks.py [--rates 100,1000] [--duration 10] [--relay] [--connections 64]
+Usage: python bench/bench_hooks.py [--rates 100,1000] [--duration 10] [--relay] [--connections 64] [--no-pin]
 """
 
 from __future__ import annotations
@@ -45,11 +47,24 @@ from result import emit  # noqa: E402
 
 
 def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None,
-          ready: str = "aep-collector started", wait: float = 20) -> tuple[subprocess.Popen[str], int]:
-    """Start ``cmd``; return it and the port its log names once its ``ready`` line appears (within
+          ready: str = "aep-collector started", wait: float = 20,
+          cpus: set[int] | None = None, idle: bool = False) -> tuple[subprocess.Popen[str], int]:
+    """Start ``cmd`` (on ``cpus`` only, when given; under ``SCHED_IDLE`` when ``idle``, see
+    ``PLACEMENT``); return it and the port its log names once its ``ready`` line appears (within
     ``wait`` seconds)."""
+
+    def place() -> None:  # in the child, before exec: every thread it starts inherits both
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if idle:
+            try:
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            except OSError:  # a system that refuses it: the lowest priority, as before
+                os.nice(19)
+
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})},
+                            preexec_fn=place if cpus is not None or idle else None)
     assert proc.stdout is not None
     port = None
     deadline = time.monotonic() + wait
@@ -228,11 +243,33 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(p / 100 * len(s)))] * 1000
 
 
-def start_relay() -> tuple[subprocess.Popen[str], int]:
-    """The relay test double; it stands in for a relay that would run elsewhere, so at the lowest
-    CPU priority it competes as little as possible with the collector on a 2-core machine."""
-    return start(["nice", "-n", "19", sys.executable, "-m", "tests.relay_double"], r"listening on \S+:(\d+)",
-                 ready="listening")
+def start_relay(cpus: set[int] | None = None) -> tuple[subprocess.Popen[str], int]:
+    """The relay test double; it stands in for a relay that would run elsewhere, so it runs only
+    when nothing else wants its core (``SCHED_IDLE``, see ``PLACEMENT``)."""
+    return start([sys.executable, "-m", "tests.relay_double"], r"listening on \S+:(\d+)",
+                 ready="listening", cpus=cpus, idle=True)
+
+
+PLACEMENT = """Each server under test (the echo floor, then the collector) runs on a core of its own, and
+the load generator and the relay double share another; the double runs under ``SCHED_IDLE``.
+Left to the scheduler at ``nice 19`` on a 2-core machine, the double was woken on the
+collector's core by the collector's own send to it and ran there, inside that send (the kernel's
+EEVDF scheduler lets a woken task of any nice value run first): the collector's 2 KB relay writes
+took 200-800 µs instead of under 100, its event loop stalled 0.5-1.1 ms about 200 times a second
+(its sending queue's steps, timed per loop callback), and the hook p99 at 1,000/s measured the
+double, 1.3-3.5 ms. Pinned but at nice 19, the double (60-90 µs of CPU an event, in bursts of a
+flush) made the generator late instead (its send lag p99 0.4-0.5 ms against 0.13). A task under
+``SCHED_IDLE`` never delays a normal one, so neither happens: the collector's p99 at 1,000/s
+read 0.85-0.87 ms in two runs. A real relay runs on another machine, or inside the collector."""
+
+
+def placement(pin: bool) -> tuple[set[int] | None, set[int] | None]:
+    """(the servers' CPUs, the generator's and the relay double's CPUs); (None, None) when not
+    pinned (``--no-pin``, or fewer than two CPUs to pin to). See ``PLACEMENT``."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not pin or len(cpus) < 2:
+        return None, None
+    return {cpus[0]}, {cpus[1]}
 
 
 def write_config(tmp: str, relay_port: int | None) -> Path:
@@ -260,20 +297,27 @@ def main() -> None:
     ap.add_argument("--relay", action="store_true", help="also export to a relay test double")
     ap.add_argument("--connections", type=int, default=64, help="keep-alive connections of the load generator")
     ap.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds at each rate before the run")
+    ap.add_argument("--no-pin", action="store_true", help="let the scheduler place every process (see PLACEMENT)")
     args = ap.parse_args()
     rates = [int(r) for r in args.rates.split(",")]
+    server_cpus, other_cpus = placement(not args.no_pin)
+    if other_cpus is not None:
+        os.sched_setaffinity(0, other_cpus)  # this process is the load generator
     with tempfile.TemporaryDirectory() as tmp:
-        relay = start_relay() if args.relay else None
+        relay = start_relay(other_cpus) if args.relay else None
         path = write_config(tmp, relay[1] if relay else None)
         collector, cport = start([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(path)],
-                                 r"receiver/claude_code listening on \S+:(\d+)")
+                                 r"receiver/claude_code listening on \S+:(\d+)", cpus=server_cpus)
         echo, eport = start([sys.executable, "bench/echo_server.py"], r"echo listening on \S+:(\d+)",
-                            ready="echo listening")
+                            ready="echo listening", cpus=server_cpus)
         try:
-            print(f"load average {_loadavg()} at the start")
+            print(f"load average {_loadavg()} at the start; "
+                  + (f"servers on CPU {sorted(server_cpus)}, generator and relay double on CPU {sorted(other_cpus)}"
+                     if server_cpus is not None and other_cpus is not None else "not pinned"))
             print(f"{'target':<10} {'rate/s':>7} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
                   f"{'CPU µs/req':>10} {'wait µs':>8} {'client µs':>9} {'lag p99':>8} {'not 200':>7}")
             rows, cpu, wait, runs = {}, {}, {}, {}
+            double: dict[int, float] = {}  # the relay double's CPU per hook, off the servers' core
             first = 0
             for rate in rates:
                 for name, proc, port in (("echo", echo, eport), ("collector", collector, cport)):
@@ -282,11 +326,14 @@ def main() -> None:
                     load(port, rate, args.warmup, args.connections, first)
                     first += int(rate * args.warmup)
                     cpu0, wait0 = cpu_seconds(proc.pid)
+                    double0 = cpu_seconds(relay[0].pid)[0] if relay and name == "collector" else 0.0
                     run = load(port, rate, args.duration, args.connections, first)
                     first += len(run.latencies)
                     lat = run.latencies
                     # The server's own CPU per request: latency on a shared machine is noisy, this less so.
                     cpu1, wait1 = cpu_seconds(proc.pid)
+                    if relay and name == "collector":
+                        double[rate] = (cpu_seconds(relay[0].pid)[0] - double0) / len(run.latencies) * 1e6
                     cpu[(name, rate)] = (cpu1 - cpu0) / len(lat) * 1e6
                     wait[(name, rate)] = (wait1 - wait0) / len(lat) * 1e6
                     rows[(name, rate)] = lat
@@ -303,7 +350,8 @@ def main() -> None:
                 c, e = rows[("collector", rate)], rows[("echo", rate)]
                 r50 = statistics.median(c) / statistics.median(e)
                 r99 = pct(c, 99) / pct(e, 99)
-                print(f"at {rate}/s: p50 ratio {r50:.2f}x (target <= 1.3x), p99 ratio {r99:.2f}x (target <= 2x)")
+                print(f"at {rate}/s: p50 ratio {r50:.2f}x (target <= 1.3x), p99 ratio {r99:.2f}x (target <= 2x)"
+                      + (f"; relay double {double[rate]:.0f} µs of CPU a hook" if rate in double else ""))
                 summary.append({"rate": rate, "n": len(c), "p50_ms": statistics.median(c) * 1000, "p99_ms": pct(c, 99),
                                 "max_ms": max(c) * 1000, "echo_p50_ms": statistics.median(e) * 1000,
                                 "echo_p99_ms": pct(e, 99), "echo_max_ms": max(e) * 1000, "p50_ratio": r50,
@@ -311,6 +359,7 @@ def main() -> None:
                                 "echo_cpu_us": cpu[("echo", rate)], "wait_us": wait[("collector", rate)],
                                 "echo_wait_us": wait[("echo", rate)],
                                 "client_cpu_us": runs[("collector", rate)].client_cpu_us,
+                                "relay_double_cpu_us": double.get(rate),
                                 "not_200": sum(n for st, n in runs[("collector", rate)].statuses.items() if st != 200)})
             emit("hooks", relay=args.relay, duration_s=args.duration, rows=summary)
         finally:
