@@ -11,8 +11,9 @@ client's. Each server gets an unmeasured
 warm-up second at each rate first, the same for both. Prints p50/p99/max, each server's CPU per
 request and how long it waited for a core per request (``wait µs``: what the rest of a shared
 machine cost it; near 0 on an idle one), the generator's own CPU per request and how late it
-sent (p99), replies other than 200, and the ratios to the floor, with the load average before
-and after. Where the machine has two cores or more, each server under test gets a core of its own
+sent (p99), the CPU time the hypervisor took from the machine during the run (``stolen ms``,
+from ``/proc/stat``: a run where it grew was slowed from outside), replies other than 200, and
+the ratios to the floor, with the load average before and after. Where the machine has two cores or more, each server under test gets a core of its own
 and the generator and the relay double (under ``SCHED_IDLE``) share another (``PLACEMENT``;
 ``--no-pin`` leaves placement to the scheduler).
 
@@ -234,6 +235,17 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 0.0
 
 
+def stolen_ms() -> float:
+    """CPU time the hypervisor took from this machine's CPUs so far (``/proc/stat``'s steal, summed
+    over all of them; 0 where it is not counted): a run during which it grows was slowed from
+    outside, whatever the servers did."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK") * 1000
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _loadavg() -> str:
     return ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
@@ -315,9 +327,10 @@ def main() -> None:
                   + (f"servers on CPU {sorted(server_cpus)}, generator and relay double on CPU {sorted(other_cpus)}"
                      if server_cpus is not None and other_cpus is not None else "not pinned"))
             print(f"{'target':<10} {'rate/s':>7} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-                  f"{'CPU µs/req':>10} {'wait µs':>8} {'client µs':>9} {'lag p99':>8} {'not 200':>7}")
+                  f"{'CPU µs/req':>10} {'wait µs':>8} {'client µs':>9} {'lag p99':>8} {'stolen ms':>9} {'not 200':>7}")
             rows, cpu, wait, runs = {}, {}, {}, {}
             double: dict[int, float] = {}  # the relay double's CPU per hook, off the servers' core
+            steal: dict[tuple[str, int], float] = {}
             first = 0
             for rate in rates:
                 for name, proc, port in (("echo", echo, eport), ("collector", collector, cport)):
@@ -327,9 +340,11 @@ def main() -> None:
                     first += int(rate * args.warmup)
                     cpu0, wait0 = cpu_seconds(proc.pid)
                     double0 = cpu_seconds(relay[0].pid)[0] if relay and name == "collector" else 0.0
+                    stolen0 = stolen_ms()
                     run = load(port, rate, args.duration, args.connections, first)
                     first += len(run.latencies)
                     lat = run.latencies
+                    stolen = stolen_ms() - stolen0
                     # The server's own CPU per request: latency on a shared machine is noisy, this less so.
                     cpu1, wait1 = cpu_seconds(proc.pid)
                     if relay and name == "collector":
@@ -342,7 +357,8 @@ def main() -> None:
                     print(f"{name:<10} {rate:>7} {len(lat):>6} {pct(lat, 50):>8.2f} {pct(lat, 99):>8.2f} "
                           f"{max(lat) * 1000:>8.2f} {cpu[(name, rate)]:>10.0f} {wait[(name, rate)]:>8.0f} "
                           f"{run.client_cpu_us:>9.0f} "
-                          f"{run.send_lag_p99_ms:>8.2f} {bad:>7}")
+                          f"{run.send_lag_p99_ms:>8.2f} {stolen:>9.0f} {bad:>7}")
+                    steal[(name, rate)] = stolen
             print(f"load average {_loadavg()} at the end")
             print()
             summary = []
@@ -360,6 +376,7 @@ def main() -> None:
                                 "echo_wait_us": wait[("echo", rate)],
                                 "client_cpu_us": runs[("collector", rate)].client_cpu_us,
                                 "relay_double_cpu_us": double.get(rate),
+                                "stolen_ms": steal[("collector", rate)], "echo_stolen_ms": steal[("echo", rate)],
                                 "not_200": sum(n for st, n in runs[("collector", rate)].statuses.items() if st != 200)})
             emit("hooks", relay=args.relay, duration_s=args.duration, rows=summary)
         finally:

@@ -173,7 +173,9 @@ def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: s
         row(f"hook round trip at {r['rate']}/s{relay} ({hooks['duration_s']:g} s, open loop; `bench_hooks.py`)",
             f"p50 {r['p50_ms']:.2f} ms ({r['p50_ratio']:.2f}x echo {r['echo_p50_ms']:.2f} ms), p99 {r['p99_ms']:.2f} ms "
             f"({r['p99_ratio']:.2f}x echo {r['echo_p99_ms']:.2f} ms), max {r['max_ms']:.0f} ms; collector CPU "
-            f"{r.get('cpu_us', float('nan')):.0f} µs/hook (echo {r.get('echo_cpu_us', float('nan')):.0f})",
+            f"{r.get('cpu_us', float('nan')):.0f} µs/hook (echo {r.get('echo_cpu_us', float('nan')):.0f})"
+            + (f"; hypervisor steal {r['stolen_ms']:.0f} ms (echo's run {r['echo_stolen_ms']:.0f} ms)"
+               if "stolen_ms" in r else ""),
             f"p50 <= {P50_X:g}x, p99 <= {P99_X:g}x", ok)
     shim = res.get("shim")
     if shim:
