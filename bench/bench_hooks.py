@@ -272,7 +272,9 @@ took 200-800 µs instead of under 100, its event loop stalled 0.5-1.1 ms about 2
 double, 1.3-3.5 ms. Pinned but at nice 19, the double (60-90 µs of CPU an event, in bursts of a
 flush) made the generator late instead (its send lag p99 0.4-0.5 ms against 0.13). A task under
 ``SCHED_IDLE`` never delays a normal one, so neither happens: the collector's p99 at 1,000/s
-read 0.85-0.87 ms in two runs. A real relay runs on another machine, or inside the collector."""
+read 0.85-1.19 ms in eight runs of 5-30 s (1.8-4.6 ms in three more, where the generator itself
+sent late and the hypervisor took CPU time from the machine: ``stolen ms``). A real relay runs on
+another machine, or inside the collector."""
 
 
 def placement(pin: bool) -> tuple[set[int] | None, set[int] | None]:
