@@ -44,7 +44,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from result import emit  # noqa: E402
+from result import emit, stolen_ms  # noqa: E402
 
 
 def start(cmd: list[str], pattern: str, env: dict[str, str] | None = None,
@@ -233,17 +233,6 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     except OSError:
         return 0.0, 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 0.0
-
-
-def stolen_ms() -> float:
-    """CPU time the hypervisor took from this machine's CPUs so far (``/proc/stat``'s steal, summed
-    over all of them; 0 where it is not counted): a run during which it grows was slowed from
-    outside, whatever the servers did."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-        return int(fields[8]) / os.sysconf("SC_CLK_TCK") * 1000
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 def _loadavg() -> str:

@@ -7,6 +7,7 @@ the README performance table (``--markdown``); a human reads the tables above th
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -44,3 +45,14 @@ def callgrind(args: list[str], cwd: Path, env: dict[str, str]) -> int:
         if m is None:
             raise SystemExit(f"no instruction count in callgrind output:\n{r.stderr[-2000:]}")
         return int(m.group(1))
+
+
+def stolen_ms() -> float:
+    """CPU time the hypervisor has taken from this machine's CPUs since boot, in ms (``/proc/stat``'s
+    steal, summed over all of them; 0 where it is not counted). Read before and after a run: a run
+    during which it grew was slowed from outside, whatever the code under test did."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK") * 1000
+    except (OSError, IndexError, ValueError):
+        return 0.0

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from result import parse
+from result import parse, stolen_ms
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -147,8 +147,14 @@ def load_average() -> str:
         return "unknown"
 
 
+def stolen(steal: dict[str, float]) -> str:
+    """The hypervisor's steal over the run, in all and by the benchmarks it fell in."""
+    some = [f"{key} {ms:,.0f}" for key, ms in steal.items() if ms >= 1]
+    return f"{sum(steal.values()):,.0f} ms" + (f" ({', '.join(some)})" if some else "")
+
+
 def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: str, minutes: float,
-             how: str = "python bench/run_all.py") -> str:
+             how: str = "python bench/run_all.py", steal: str | None = None) -> str:
     """The README table block, every figure from ``res`` (one run)."""
     pipe = by_batch(res["pipeline"]["rows"]) if res.get("pipeline") else {}
     speed = raw_speed(res) or "not measured (bench_pipeline did not run)"
@@ -156,7 +162,8 @@ def markdown(res: dict[str, dict[str, Any]], when: str, rev: str, load_before: s
         BEGIN,
         f"Run of `{how}` on {when} at commit `{rev}` ({platform.python_implementation()} "
         f"{platform.python_version()}, {os.cpu_count()} cores, load average {load_before} before the run, "
-        f"{minutes:.0f} min). Machine raw speed: {speed}. Every figure below is from this one run.",
+        f"{minutes:.0f} min{'' if steal is None else f'; CPU time the hypervisor took from the machine: {steal}'}). "
+        f"Machine raw speed: {speed}. Every figure below is from this one run.",
         "",
         "| what | measured | target | |",
         "|---|---|---|---|",
@@ -281,12 +288,15 @@ def main() -> int:
     rev, load_before = commit(), load_average()
     results: dict[str, dict[str, Any]] = {}
     failed = []
+    steal: dict[str, float] = {}  # ms the hypervisor took from the machine during each benchmark
     t_all = time.perf_counter()
     for key, title, cmd in runs:
         print(f"\n== {title}\n$ python bench/{' '.join(cmd)}", flush=True)
-        t0 = time.perf_counter()
+        t0, s0 = time.perf_counter(), stolen_ms()
         rc, figures = run_one(cmd)
-        print(f"({time.perf_counter() - t0:.0f} s{'' if rc == 0 else f', exit {rc}'})", flush=True)
+        steal[key] = stolen_ms() - s0
+        print(f"({time.perf_counter() - t0:.0f} s, hypervisor steal {steal[key]:.0f} ms"
+              f"{'' if rc == 0 else f', exit {rc}'})", flush=True)
         if rc != 0 or figures is None:
             failed.append(key)
         if figures is not None:
@@ -294,6 +304,7 @@ def main() -> int:
     minutes = (time.perf_counter() - t_all) / 60
     print(f"\n== issue 16, Done when (one run: {when}, commit {rev}, {minutes:.1f} min, load average "
           f"{load_before} before, {load_average()} after)")
+    print(f"hypervisor steal during the run: {stolen(steal)}")
     speed = raw_speed(results)
     if speed:
         print(f"machine raw speed: {speed}")
@@ -306,7 +317,7 @@ def main() -> int:
     if args.markdown:
         how = " ".join(["python bench/run_all.py", *(["--quick"] if args.quick else []),
                         *(["--only", args.only] if args.only else [])])
-        write_markdown(args.markdown, markdown(results, when, rev, load_before, minutes, how))
+        write_markdown(args.markdown, markdown(results, when, rev, load_before, minutes, how, stolen(steal)))
         print(f"performance table written to {args.markdown}")
     return 1 if failed else 0
 
