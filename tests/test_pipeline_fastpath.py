@@ -17,7 +17,7 @@ from typing import Any
 from aep_collector.pipeline.envelope import Stamper
 from aep_collector.pipeline.host import Health
 from aep_collector.pipeline.model import Signal
-from aep_collector.pipeline.pipeline import Pipeline, _bound_call
+from aep_collector.pipeline.pipeline import CHUNK, Pipeline, _bound_call
 from aep_collector.processors.capture import CaptureProcessor
 from aep_collector.processors.mapping import MappingProcessor
 from aep_collector.processors.runs import RunsProcessor
@@ -127,3 +127,59 @@ def test_a_failing_durable_exporter_is_counted_as_before(tmp_path):
     assert ("exporter/broken", "exported") not in health.counters
     assert health.counters[("exporter/sink", "exported")] == n
     assert "export-failed" in health.problems["exporter/broken"]
+
+
+class Seen:
+    """A processor that records the size of every batch it is handed, and can fail on one."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.sizes: list[int] = []
+        self.fail_on = fail_on
+
+    def __call__(self, batch: list[Any]) -> list[Any]:
+        self.sizes.append(len(batch))
+        if self.fail_on is not None and len(self.sizes) == self.fail_on:
+            raise RuntimeError("a processor's bug")
+        return batch
+
+
+def _big_batch() -> list[Signal]:
+    """More corpus hook inputs than one chunk holds, not a multiple of it."""
+    work = signals() * ((2 * CHUNK + 7) // len(signals()) + 1)
+    return work[: 2 * CHUNK + 7]
+
+
+def test_a_big_batch_equals_its_chunks_consumed_in_one_pass(tmp_path, monkeypatch):
+    work = _big_batch()
+    chain = lambda: [MappingProcessor(), RunsProcessor(), Tag("taga"), CaptureProcessor()]  # noqa: E731
+
+    def consume(one_pass: bool, where: Path) -> tuple[list, list[list[dict]]]:
+        if one_pass:  # the chunk as large as the batch: the path every batch took before chunks
+            monkeypatch.setattr("aep_collector.pipeline.pipeline.CHUNK", len(work))
+        else:
+            monkeypatch.setattr("aep_collector.pipeline.pipeline.CHUNK", CHUNK)
+        sink, seen = Sink(), Seen()
+        pipe = Pipeline("p", [seen, *chain()], Stamper(where, "h"), Health(), [("exporter/sink", sink)], [])
+        events = asyncio.run(pipe.consume(list(work)))
+        return [_minted_in_order([events]), _minted_in_order(sink.got)], seen.sizes
+
+    chunked, sizes = consume(False, tmp_path / "chunked")
+    whole, whole_sizes = consume(True, tmp_path / "whole")
+    assert chunked == whole  # the same events in the same order, and one delivery of all of them
+    assert whole_sizes == [len(work)]
+    assert sizes == [CHUNK, CHUNK, 7]  # the processors saw it a chunk at a time, in order
+    assert len(chunked[1]) == 1 and len(chunked[1][0]) == len(chunked[0][0])
+
+
+def test_a_processor_failing_in_a_later_chunk_delivers_nothing(tmp_path):
+    work = _big_batch()
+    sink, seen = Sink(), Seen(fail_on=2)
+    pipe = Pipeline("p", [seen, MappingProcessor()], Stamper(tmp_path, "h"), Health(), [("exporter/sink", sink)], [])
+    try:
+        asyncio.run(pipe.consume(work))
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the processor's failure was swallowed")
+    assert seen.sizes == [CHUNK, CHUNK]
+    assert sink.got == []  # the first chunk's events were not delivered either: the caller may retry all
