@@ -183,3 +183,7 @@ def test_a_processor_failing_in_a_later_chunk_delivers_nothing(tmp_path):
         raise AssertionError("the processor's failure was swallowed")
     assert seen.sizes == [CHUNK, CHUNK]
     assert sink.got == []  # the first chunk's events were not delivered either: the caller may retry all
+    # Nor stamped: no seq was spent on them, so a consumer sees no gap when the retry arrives.
+    seen.fail_on = None
+    again = asyncio.run(pipe.consume([work[0]]))
+    assert again and again[0]["seq"] == 0
