@@ -187,3 +187,17 @@ def test_a_processor_failing_in_a_later_chunk_delivers_nothing(tmp_path):
     seen.fail_on = None
     again = asyncio.run(pipe.consume([work[0]]))
     assert again and again[0]["seq"] == 0
+
+
+def test_an_item_that_is_not_a_draft_is_counted_and_the_rest_delivered(tmp_path):
+    health, sink = Health(), Sink()
+
+    def stray(batch: list[Any]) -> list[Any]:  # a plug-in processor's bug: it emits a non-dict
+        return [*batch, 5, "text"]
+
+    pipe = Pipeline("p", [MappingProcessor(), stray], Stamper(tmp_path, "h"), health, [("exporter/sink", sink)], [])
+    events = asyncio.run(pipe.consume([signals()[0]]))
+    assert events and all(isinstance(e, dict) for e in events)
+    assert sink.got == [events]
+    assert health.counters[("pipeline/p", "rejected")] == 2
+    assert "not a draft" in json.dumps(health.snapshot())
