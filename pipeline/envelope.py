@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -488,6 +488,9 @@ class Stamper:
 
     def _stamp_general(self, draft: Event, now: float | None) -> Event:
         """``stamp`` for any draft: agent-scoped and command types, optionals, extension attributes."""
+        if draft.__class__ is not dict and not isinstance(draft, Mapping):
+            # Only a buggy processor hands on such a value: refused like any unstampable draft.
+            raise StampError(f"a processor passed on a {type(draft).__name__}, not a draft")
         if "aep" in draft and "id" in draft and "source" in draft:
             return _public(draft)  # already stamped (a redelivered ack): never re-stamp
         get = draft.get

@@ -138,12 +138,6 @@ class Pipeline:
             except StampError as exc:
                 self.health.count(self.component, "rejected")
                 self.health.incident(self.component, "invalid-draft", str(exc))
-            except (TypeError, AttributeError):  # not a dict at all: a plug-in processor's bug
-                if isinstance(item, dict):
-                    raise  # a stamper fault on a real draft is not the draft's: it must not hide here
-                self.health.count(self.component, "rejected")
-                self.health.incident(self.component, "invalid-draft",
-                                     f"a processor passed on a {type(item).__name__}, not a draft")
 
     def deliver(self, events: list[Event], redelivery: bool = False) -> None:
         """Hand stamped events to the exporters; a redelivery skips the durable record it already has."""
