@@ -24,7 +24,10 @@ peer that can be away, nothing worth replaying after a restart) sets the class a
 Layout of ``<state_dir>/queue/<exporter id>/``: ``<n>.seg`` segment files of JSON lines (one
 event per line, the ``aep_collector.pipeline.wire`` bytes, appended with one ``write`` per batch), ``cursor``
 (16 bytes: segment number and byte offset of the next undelivered line, rewritten in place
-after each delivered batch) and ``lock`` (one collector per queue directory).
+after each delivered batch) and ``lock`` (one collector per queue directory). A cursor that
+cannot be right (the wrong length, past every segment on disk, past its segment's end or not at
+the start of a line) is not trusted: delivery restarts at the oldest segment (some events are
+delivered again, none is deleted), with a warning and a ``cursor-reset`` incident.
 
 The bound is bytes on disk (``max_bytes``). Past 90 % of it, new debug/info events are refused;
 at 100 %, every new event is: the queue keeps the oldest undelivered events (the JSONL log has
@@ -169,6 +172,9 @@ class SendingQueue:
         self._refused_since_log = 0
         self._last_log = 0.0
         self._full = False
+        self._write_failed: set[str] = set()
+        """Causes ``put`` raised for a failed append (``enospc``, ...); the next append that
+        succeeds recovers them."""
         self._progress = time.monotonic()
         self._opened = False
 
@@ -200,20 +206,34 @@ class SendingQueue:
             self.close()  # releases the lock too, so a later attempt can take it again
             raise
         self._opened = True
+        self.health.recover(self.id, "queue-unavailable")  # raised by start() or put() while it could not open
         if self.pending_events:
             log.info("%s: %d undelivered events (%d bytes) waiting in %s from before", self.id,
                      self.pending_events, self.pending_bytes, d)
 
     def _load(self, d: Path) -> None:
-        """Find the segments, read the cursor, repair a torn tail, open the tail segment, count."""
+        """Find the segments, repair a torn tail, read the cursor, open the tail segment, count."""
         for p in d.glob("*.seg"):
             if p.stem.isdigit():
                 self.segments.append(int(p.stem))
                 self.sizes[int(p.stem)] = p.stat().st_size
         self.segments.sort()
+        if self.segments:  # repaired first, so the cursor is checked against whole lines only
+            _repair_tail(self._path(self.segments[-1]))
+            self.sizes[self.segments[-1]] = self._path(self.segments[-1]).stat().st_size
         self._cursor_fd = os.open(d / "cursor", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        raw = os.pread(self._cursor_fd, _CURSOR.size, 0)
+        raw = os.pread(self._cursor_fd, _CURSOR.size + 1, 0)  # one byte more, to see a long file
         seg, off = _CURSOR.unpack(raw) if len(raw) == _CURSOR.size else (0, 0)
+        wrong = self._implausible(raw, seg, off)
+        if wrong:
+            # Its word would delete segments or skip lines: redelivering is the safe side (at-least-once).
+            oldest = self.segments[0] if self.segments else 1
+            log.warning("%s: the delivery cursor %s %s; not trusted: delivery restarts at the oldest "
+                        "segment on disk (%d), so events delivered before may be delivered again",
+                        self.id, d / "cursor", wrong, oldest)
+            self.health.incident(self.id, "cursor-reset", f"{d / 'cursor'} {wrong}; delivery restarted at "
+                                 "the oldest segment (events may be delivered again)")
+            seg, off = 0, 0
         # Segments wholly before the cursor were delivered; a cursor on a deleted segment moves on.
         for n in [n for n in self.segments if n < seg]:
             self._unlink(n)
@@ -223,12 +243,36 @@ class SendingQueue:
         if self.segments[0] != seg:
             seg, off = self.segments[0], 0
         last = self._path(self.segments[-1])
-        _repair_tail(last)
         self._fd = os.open(last, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.sizes[self.segments[-1]] = os.fstat(self._fd).st_size
-        off = min(off, self.sizes.get(seg, 0))
         self.cursor = (seg, off)
+        if wrong:  # rewritten whole now, or a cursor of the wrong length would be distrusted at every start
+            with contextlib.suppress(OSError):
+                os.pwrite(self._cursor_fd, _CURSOR.pack(seg, off), 0)
+                os.ftruncate(self._cursor_fd, _CURSOR.size)
         self.pending_events = self._count_from_cursor()
+
+    def _implausible(self, raw: bytes, seg: int, off: int) -> str:
+        """What is wrong with the cursor read from disk (``raw``, unpacked to ``seg``, ``off``), or "".
+
+        The worker writes the cursor only on a line boundary of a segment it read, and deletes only
+        segments before it, so a cursor is never past the newest segment, in a gap, past its
+        segment's end or inside a line. Empty is a queue that never delivered; a cursor before the
+        oldest segment is one whose step was not written after the segments it passed were deleted.
+        """
+        if len(raw) not in (0, _CURSOR.size):
+            return f"is {len(raw)}{'+' if len(raw) > _CURSOR.size else ''} bytes long, not {_CURSOR.size}"
+        if not self.segments or seg < self.segments[0]:
+            return ""
+        if seg > self.segments[-1]:
+            return f"points at segment {seg}, past the newest on disk ({self.segments[-1]})"
+        if seg not in self.sizes:
+            return f"points at segment {seg}, which is not on disk (segments {self.segments[0]}..{self.segments[-1]})"
+        if off > self.sizes[seg]:
+            return f"points at offset {off} of segment {seg}, past its end ({self.sizes[seg]} bytes)"
+        if off and self._pread(seg, 1, off - 1) != b"\n":
+            return f"points at offset {off} of segment {seg}, which is not the start of a line"
+        return ""
 
     def _path(self, n: int) -> Path:
         return self.directory / f"{n:016d}.seg"
@@ -287,14 +331,20 @@ class SendingQueue:
             kept.append(line)
             size += len(line)
         if kept:
-            if self.sizes[self.segments[-1]] >= self.segment_limit:
-                self._roll()
             data = b"".join(kept)
             try:
+                if self.sizes[self.segments[-1]] >= self.segment_limit:
+                    self._roll()  # creating the next segment fails on a full disk too
                 _write_all(self._fd, data, self.sizes[self.segments[-1]])  # type: ignore[arg-type]
             except OSError as exc:
-                self._refuse(len(kept), _cause(exc), f"{self._path(self.segments[-1])}: {exc.strerror or exc}")
+                cause = _cause(exc)
+                self._write_failed.add(cause)
+                self._refuse(len(kept), cause, f"{self._path(self.segments[-1])}: {exc.strerror or exc}")
             else:
+                if self._write_failed:  # an append fits again: the disk has room (or works) again
+                    for cause in sorted(self._write_failed):
+                        self.health.recover(self.id, cause)
+                    self._write_failed.clear()
                 self.sizes[self.segments[-1]] += len(data)
                 self.pending_events += len(kept)
                 if cfg.fsync == "always":
@@ -348,7 +398,10 @@ class SendingQueue:
             self._sync_task = loop.create_task(self._sync_loop(), name=f"sending-queue-sync:{self.id}")
 
     def read_batch(self) -> tuple[list[Event], tuple[int, int], int]:
-        """Up to ``batch_size`` events from the cursor: (events, cursor after them, lines consumed)."""
+        """Up to ``batch_size`` events from the cursor: (events, cursor after them, lines consumed).
+
+        Reads a chunk at a time. A line longer than a chunk is read whole, however long (the queue
+        accepted it), and ends the batch: a batch holds at most one line larger than a chunk."""
         seg, off = self.cursor
         if self.segments and seg == self.segments[-1] and off >= self.sizes.get(seg, 0):
             return [], (seg, off), 0  # all read (the worker's look after each delivery)
@@ -365,6 +418,9 @@ class SendingQueue:
                 seg, off = later[0], 0
                 continue
             buf = self._pread(seg, min(_READ_CHUNK, size - off), off)
+            long_line = len(buf) == _READ_CHUNK and b"\n" not in buf
+            if long_line:
+                buf = self._read_line(seg, off, size, buf)
             pos = 0
             while len(events) < self.config.batch_size:
                 nl = buf.find(b"\n", pos)
@@ -381,7 +437,26 @@ class SendingQueue:
             if pos == 0:
                 break  # no whole line in range: an append is under way
             off += pos
+            if long_line:
+                break
         return events, (seg, off), consumed
+
+    def _read_line(self, seg: int, off: int, size: int, head: bytes) -> bytes:
+        """The line at ``off`` of segment ``seg``, of which the chunk ``head`` holds no newline:
+        read on, a chunk at a time, to its newline (or the segment's ``size``)."""
+        parts = [head]
+        at = off + len(head)
+        while at < size:
+            chunk = self._pread(seg, min(_READ_CHUNK, size - at), at)
+            if not chunk:
+                break
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                parts.append(chunk[:nl + 1])
+                break
+            parts.append(chunk)
+            at += len(chunk)
+        return b"".join(parts)
 
     def _pread(self, seg: int, n: int, off: int) -> bytes:
         """``n`` bytes of segment ``seg`` from ``off``. The segment stays open for the next read:
@@ -574,19 +649,26 @@ def _write_all(fd: int, data: bytes, size: int) -> None:
 
 
 def _repair_tail(path: Path) -> None:
-    """Cut a torn last line (power loss mid-append) so the next append starts a fresh line."""
+    """Cut a torn last line (power loss mid-append) so the next append starts a fresh line. The
+    last newline is looked for a chunk at a time, however far back it is (a line can be longer
+    than a chunk); a file without one is all torn line."""
     try:
         with open(path, "rb+") as fh:
             size = fh.seek(0, os.SEEK_END)
             if size == 0:
                 return
-            back = min(size, _READ_CHUNK)
-            fh.seek(size - back)
-            tail = fh.read(back)
-            if tail.endswith(b"\n"):
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
                 return
-            cut = tail.rfind(b"\n")
-            keep = size - back + cut + 1 if cut >= 0 else (0 if back == size else size)
+            keep, end = 0, size
+            while end > 0:
+                start = max(0, end - _READ_CHUNK)
+                fh.seek(start)
+                cut = fh.read(end - start).rfind(b"\n")
+                if cut >= 0:
+                    keep = start + cut + 1
+                    break
+                end = start
             fh.truncate(keep)
             log.warning("%s: cut a torn last line of %d bytes", path, size - keep)
     except FileNotFoundError:
