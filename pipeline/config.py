@@ -38,6 +38,8 @@ _FALSE = frozenset({"", "0", "false", "no", "off"})
 MAPPING_TYPE = "mapping"
 """The processor type that turns receivers' vendor signals into event drafts."""
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*(/[A-Za-z0-9._-]+)?$")
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+_LEADING_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ConfigError(ValueError):
@@ -330,6 +332,8 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _NUMBER.fullmatch(value):  # what ${env:T:-1.5} substitutes to
+            return float(value)
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -339,7 +343,11 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
 
 
 def build_dataclass(cls: type, raw: Any, file: str, path: str) -> Any:
-    """Build config dataclass ``cls`` from a YAML mapping; unknown keys are errors, not ignored."""
+    """Build config dataclass ``cls`` from a YAML mapping; unknown keys are errors, not ignored.
+
+    Key and type errors do not hide value errors: the dataclass is built from the keys that did
+    coerce and its ``validate()`` still runs (see ``_value_errors``), so one run lists them all.
+    """
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -352,36 +360,212 @@ def build_dataclass(cls: type, raw: Any, file: str, path: str) -> Any:
         if key not in fields:
             errs.add(file, _join(path, key), f"unknown key (known keys: {known})")
     kwargs = {}
+    failed: set[str] = set()
     for name in fields:
         if name in raw:
             with errs.check():
                 kwargs[name] = coerce(hints[name], raw[name], file, _join(path, name))
-    errs.done()
+            if name not in kwargs:
+                failed.add(name)
     try:
         obj = cls(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(file, path, str(exc)) from None
-    validate = getattr(obj, "validate", None)
-    if callable(validate):
-        try:
-            validate()
-        except ConfigError as exc:  # a nested check that already knows its key
-            raise ConfigError(file, _join(path, exc.path), exc.message) from None
-        except ValueError as exc:
-            raise ConfigError(file, path, str(exc)) from None
+    except (TypeError, ValueError) as exc:
+        if not errs.errors:  # else most likely fallout of a key that failed (e.g. a required one)
+            errs.add(file, path, str(exc))
+        errs.done()
+        raise AssertionError("unreachable") from None  # done() raised
+    errs.errors.extend(_value_errors(obj, {str(k) for k in raw} - failed, failed, file, path))
+    errs.done()
     return obj
 
 
+def _value_errors(obj: Any, written: set[str], failed: set[str], file: str, path: str) -> list[ConfigError]:
+    """Every problem ``obj.validate()`` finds, each at its key path where the message names a key.
+
+    ``validate()`` may raise one ``ValueError`` (its message starting with the key, the plug-in
+    contract), a ``ConfigError`` (its ``path`` relative to ``obj``), or an ``ExceptionGroup`` of
+    them for several problems at once. One that stops at its first problem is called again with
+    that key set back to its default, so the next problem shows too; an error after such a reset
+    is reported only if it is about another key the file wrote and does not mention a key set
+    back (``hi must be at least lo`` after ``lo`` was), since it may be fallout of the default
+    standing in for the file's value.
+    """
+    validate = getattr(obj, "validate", None)
+    if not callable(validate):
+        return []
+    fields = {f.name: f for f in dataclasses.fields(obj) if f.init}
+    out: list[ConfigError] = []
+    reset: set[str] = set()
+
+    def report(problems: list[BaseException]) -> None:
+        stand_ins = reset | failed  # keys holding their default in place of what the file wrote
+        for problem in problems:
+            key = _key_of(problem, fields)
+            if key in stand_ins or _mentions(problem, stand_ins):
+                continue  # judged against a stand-in: maybe fallout, not the file's problem
+            if not stand_ins or key in written:
+                out.extend(_as_errors(problem, fields, file, path))
+
+    while True:
+        try:
+            validate()
+            return out
+        except ExceptionGroup as group:  # validate() listed every problem itself
+            leaves = _leaves(group)
+            if not all(isinstance(e, ValueError) for e in leaves):
+                raise
+            report(leaves)
+            return out
+        except ValueError as exc:
+            if isinstance(exc, ConfigError) and len(exc.errors) > 1:  # a list too
+                report(list(exc.errors))
+                return out
+            report([exc])
+            key = _key_of(exc, fields)
+            if key is None or key in reset or key in failed:
+                return out
+            default = _default_of(fields[key])
+            if default is dataclasses.MISSING:
+                return out
+            reset.add(key)
+            try:
+                obj = dataclasses.replace(obj, **{key: default})
+            except (TypeError, ValueError):
+                return out
+            validate = obj.validate
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    return [leaf for e in group.exceptions
+            for leaf in (_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])]
+
+
+def _mentions(exc: BaseException, keys: set[str]) -> bool:
+    text = exc.message if isinstance(exc, ConfigError) else str(exc)
+    return any(re.search(rf"\b{re.escape(key)}\b", text) for key in keys)
+
+
+def _key_of(exc: BaseException, fields: typing.Mapping[str, Any]) -> str | None:
+    """The key a validate() error is about: a ConfigError's path head, else the message's first word."""
+    if isinstance(exc, ConfigError):
+        head = re.split(r"[.\[]", exc.path, maxsplit=1)[0]
+    else:
+        m = _LEADING_KEY.match(str(exc))
+        head = m.group(0) if m else ""
+    return head if head in fields else None
+
+
+def _as_errors(exc: BaseException, fields: typing.Mapping[str, Any], file: str, path: str) -> list[ConfigError]:
+    if isinstance(exc, ConfigError):  # a nested check that already knows its key
+        return [ConfigError(file, _join(path, e.path), e.message) for e in exc.errors]
+    key = _key_of(exc, fields)
+    return [ConfigError(file, _join(path, key) if key else path, str(exc))]
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
 def load_yaml(path: str | Path) -> Any:
+    """Read a config file: UTF-8 YAML whose mapping keys are unique at every depth."""
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read config: {exc.strerror or exc}") from None
+    text = _decode(data, file)
     try:
-        return yaml.safe_load(text)
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # raised while the loader checks the characters
+        raise ConfigError(file, "", f"not valid YAML: {_yaml_problem(exc, text)}") from None
+    loader.name = file
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        errs = _Collect()
+        for key_path, first, again in _duplicate_keys(node):
+            errs.add(file, key_path, f"duplicate key ({first}, again at {again}): keys must be "
+                                     "unique; the later one would silently replace the first")
+        errs.done()
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
-        raise ConfigError(file, "", f"not valid YAML: {exc}") from None
+        raise ConfigError(file, "", f"not valid YAML: {_yaml_problem(exc, text)}") from None
+    finally:
+        loader.dispose()
+
+
+def _decode(data: bytes, file: str) -> str:
+    """The text of a config file, which must be UTF-8 (a UTF-8 byte order mark is allowed)."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ConfigError(file, "", "the file is UTF-16 (it starts with a UTF-16 byte order mark); "
+                                    "save it as UTF-8")
+    if b"\x00" in data:  # valid UTF-8, but YAML would only say "unacceptable character #x0000"
+        raise ConfigError(file, "", "the file contains NUL bytes (UTF-16 without a byte order mark?); "
+                                    "save it as UTF-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(file, "", f"not UTF-8: byte 0x{data[exc.start]:02x} at line {line}, column {column} "
+                                    f"({exc.reason}); save the file as UTF-8") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """One line saying what PyYAML found and where (its own message spans several)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        m = exc.problem_mark
+        where = f"line {m.line + 1}, column {m.column + 1}: {exc.problem}"
+        if exc.context and exc.context_mark is not None:
+            c = exc.context_mark
+            where += f" ({exc.context} at line {c.line + 1}, column {c.column + 1})"
+        return where
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return f"line {line}, column {column}: unacceptable character #x{exc.character:04x} ({exc.reason})"
+    return " ".join(str(exc).split())
+
+
+def _duplicate_keys(root: yaml.Node) -> Iterator[tuple[str, str, str]]:
+    """``(key path, where first, where again)`` of each mapping key written twice, at any depth.
+
+    PyYAML keeps the last of repeated keys silently; a second ``processors:`` section could then
+    raise the capture ceiling unnoticed. ``<<`` merge keys may be overridden, as YAML intends.
+    """
+    stack: list[tuple[yaml.Node, str]] = [(root, "")]
+    seen: set[int] = set()  # an alias is the same node: walk it once
+    found: list[tuple[str, yaml.Mark, yaml.Mark]] = []
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], yaml.Mark] = {}
+            children = []
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                here = key.start_mark
+                if (key.tag, key.value) in first:
+                    found.append((_join(path, key.value), first[(key.tag, key.value)], here))
+                else:
+                    first[(key.tag, key.value)] = here
+                children.append((value, _join(path, key.value)))
+            stack.extend(reversed(children))  # popped in file order: an anchor is met before its aliases
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed([(item, f"{path}[{i}]") for i, item in enumerate(node.value)]))
+    for key_path, a, b in sorted(found, key=lambda f: (f[2].line, f[2].column)):
+        if a.line == b.line:
+            yield key_path, f"line {a.line + 1}, column {a.column + 1}", f"column {b.column + 1}"
+        else:
+            yield key_path, f"line {a.line + 1}", f"line {b.line + 1}"
 
 
 def parse(raw: Any, registry: Registry, file: str = "<config>",

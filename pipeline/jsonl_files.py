@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import gzip
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,10 +76,13 @@ def open_log(path: Path):  # -> BinaryIO
 
 def iter_lines(path: str | Path) -> Iterator[bytes]:
     """The lines (with their ``\\n``) of the session log ``path`` names, across rotated and
-    compressed files, oldest first. Raises OSError (e.g. FileNotFoundError) like ``open``."""
+    compressed files, oldest first. Raises OSError (e.g. FileNotFoundError) like ``open``, also
+    for a damaged ``.gz``, so every reader reports it as the unreadable file it is."""
     for file in session_files(path):
         with open_log(file) as fh:
             try:
                 yield from fh
-            except EOFError as exc:  # a truncated .gz: unreadable, like any other read error
+            except EOFError as exc:  # a truncated .gz
                 raise OSError(f"{file}: compressed file ends early ({exc})") from None
+            except zlib.error as exc:  # a corrupt deflate stream (neither OSError nor EOFError)
+                raise OSError(f"{file}: compressed file is corrupt ({exc})") from None

@@ -544,10 +544,18 @@ async def cmd_status(args: argparse.Namespace) -> int:
             t = target(args)
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http, \
                     http.get(f"{t.url}/healthz", headers={"Authorization": f"Bearer {t.token}"}) as r:
-                health = await r.json()
-            print(f"relay role: {t.url} (token file {doc.get('token_file') or 'from AEP_TOKEN'}); "
-                  f"{health.get('sessions', '?')} sessions, {health.get('connections', '?')} connections, "
-                  f"{health.get('subscribers', '?')} subscribers")
+                health = await r.json() if r.status != 401 else {}
+            if "sessions" not in health:
+                # /healthz is public: it answers {"ok": true} to anyone and adds the counts and the
+                # collector's health only for the right token, so their absence is the refusal.
+                health = {}
+                print(f"relay role: {t.url}: token refused")
+                print("error: the collector refused the token: check AEP_TOKEN or --token", file=sys.stderr)
+                code = UNREACHABLE
+            else:
+                print(f"relay role: {t.url} (token file {doc.get('token_file') or 'from AEP_TOKEN'}); "
+                      f"{health['sessions']} sessions, {health.get('connections', '?')} connections, "
+                      f"{health.get('subscribers', '?')} subscribers")
         except (CliError, aiohttp.ClientError, OSError, ValueError, TimeoutError) as exc:
             print(f"relay role: unreachable ({exc})")
             code = UNREACHABLE
@@ -666,6 +674,12 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # an operator command reports, it never dumps a traceback
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {_exception_name(exc)}: {exc}", file=sys.stderr)
         return REJECTED if not isinstance(exc, OSError) else UNREACHABLE
 
+
+
+def _exception_name(exc: BaseException) -> str:
+    """``zlib.error``, not ``error`` (which would read ``error: error: ...``); builtins bare."""
+    kind = type(exc)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"

@@ -228,10 +228,12 @@ def test_service_section_is_checked_like_a_component_and_with_the_pipelines(regi
         parse(raw, registry, "mem.yaml")
     assert [(e.path, e.message) for e in info.value.errors] == [
         ("service.stat_dir", "unknown key (known keys: limits, pipelines, state_dir, telemetry)"),
-        ("service.limits", "max_sessions must be at least 1"),
+        ("service.limits.max_sessions", "max_sessions must be at least 1"),
         ("service.telemetry.logs.level", "expected debug, info, warning or error"),
         ("service.telemetry.metrics.endpoint", "expected host:port, got 'nope'"),
         ("service.telemetry.health.span", "unknown key (known keys: window)"),
+        # the unknown key beside it does not hide the value check
+        ("service.telemetry.health.window", "expected a positive number of seconds"),
         ("service.pipelines.p.exporters[1]", "exporter 'relay' is not defined under exporters:"),
     ]
 
