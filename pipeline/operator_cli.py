@@ -436,6 +436,17 @@ def answer_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"values": values}
 
 
+def _capture_of(answer: dict[str, Any]) -> str:
+    """The level a command states (AEP-0004 §2): ``metadata`` for a bare option (or numbers and
+    booleans), ``redacted`` for free text and string form values, which the relay role fans out
+    only to subscribers at that level or above (and, should the text hold a secret §9.4 would
+    still change, only to ``full`` ones: an operator's text is not redacted before the agent reads it)."""
+    values = answer.get("values")
+    texts = isinstance(values, dict) and any(not isinstance(v, (int, float, bool)) or v is None
+                                             for v in values.values())
+    return "redacted" if "text" in answer or texts else "metadata"
+
+
 async def cmd_respond(args: argparse.Namespace) -> int:
     answer = answer_of(args)
     t = target(args)
@@ -447,7 +458,7 @@ async def cmd_respond(args: argparse.Namespace) -> int:
     if request not in open_requests(events):
         raise CliError(f"request {args.request} is already resolved", NOT_FOUND)
     cmd = _command("control.attention.respond", request["session"], subject=args.request, cause=args.request,
-                   data={"answer": answer})
+                   capture=_capture_of(answer), data={"answer": answer})
     return await send_command(t, cmd)
 
 
@@ -461,7 +472,8 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
     data: dict[str, Any] = {"scope": "run"}
     if args.reason:
         data["reason"] = args.reason
-    cmd = _command("control.cancel", events[0]["session"], run=args.run, data=data)
+    cmd = _command("control.cancel", events[0]["session"], run=args.run,
+                   capture="redacted" if args.reason else "metadata", data=data)
     return await send_command(t, cmd)
 
 

@@ -123,14 +123,19 @@ def envelope_reference(out: dict[str, Any], screen: Any, detector: Redactor) -> 
     """The envelope screen of ``apply_cap`` as it was, a loop over each tuple (the oracle)."""
     from aep_collector.processors.capture.structure import ENVELOPE_IDS, ENVELOPE_TOKEN
 
+    # A value that is not a string is screened as the text the stamper will write for it.
     for name in ENVELOPE_TOKEN:
         if name in out:
             value = out[name]
+            if value is not None and not isinstance(value, str):
+                value = str(value)
             if isinstance(value, str):
                 out[name] = screen(value, True)
     for name in ENVELOPE_IDS:
         if name in out:
             value = out[name]
+            if value is not None and not isinstance(value, str):
+                value = out[name] = str(value)
             if isinstance(value, str):
                 hit = detector.verdicts.get(value)
                 if hit or (hit is None and detector.sensitive(value)):

@@ -23,6 +23,8 @@ class Entry:
     order: int
     text: str = field(compare=False)
     event: dict[str, Any] = field(compare=False)
+    claim: str | None = field(default=None, compare=False)
+    """The level the event is trusted at when not its own ``capture`` (``honest_claim``), else None."""
 
 
 @dataclass
@@ -47,7 +49,7 @@ class Buffers:
         self._seen: dict[str, set[tuple[str, str]]] = {}
         self._order = itertools.count()
 
-    def admit(self, ev: dict[str, Any], text: str) -> bool:
+    def admit(self, ev: dict[str, Any], text: str, claim: str | None = None) -> bool:
         """Buffer a sequenced session event; False when ``(source, id)`` is already held."""
         session = ev["session"]
         buf = self.sessions.get(session)
@@ -62,7 +64,7 @@ class Buffers:
                 self._seen.pop(old, None)
         self.sessions.move_to_end(session)  # every write refreshes recency
         seen.add(key)
-        entry = Entry((ev.get("epoch", 0), ev["seq"]), next(self._order), text, ev)
+        entry = Entry((ev.get("epoch", 0), ev["seq"]), next(self._order), text, ev, claim)
         if not buf.entries or buf.entries[-1].pos <= entry.pos:
             buf.entries.append(entry)  # the common case: in order
         else:

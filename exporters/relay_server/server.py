@@ -50,6 +50,28 @@ def _parse(text: str) -> Any:
         return loads(text)
 
 
+_WARNED: set[tuple[Any, Any]] = set()
+
+
+def _foreign_claim(ev: dict[str, Any]) -> str | None:
+    """None when an event from another emitter (or a command) keeps the level it claims, else the
+    level to take it at (``honest_claim``): its claim then cannot be what every subscriber at or
+    above it trusts. Checked once per foreign event, never on the collector's own."""
+    from aep_collector.processors.capture.ceiling import honest_claim
+
+    claim = honest_claim(ev)
+    if claim == ev.get("capture", "metadata"):
+        return None
+    said = (ev.get("agent"), ev.get("type"))
+    if said in _WARNED or len(_WARNED) >= 1024:  # once per sender and type, not per event
+        return claim
+    _WARNED.add(said)
+    log.warning("an event of type %s from %s claims capture %r but its content needs more; "
+                "subscribers below full get it down-levelled", ev.get("type"), ev.get("agent"),
+                ev.get("capture", "metadata"))
+    return claim
+
+
 def _frame(obj: dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
@@ -214,20 +236,23 @@ class Surface:
         if is_command(etype):
             self.route(ev, text, conn)
             return
+        claim = _foreign_claim(ev)
         if "seq" in ev and "session" in ev:
             if conn is not None:
                 conn.claims.setdefault(ev["session"], None)
-            self.buffers.admit(ev, text)
-        self.fan_out(ev, text)  # live fan-out forwards every copy, duplicates included (AEP-0003 §5)
+            self.buffers.admit(ev, text, claim)
+        self.fan_out(ev, text, claim)  # live fan-out forwards every copy, duplicates included (AEP-0003 §5)
 
     def publish(self, ev: dict[str, Any]) -> None:
-        """An event the collector's own pipelines stamped."""
+        """An event the collector's own pipelines stamped (capped by its capture processor: its
+        claim is honest, so nothing is checked here, on the hot path)."""
         text = dumps(ev)
         if "seq" in ev and isinstance(ev.get("session"), str):
             self.buffers.admit(ev, text)
         self.fan_out(ev, text)
 
-    def fan_out(self, ev: dict[str, Any], text: str) -> None:
+    def fan_out(self, ev: dict[str, Any], text: str, claim: str | None = None) -> None:
+        """``claim``: the level to trust ``ev`` at when its own ``capture`` is not (``_foreign_claim``)."""
         agent = ev.get("agent")
         if isinstance(agent, str):  # for `aep-collector status`: the last event per agent, metadata only
             if agent not in self.last and len(self.last) >= 1000:
@@ -238,12 +263,12 @@ class Surface:
         for conn in self.conns:
             for sub in list(conn.subs.values()):
                 if matches(sub.filter, ev):
-                    body = self._variant(ev, text, sub.ceiling, variants)
+                    body = self._variant(ev, text, sub.ceiling, variants, claim)
                     if body is not None and not conn.outlet.put(body, severity):
                         self._shed(conn.outlet)
         for stream in self.streams:
             if matches(stream.sub.filter, ev):
-                body = self._variant(ev, text, stream.sub.ceiling, variants)
+                body = self._variant(ev, text, stream.sub.ceiling, variants, claim)
                 if body is not None and not stream.outlet.put(_sse_chunk(ev, body), severity):
                     self._shed(stream.outlet)
 
@@ -255,11 +280,15 @@ class Surface:
             self.owner.report_shed("a slow subscriber's debug/info events were shed")
 
     @staticmethod
-    def _variant(ev: dict[str, Any], text: str, ceiling: str | None, cache: dict[str | None, str | None]) -> str | None:
-        """The text a subscriber with ``ceiling`` gets: the raw text, or a down-levelled copy."""
+    def _variant(ev: dict[str, Any], text: str, ceiling: str | None, cache: dict[str | None, str | None],
+                 claim: str | None = None) -> str | None:
+        """The text a subscriber with ``ceiling`` gets: the raw text, or a down-levelled copy.
+
+        ``claim`` (an event from another emitter whose content breaks its own ``capture``) is the
+        level the event is taken at instead of the one it states."""
         if ceiling in cache:
             return cache[ceiling]
-        level = ev.get("capture", "metadata")
+        level = ev.get("capture", "metadata") if claim is None else claim
         if level in LEVELS and LEVELS.index(level) <= LEVELS.index(ceiling or "full"):
             cache[ceiling] = text
         else:
@@ -267,7 +296,7 @@ class Surface:
                 downlevel,  # the one down-levelling the capture processor uses
             )
 
-            cache[ceiling] = dumps(downlevel(ev, ceiling or "metadata"))
+            cache[ceiling] = dumps(downlevel(ev, ceiling or "metadata", source=claim))
         return cache[ceiling]
 
     # -- command routing (AEP-0004 §4) ---------------------------------------------------------
@@ -299,7 +328,7 @@ class Surface:
             target.outlet.put(text)  # forwarded byte-identically (AEP-0004 §4 rule 5)
         else:
             self.owner.submit(cmd, target)
-        self.fan_out(cmd, text)
+        self.fan_out(cmd, text, _foreign_claim(cmd))
 
     def roster(self) -> list[dict[str, Any]]:
         entries = []
@@ -434,7 +463,7 @@ class Surface:
             if matches(sub.filter, e.event):
                 key = (e.order, sub.ceiling)
                 if key not in cache:
-                    cache[key] = self._variant(e.event, e.text, sub.ceiling, {})
+                    cache[key] = self._variant(e.event, e.text, sub.ceiling, {}, e.claim)
                 body = cache[key]
                 if body is not None:
                     put(e.event, body)

@@ -24,6 +24,7 @@ from .ceiling import (
     cap_draft,
     cap_form_values,
     downlevel,
+    honest_claim,
     load_annotations,
     synthesized_prompt,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "CaptureProcessor",
     "Redactor",
     "downlevel",
+    "honest_claim",
     "cap_draft",
     "cap_form_values",
     "load_annotations",

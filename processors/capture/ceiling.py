@@ -583,21 +583,35 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
         # still correlates.
         # ENVELOPE_TOKEN and ENVELOPE_IDS spelled out, each a membership test before any read (a
         # draft carries few of them): the loops over the two tuples cost more than these tests.
+        # ``left`` counts the keys not accounted for, taking type, agent, capture and data as there
+        # (checked below: a draft without data or type is checked whole; one without an agent is
+        # never stamped); a containment test on every draft would cost ~1,300 instructions.
+        left = len(out) - 4
         if "subject" in out:
+            left -= 1
             value = out["subject"]
             if isinstance(value, str):
                 out["subject"] = screen(value, True)
+            elif value is not None:  # the stamper writes str() of it: screen what it will write
+                out["subject"] = screen(str(value), True)
         if "session" in out:  # ``_screen_id`` without its call: nearly every draft has a session
+            left -= 1
             value = out["session"]
             if isinstance(value, str):
                 hit = detector.verdicts.get(value)
                 if hit or (hit is None and detector.sensitive(value)):
                     out["session"] = opaque(value)
+            elif value is not None:
+                _screen_id(out, "session", detector)
         if "run" in out:
+            left -= 1
             _screen_id(out, "run", detector)
         if "step" in out:
+            left -= 1
             _screen_id(out, "step", detector)
     data = out.get("data")
+    if screen is not None and (left or data is None or not event_type) and not _SCREENED_ALL(out):
+        _screen_extensions(out, out.keys() - _ENVELOPE_SCREENED, screen)  # rare: `_` keys, cause, extensions
     if level == NONE or not isinstance(data, dict):
         out.pop("data", None)  # ceiling none: envelope only; a non-object data is not a payload
         return out
@@ -636,9 +650,31 @@ def apply_cap(draft: dict[str, Any], policy: CapturePolicy, detector: Redactor,
 assert ENVELOPE_TOKEN == ("subject",) and ENVELOPE_IDS == ("session", "run", "step")
 
 
+_ENVELOPE_SCREENED = frozenset({"aep", "id", "type", "subject", "time", "source", "agent", "session", "run",
+                                "step", "seq", "epoch", "severity", "capture", "data"})
+"""Envelope keys the capture processor screens above, or that the pipeline sets (id, time, source,
+seq, epoch) or that are closed enums and names a mapping chooses (type, agent, severity)."""
+_SCREENED_ALL = _ENVELOPE_SCREENED.issuperset
+
+
+def _screen_extensions(out: dict[str, Any], keys: set[str], screen: Screen) -> None:
+    """``cause``, ``traceparent`` and extension attributes (the stamper copies scalar ones into
+    the envelope): an id-like token passes, anything else leaves as what the screen makes of it,
+    like every string an ``x.*`` payload carries. Private ``_`` keys never leave (the stamper
+    drops them)."""
+    for key in keys:
+        if isinstance(key, str) and key[:1] == "_":
+            continue
+        value = out[key]
+        if isinstance(value, str):
+            out[key] = screen(value, True)
+
+
 def _screen_id(out: dict[str, Any], name: str, detector: Redactor) -> None:
     """An envelope identifier keeps its shape; a detector hit in it leaves as the opaque digest."""
     value = out[name]
+    if value is not None and not isinstance(value, str):
+        value = out[name] = str(value)  # what the stamper writes for it: screened as that
     if isinstance(value, str):
         hit = detector.verdicts.get(value)  # the detector's memo first: ids repeat on every event
         if hit or (hit is None and detector.sensitive(value)):
@@ -700,31 +736,102 @@ def _cap_answer_values(data: dict[str, Any], fields: Any, level: int, red: Redac
 # --- the hop ----------------------------------------------------------------------------------
 
 
-def downlevel(event: dict[str, Any], ceiling: str, annotations: Mapping[str, Annotations] | None = None) -> dict[str, Any]:
-    """Down-level an event to ``ceiling`` at a fan-out hop (AEP-0001 §8.2); never mutates ``event``."""
+_HOP_DETECTOR: list[Redactor] = []
+
+
+def _hop_detector() -> Redactor:
+    """One detector for every hop (its memo is what makes a screen cheap): no configured secrets,
+    PII on, this user's home; a hop does not know any capture processor's configuration."""
+    if not _HOP_DETECTOR:
+        _HOP_DETECTOR.append(default_redactor())
+    return _HOP_DETECTOR[0]
+
+
+def downlevel(event: dict[str, Any], ceiling: str, annotations: Mapping[str, Annotations] | None = None,
+              source: str | None = None) -> dict[str, Any]:
+    """Down-level an event to ``ceiling`` at a fan-out hop (AEP-0001 §8.2); never mutates ``event``.
+
+    ``source`` overrides the level the event claims (``honest_claim``: an event from another
+    emitter whose content exceeds its claim is taken as ``full``). Beyond the spec's field pruning,
+    what the hop keeps is screened as the emitter screens it below ``redacted``: a claim of
+    ``redacted`` or ``full`` may have left free text or a secret in a metadata-annotated field
+    (a vendor's prose in ``tool.denied.rule``), which the emitter at ``metadata`` would never have
+    let out, so credential-named keys lose their values and content in a structural place,
+    envelope ids included, leaves as its opaque digest.
+    """
     target = rank(check_level(ceiling, "downlevel ceiling"))
-    declared = event.get("capture", "metadata")
-    source = rank(declared) if declared in LEVELS else FULL  # an unreadable claim is the worst case
+    declared = event.get("capture", "metadata") if source is None else source
+    source_rank = rank(declared) if declared in LEVELS else FULL  # an unreadable claim is the worst case
     out = copy.deepcopy(event)
-    if target >= source:
+    if target >= source_rank:
         return out  # never up-level (DL7); a redacted source passes a redacted ceiling (DL12)
-    if target == REDACTED and source == FULL:
+    if target == REDACTED and source_rank == FULL:
         target = METADATA  # §8.2(e): a mechanical hop cannot mint the redacted provenance claim
     out["capture"] = LEVELS[target]
+    detector = _hop_detector()
+    screen = _screen(target, detector)
+    if screen is not None:  # target is none or metadata here: the envelope leaves either way
+        if isinstance(out.get("subject"), str):
+            out["subject"] = screen(out["subject"], True)
+        for name in ENVELOPE_IDS:
+            if name in out:
+                _screen_id(out, name, detector)
     table = load_annotations() if annotations is None else annotations
     event_type = event.get("type")
     ann = table.get(event_type) if isinstance(event_type, str) else None
     if target == NONE or ann is None or not isinstance(event.get("data"), dict):
         out.pop("data", None)  # DL9; DL8: a type without annotations loses data wholesale
         return out
-    data = _prune(event["data"], "", ann, target, NONE, None)
+    if annotations is None:  # the emitter's token classes too: prose in a token field is content
+        ann = _merge(event_type, None, event["data"])  # type: ignore[arg-type]  # a str when ann is set
+    data = _prune(event["data"], "", ann, target, NONE, None, scrub=True, screen=screen)
     if target < REDACTED:
         if event_type == "attention.requested":
             _degrade_request(data)
             if "prompt" in data:
-                data["prompt"] = synthesized_prompt(event.get("agent"), data.get("kind"), event.get("subject"))
+                data["prompt"] = synthesized_prompt(out.get("agent"), data.get("kind"), out.get("subject"))
         if event_type in VALUES_TYPES:
             _cap_answer_values(data, None, target, None)
     out["data"] = data
     return out
 
+
+def honest_claim(event: Mapping[str, Any]) -> str:
+    """The level an event from another emitter may be trusted at: its ``capture`` when its content
+    keeps that claim, else ``full`` (the worst case), for ``downlevel``'s ``source``.
+
+    An emitter's claim is what every hop trusts (AEP-0001 §8.2(a)), so a claim its own data breaks
+    (an operator's free-text reason on a command that claims nothing, i.e. ``metadata``; a secret in
+    a structural field; a ``redacted`` claim over text the §9.4 pipeline would still change) would
+    carry that content to every subscriber whose ceiling is at or above the claim. Only for events
+    the collector did not gate itself: its own pipeline's claims are honest by construction.
+    """
+    declared = event.get("capture", "metadata")
+    if declared not in LEVELS:
+        return "full"
+    level = rank(declared)
+    if level == FULL:
+        return declared
+    detector = _hop_detector()
+    screen = _screen(level, detector)
+    assert screen is not None  # below full
+    if isinstance(event.get("subject"), str) and screen(event["subject"], True) != event["subject"]:
+        return "full"
+    for name in ENVELOPE_IDS:
+        value = event.get(name)
+        if isinstance(value, str) and detector.sensitive(value):
+            return "full"
+    data = event.get("data")
+    if level == NONE:
+        return declared if data is None else "full"
+    if not isinstance(data, dict):
+        return declared if data is None else "full"
+    event_type = event.get("type")
+    ann = _merge(event_type if isinstance(event_type, str) else "", None, data)
+    red = detector if level == REDACTED else None
+    kept = _prune(data, "", ann, level, NONE, red.value if red is not None else None, scrub=True, screen=screen)
+    if event_type == "attention.requested" and level < REDACTED and isinstance(data.get("prompt"), str):
+        # A [metadata*] field: at metadata only the synthesized prompt is structure.
+        if data["prompt"] != synthesized_prompt(event.get("agent"), data.get("kind"), event.get("subject")):
+            return "full"
+    return declared if kept == data else "full"
