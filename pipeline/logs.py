@@ -5,7 +5,8 @@ aiohttp's, websockets' handshake lines at ``debug`` with their ``Authorization``
 level, and runs the capture processor's secret detectors over the message and any traceback:
 provider keys, AWS keys, JWTs, PEM blocks, ``Bearer``/``Basic`` credentials, URL passwords,
 ``key=value`` assignments and the configured secret values (the relay token) become
-``[REDACTED:secret]`` before anything is written.
+``[REDACTED:secret]``, any ``/home/<user>``, ``/Users/<user>`` or ``C:\\Users\\<user>`` becomes
+``~`` and emails become ``[REDACTED:pii]``, before anything is written.
 
 ``Throttle`` is how malformed requests and client disconnects are logged: the first of each
 ``(component, cause)`` is one line; later ones within ``window`` seconds are only counted (in
@@ -30,8 +31,11 @@ class RedactingFilter(logging.Filter):
 
     def __init__(self, secret_values: Iterable[str] = ()) -> None:
         super().__init__()
-        # pii=False: operators need paths, ports and addresses in the log; secrets are the rule.
-        self.redactor = Redactor(secret_values, pii=False, home="")
+        # Emails are redacted (a vendor's session id can be one: Kimi Code's `user@host:/path`); the
+        # rest of such an id still correlates log lines. Phone numbers are not: the phone detector
+        # takes timestamps, ports and counts for them, which operators need. home="": no configured
+        # home beyond what rule (c) takes anyway (any `/home/<user>`, `/Users/<user>`).
+        self.redactor = Redactor(secret_values, pii=True, home="", phones=False)
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:

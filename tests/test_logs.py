@@ -140,3 +140,22 @@ def test_throttle_writes_one_line_per_cause_and_says_how_many_were_suppressed(ca
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["receiver/x: invalid-json: line 1 column 2: oops", "receiver/x: busy: full",
                         "receiver/x: invalid-json: again (4 more since the last line)"]
+
+
+def test_the_filter_redacts_emails_and_homes_but_keeps_what_operators_read():
+    """A vendor session id can hold an email (Kimi Code's `user@host:/path`): the log line keeps
+    the rest of it for correlation. Phone-like numbers (timestamps, ports, counts) are not PII here."""
+    flt = RedactingFilter()
+    session = "alice.planted@example.com:/home/alice/work"
+    record = logging.LogRecord("aep.late_calls", logging.WARNING, __file__, 1,
+                               "kimi_code session %s: run ended with tool call(s) %s never reported",
+                               (session, "call-for-bob.planted%40example.com"), None)
+    assert flt.filter(record)
+    message = record.getMessage()
+    assert "planted" not in message and "alice" not in message
+    assert message == ("kimi_code session [REDACTED:pii]:~/work: run ended with tool call(s) "
+                       "[REDACTED:pii] never reported")
+    kept = "metrics listening on 127.0.0.1:4318 at 2026-07-03 10:00:00, 1234567 events, +1 555 123 4567"
+    record = logging.LogRecord("aep", logging.INFO, __file__, 1, kept, (), None)
+    flt.filter(record)
+    assert record.getMessage() == kept

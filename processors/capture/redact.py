@@ -19,17 +19,27 @@ PII = "[REDACTED:pii]"
 _PEM = re.compile(
     r"-----BEGIN [A-Z0-9 ]*-----(?:.*?-----END [A-Z0-9 ]*-----|.*\Z)", re.DOTALL
 )  # an unterminated block is redacted to the end: a truncated key is still a key
+# What may stand right before a prefixed token shape. Not an ASCII letter: `task-…`, `risk-…`,
+# `disk-…`, `laugh_…` are words, and refusing a letter is what keeps them from being read as keys.
+# Anything else may (wider than the `\b` this replaces, so nothing is redacted less): a digit or
+# `_` (`OPENAI_KEY_sk-…`, `key2sk-…`; an identifier glued to a key is still a key), punctuation,
+# whitespace, a non-ASCII letter (CJK prose has no spaces: `キーはsk-…`), and a JSON escape whose
+# last character is a letter (`\nsk-…`, `\tghp_…`, `\u003eeyJ…`): tool output that is itself
+# JSON text. A letter after a backslash is taken for an escape even when it is not one
+# (`C:\tmp\nsk-…` loses `sk-…`): §9.4 allows redacting more.
+_JSON_ESCAPE = r"(?<=\\[bfnrt])|(?<=\\u[0-9A-Fa-f]{4})"  # right after `\n`, `\t`, …, `\u003e`
+_LEFT = r"(?:(?<![A-Za-z])|" + _JSON_ESCAPE + ")"
 _TOKEN_SHAPES = re.compile(
-    r"(?:AKIA|ASIA)[0-9A-Z]{16}"  # AWS access key ids (ASIA: temporary credentials)
-    r"|\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"  # JWT
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}"  # GitHub classic tokens
-    r"|\bgithub_pat_[A-Za-z0-9_]{20,}"
-    r"|\bglpat-[A-Za-z0-9_-]{20,}"
-    r"|\bxox[baprs]-[A-Za-z0-9-]{10,}"  # Slack
-    r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI / Anthropic style
-    r"|\b[rs]k_(?:live|test)_[A-Za-z0-9]{10,}"  # Stripe
-    r"|\bnpm_[A-Za-z0-9]{30,}"
-    r"|\bAIza[0-9A-Za-z_-]{35}"  # Google API keys
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}|"  # AWS access key ids (ASIA: temporary credentials)
+    + _LEFT + r"(?:eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"  # JWT
+    r"|gh[pousr]_[A-Za-z0-9]{20,}"  # GitHub classic tokens
+    r"|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}"
+    r"|xox[baprs]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|sk-[A-Za-z0-9_-]{20,}"  # OpenAI / Anthropic style
+    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{10,}"  # Stripe
+    r"|npm_[A-Za-z0-9]{30,}"
+    r"|AIza[0-9A-Za-z_-]{35})"  # Google API keys
 )
 # Every shape above starts with one of these literals: a string holding none of them is checked in
 # a few C-level substring tests instead of a regex pass (the ceiling asks about every structural value).
@@ -48,9 +58,10 @@ def _may_hold_shape(value: str) -> bool:
 # (both cases; a digit, a `/` or `+`, or many capitals), which keeps hex digests and commit ids
 # (no capitals), CamelCase names (no digit, few capitals) and deep paths (many slashes) out.
 # §9.4 allows redacting more: a 40-character mixed-case run with a digit is taken for a key.
-_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+_-])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
+# A JSON escape before the run (`\nwJalr…`) bounds it too: its letter is not part of the key.
+_AWS_SECRET = re.compile(r"(?:(?<![A-Za-z0-9/+_-])|" + _JSON_ESCAPE + r")[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
 # RFC 6750: the scheme is case-insensitive; 8+ token chars keep prose ("the bearer of good news").
-_AUTH_SCHEME = re.compile(r"\b(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
+_AUTH_SCHEME = re.compile(r"(?:\b|" + _JSON_ESCAPE + r")(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
 # user:password@host inside URLs.
 _URL_CREDENTIALS = re.compile(r"(://[^/\s:@]+:)[^/\s@]+@")
 _KEY_WORDS = (
@@ -77,11 +88,29 @@ CREDENTIAL_KEY = re.compile(
     re.IGNORECASE,
 )
 
-# (c) Any user's home, not only the configured one (corpus hardening beyond the floor).
-_HOMES = re.compile(r"(?<![\w.])(?:/home/|/Users/|[A-Za-z]:\\Users\\)[^/\\\s'\"`:;,)\]}]+")
+# (c) Any user's home, not only the configured one (corpus hardening beyond the floor): `home` or
+# `Users` and the segment after it, wherever they sit in a path, not only at its start. Behind a
+# prefix it is still a home (`/mnt/c/Users/bob` on WSL, `/var/home/alice` on Silverblue, a backup's
+# `/mnt/backup/home/alice`), and glued to what precedes it too (`\n/home/alice` in JSON text). The
+# prefix stays (`/var~/x`). A separator is any run of `/` and `\`, so escaped spellings count
+# (`C:\\Users\\bob`, `\/home\/alice` in JSON text); Windows also in lower case (`c:\users\bob`,
+# what `normcase` gives) but only after a backslash or a drive: a URL's `/users/` is an API route.
+# A relative `…/home/<x>` is taken too (`src/pages/home/index.tsx` becomes `src/pages~/index.tsx`):
+# a relative path into a home names the user as well, and §9.4 allows redacting more. A run of
+# separators is entered at its start only, so `////…` costs linear time.
+_USER = r"[^/\\\s'\"`:;,)\]}]+"
+_DRIVE = r"(?<![A-Za-z0-9])[A-Za-z]:"  # not the end of `host:` (`scp me@host:/home/x` keeps `host`)
+_HOMES = re.compile(
+    r"(?:" + _DRIVE + r")?(?<![/\\])(?:[/\\]+(?:home|Users)|\\+users)[/\\]+" + _USER
+    + r"|" + _DRIVE + r"/+users[/\\]+" + _USER
+)
 
 # (d) PII.
-_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+# The `@` also URL-encoded (`%40`, twice: `%2540`) or JSON-escaped (`\u0040`): a query string or
+# JSON text carries the address as well.
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+(?:@|%(?:25)?40|\\u0040)[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"
+)
 _PHONE = re.compile(r"(?<![\d\w])\+?\d[\d\s().-]{6,}\d(?![\d\w])")
 _DOTTED_NUMBERS = re.compile(r"^\d+(?:\.\d+)+$")  # versions (22.11.0) and IPv4, not phones
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -142,15 +171,16 @@ def _phone(match: re.Match[str]) -> str:
 class Redactor:
     """Runs the §9.4 pipeline over text and over JSON values."""
 
-    def __init__(self, secret_values: Iterable[str] = (), pii: bool = True, home: str | None = None) -> None:
+    def __init__(self, secret_values: Iterable[str] = (), pii: bool = True, home: str | None = None,
+                 *, phones: bool = True) -> None:
         # Longest first, so a value containing another configured value is replaced whole.
         values = {v for v in secret_values if isinstance(v, str) and len(v) >= MIN_SECRET_VALUE}
         self.secret_values = sorted(values, key=len, reverse=True)
         self.pii = pii
+        self.phones = phones
+        """With ``pii``, whether rule (d) takes phone numbers too (the log keeps them: ports, counts)."""
         self.home = _home_prefix(os.path.expanduser("~") if home is None else home)
-        self._home = (
-            re.compile(re.escape(self.home) + r"(?![\w.-])") if self.home else None
-        )
+        self._home = _home_pattern(self.home) if self.home else None
         self.verdicts: dict[str, bool] = {}
         """``sensitive``'s memo (value -> answer), readable by callers that ask on every event."""
         self._text: dict[str, str] = {}
@@ -182,7 +212,8 @@ class Redactor:
         out = _HOMES.sub("~", out)
         if self.pii:
             out = _EMAIL.sub(PII, out)
-            out = _PHONE.sub(_phone, out)
+            if self.phones:
+                out = _PHONE.sub(_phone, out)
         return out
 
     def sensitive(self, value: str) -> bool:
@@ -235,6 +266,16 @@ class Redactor:
 def is_credential_key(key: Any) -> bool:
     """True for a dict key whose value is a credential by name (``token``, ``API_KEY``, ...)."""
     return isinstance(key, str) and CREDENTIAL_KEY.match(key) is not None
+
+
+def _home_pattern(home: str) -> re.Pattern[str]:
+    """The configured home at a path boundary, its separators spelled as any run of `/` and `\\`
+    (`\\/srv\\/dev` and `C:\\\\dev` in JSON text are the same directory)."""
+    parts = re.split(r"[/\\]+", home)
+    body = r"[/\\]+".join(map(re.escape, parts))
+    if not parts[0]:
+        body = r"(?<![/\\])" + body  # a run of separators is entered at its start only
+    return re.compile(body + r"(?![\w.-])")
 
 
 def _home_prefix(home: str) -> str:
