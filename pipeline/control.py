@@ -220,7 +220,7 @@ class ControlRouter:
         for rid in hold.ids:
             if self.holds.get(rid) is hold:
                 del self.holds[rid]
-        if not self.holds:
+        if len(self.holds) < self.max_holds:  # room again: the next request is held, so no longer full
             self.health.recover("control", "holds-full")
 
     def pending(self, agent: str, session: str | None = None) -> list[Hold]:

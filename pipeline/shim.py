@@ -12,9 +12,10 @@ It is started once per hook firing, so it imports nothing but the C socket modul
 nothing from this project but its vendor table (``TABLE``, literals). ``python -X importtime -m aep_collector.pipeline.shim`` shows what it costs;
 ``bench/bench_shim.py`` measures it against a bare interpreter (registered commands run a copy of
 this file, ``~/.aep/bin/aep_collector_hook.py``, as ``python -S -I -c "import aep_collector_hook
-..."``: no site, cached bytecode; ``receivers/registration.py``). Because of that it
-checks a reply's framing (status, ``Content-Type``, ``Content-Length``, the braces of a JSON
-object) rather than parsing it: the receiver, which wrote it, already did.
+..."``: no site, cached bytecode; ``receivers/registration.py``). Because of that it checks a
+reply's framing (status, ``Content-Type``, ``Content-Length``) and, unless it is the neutral
+``{}``, that its body is one JSON object with ``json``'s C scanner (``_json``, without the
+``json`` package and its ``re``): whatever else comes back is never passed on to the agent.
 
 The shim knows no vendor itself: what it knows of each (port, neutral replies, held hooks, waits)
 is the table generated from the vendor declarations (``vendors()``). Receiver address: the
@@ -25,7 +26,9 @@ local receiver is spoken.
 Waiting: a hook the receiver may hold for an operator (``held`` below) waits up to the vendor's
 default hold window plus a margin; every other hook waits ``SHORT_WAIT`` (the receiver replies
 neutrally itself after its ``reply_timeout``, 5 s by default). ``--wait`` overrides both; the
-registrations ``aep-collector hooks VENDOR`` prints pass it, computed from the config.
+registrations ``aep-collector hooks VENDOR`` prints pass it, computed from the config. The wait
+includes reading stdin (at most ``STDIN_WAIT``), so a vendor slow to hand over its payload, or
+one that leaves stdin open, never makes the hook outlast ``CONNECT_WAIT`` plus that wait.
 
 ``AEP_HOOK_DEBUG=1`` writes the reason for a neutral reply to stderr (stdout stays the vendor's).
 """
@@ -43,6 +46,12 @@ SHORT_WAIT = 6.0
 """Seconds to wait for the reply to a hook that is never held."""
 MAX_STDIN = 16 << 20
 """Payloads above this are not forwarded (the receiver would refuse them anyway)."""
+STDIN_WAIT = 2.0
+"""Seconds the payload may take to arrive on stdin; past them the hook is answered neutrally."""
+STDIN_QUIET = 0.1
+"""A vendor that writes its payload and leaves stdin open: once nothing more has come for this
+long and what came is one whole JSON object, that is the payload (nothing valid can follow one).
+Not sooner: a vendor still writing (a trailing newline) would get EPIPE once the shim is gone."""
 MAX_REPLY = 4 << 20
 
 
@@ -244,13 +253,41 @@ def _body(raw: bytes) -> bytes:
     if "json" not in headers.get("content-type", "").lower():
         raise Failed("reply is not JSON")
     text = body.strip()
-    if not (text.startswith(b"{") and text.endswith(b"}")):
+    if text != b"{}" and not json_object(text):  # the neutral reply, most replies, needs no scan
         raise Failed("reply is not a JSON object")
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Failed("reply is not UTF-8") from None
     return text
+
+
+class _Strict:
+    """What ``_json.make_scanner`` reads off a decoder: strict strings, no hooks, NaN refused."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+
+    @staticmethod
+    def parse_constant(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+
+def json_object(raw: bytes) -> bool:
+    """Whether ``raw`` is UTF-8 holding one JSON object and nothing else but JSON whitespace.
+
+    By ``json``'s C scanner alone (``_json``, a small extension module): the ``json`` package would
+    import ``re``, which costs more than the rest of the shim. Without the C module, ``json`` it is.
+    """
+    try:
+        text = raw.decode("utf-8").strip(" \t\r\n")
+        try:
+            import _json
+        except ImportError:  # pragma: no cover - every CPython build has it
+            import json
+
+            return isinstance(json.loads(text, parse_constant=_Strict.parse_constant), dict)
+        value, end = _json.make_scanner(_Strict)(text, 0)  # type: ignore[arg-type]
+    except Exception:  # not UTF-8, not JSON, too deep (the scanner's errors need json.decoder: any will do)
+        return False
+    return end == len(text) and isinstance(value, dict)
 
 
 def _compact(pinned: bytes) -> bytes:
@@ -269,17 +306,75 @@ def neutral(vendor: "Vendor | None", event: "str | None") -> bytes:
     return vendor.neutral or b""
 
 
-def _read_stdin() -> "bytes | None":
-    """The payload, or ``None`` when it is over ``MAX_STDIN`` (the rest is drained, not left to EPIPE)."""
+def _read_stdin(deadline: float) -> "bytes | None":
+    """The payload, or ``None`` when it is over ``MAX_STDIN`` (the rest is drained, not left to
+    EPIPE). Read until EOF, or until ``STDIN_QUIET`` passes with nothing more after one whole JSON
+    object (a vendor that leaves stdin open); ``Failed`` at ``deadline`` short of either."""
     stream = sys.stdin.buffer if sys.stdin is not None else None
     if stream is None:
         return b""
-    data = stream.read(MAX_STDIN + 1)
-    if len(data) <= MAX_STDIN:
-        return data
-    while stream.read(1 << 20):
-        pass
-    return None
+    try:
+        import posix  # built in and loaded; off POSIX stdin is read to EOF, as it always was
+
+        fd = stream.fileno()
+        blocking = posix.get_blocking(fd)
+    except Exception:
+        data = stream.read(MAX_STDIN + 1)
+        if len(data) <= MAX_STDIN:
+            return data
+        while stream.read(1 << 20):
+            pass
+        return None
+    # Non-blocking while the shim reads, so a read that would wait says so instead: only then is
+    # ``select`` imported to wait with a deadline. The usual vendor has written the payload and
+    # closed stdin before the interpreter is up, and never gets there.
+    if blocking:
+        posix.set_blocking(fd, False)
+    try:
+        return _read_until(fd, deadline)
+    finally:
+        if blocking:
+            posix.set_blocking(fd, True)  # the descriptor is shared (the vendor's, a /bin/sh chain's)
+
+
+def _read_until(fd: int, deadline: float) -> "bytes | None":
+    """``_read_stdin`` on the non-blocking ``fd``."""
+    import posix
+    import time  # both already loaded by the interpreter: free
+
+    chunks: list[bytes] = []
+    size = 0
+    checked = -1  # the size at which the data so far was last checked for one whole object
+    quiet = None  # when the silence after the last data started
+    while True:
+        try:
+            data = posix.read(fd, 1 << 16)
+        except BlockingIOError:
+            now = time.monotonic()
+            if chunks and checked != size:
+                if quiet is None:
+                    quiet = now
+                if now - quiet >= STDIN_QUIET or now >= deadline:
+                    joined = b"".join(chunks)
+                    if json_object(joined):
+                        return joined  # whole, and the vendor stopped writing: stdin left open
+                    checked = size
+            if now >= deadline:
+                raise Failed(f"stdin not closed within {STDIN_WAIT:g}s, and no whole JSON object on it"
+                             if size <= MAX_STDIN else "oversized payload") from None
+            wake = deadline if quiet is None or checked == size else min(deadline, quiet + STDIN_QUIET)
+            import select  # only a vendor still writing, or leaving stdin open, gets here
+
+            select.select([fd], [], [], max(wake - now, 0.0))
+            continue
+        if not data:
+            return b"".join(chunks) if size <= MAX_STDIN else None
+        quiet = None
+        size += len(data)
+        if size <= MAX_STDIN:
+            chunks.append(data)
+        elif chunks:
+            chunks = []  # over the bound: the rest is only drained
 
 
 def _args(argv: "list[str]") -> "tuple[str, str | None, str | None, float | None]":
@@ -352,13 +447,16 @@ def _exit() -> None:
 
 def run(argv: "list[str]") -> bytes:
     """Everything but the printing: the bytes the vendor should see on stdout."""
+    import time  # already loaded by the interpreter: free
+
     vendor = event = None
     try:
         name, event, url, wait = _args(argv)
         vendor = vendors().get(name.lower().replace("_", "-"))
         if vendor is None:
             raise Failed(f"unknown vendor {name!r} (known: {', '.join(sorted(vendors())) or 'none: no vendor table'})")
-        body = _read_stdin()
+        started = time.monotonic()
+        body = _read_stdin(started + STDIN_WAIT)
         if body is None or not body.strip():
             raise Failed("empty or oversized payload")
         if not body.lstrip().startswith(b"{"):
@@ -373,6 +471,7 @@ def run(argv: "list[str]") -> bytes:
             named = event or ""
             held = named in vendor.held or (not named and any(b'"%s"' % h.encode() in body for h in vendor.held))
             wait = vendor.wait if held else SHORT_WAIT
+        wait -= time.monotonic() - started  # the time stdin took counts as waiting (see the docstring)
         if event and event.strip().lower() in vendor.detached:
             child = _fork()
             if child:

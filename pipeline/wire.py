@@ -2,7 +2,8 @@
 
 ``loads`` is the decoder every receiver uses for a request body, so every input guarantee holds
 the same way everywhere: the body must be UTF-8 JSON (RFC 8259: no NaN/Infinity, no number that
-overflows a float, no integer of more than ``sys.get_int_max_str_digits()`` digits), and a lone
+overflows a float, no integer of more than ``sys.get_int_max_str_digits()`` digits, no nesting
+deeper than ``MAX_DEPTH``), and a lone
 surrogate escape (``"\ud800"``, which JavaScript's ``JSON.stringify`` emits for a broken UTF-16
 string) is accepted and becomes U+FFFD, the Unicode replacement character, in keys and values
 alike. Nothing downstream (stamping, file names, the relay) ever sees a string that cannot be
@@ -36,6 +37,14 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _SURROGATE_ESCAPE_TEXT = re.compile(r"\\u[dD][89abcdefABCDEF]|[\ud800-\udfff]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
+
+
+MAX_DEPTH = 200
+"""Deepest nesting of arrays and objects a body may have (``{"a": 1}`` is 1). Everything an
+accepted body becomes must stay encodable by orjson, which refuses past 254 levels (the event's own
+envelope adds a few), and walkable without hitting Python's recursion limit: a deeper body is a 400
+naming the problem, never an event accepted and then lost on the way to disk."""
+_DEPTH_MSG = f"nesting deeper than {MAX_DEPTH} levels"
 
 
 class DecodeError(ValueError):
@@ -82,10 +91,34 @@ def loads(raw: bytes | str) -> Any:
             return loads_exact(raw)
     if _LONG_RUN not in raw.translate(_DIGITS_ONLY):
         try:
-            return orjson.loads(raw)
+            value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
+        else:
+            if _may_be_deep(raw):
+                _check_depth(value)
+            return value
     return loads_exact(raw)
+
+
+def _may_be_deep(raw: bytes) -> bool:
+    """Whether ``raw`` holds enough brackets to nest past ``MAX_DEPTH``: two C-speed counts, so only
+    the rare body with that many (a deep one, or brackets in its strings) pays for ``_check_depth``."""
+    return len(raw) > 2 * MAX_DEPTH and raw.count(b"{") + raw.count(b"[") > MAX_DEPTH
+
+
+def _check_depth(value: Any) -> None:
+    """``DecodeError`` when ``value`` nests deeper than ``MAX_DEPTH``; iterative (no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if node.__class__ is not dict and node.__class__ is not list:
+            continue
+        if depth > MAX_DEPTH:
+            raise DecodeError(_DEPTH_MSG)
+        for item in node.values() if node.__class__ is dict else node:
+            if item.__class__ is dict or item.__class__ is list:
+                stack.append((item, depth + 1))
 
 
 def loads_exact(raw: bytes | str) -> Any:
@@ -106,9 +139,11 @@ def loads_exact(raw: bytes | str) -> Any:
     except json.JSONDecodeError as exc:
         raise DecodeError(f"line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:
-        raise DecodeError("nesting too deep") from None
+        raise DecodeError(_DEPTH_MSG) from None
     except ValueError:  # int(): Python refuses to convert integers beyond the digit limit
         raise DecodeError(f"an integer has more than {sys.get_int_max_str_digits()} digits") from None
+    if _may_be_deep(raw) if isinstance(raw, bytes) else text.count("{") + text.count("[") > MAX_DEPTH:
+        _check_depth(value)
     if (_SURROGATE_ESCAPE.search(raw) if isinstance(raw, bytes) else _SURROGATE_ESCAPE_TEXT.search(text)):
         value = scrub(value)
     return value

@@ -26,6 +26,7 @@ from aep_collector.pipeline.model import Event, Signal
 from aep_collector.receivers.body import (
     DEFAULT_BODY_TIMEOUT,
     BodyError,
+    JsonRefusalRunner,
     ProtocolLog,
     read_body,
     reply_and_close,
@@ -338,8 +339,8 @@ class HookServer:
         if on_start is not None:
             await on_start(host, self)
         addr, port = parse_endpoint(self.config.endpoint)
-        self.runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                                    logger=ProtocolLog(self.health, self.id))
+        self.runner = JsonRefusalRunner(self.app(), access_log=None, handle_signals=False,
+                                        logger=ProtocolLog(self.health, self.id))
         await self.runner.setup()
         site = web.TCPSite(self.runner, addr, port, reuse_address=True)
         await site.start()
@@ -405,8 +406,8 @@ class HookServer:
         finally:
             if task is not None:
                 self.inflight.discard(task)
-            if not self.inflight:
-                self.health.recover(self.id, "overloaded")
+            # Its slot is free again, so a request now would be served: no longer overloaded.
+            self.health.recover(self.id, "overloaded")
 
     async def _hook_inner(self, request: web.Request, payload: dict[str, Any]) -> web.Response:
         if len(payload) == 1 and "batch" in payload and hasattr(self.surface, "awaits_reply"):

@@ -163,3 +163,28 @@ async def timed_out_and_late_answer_refused(events: list[dict[str, Any]], operat
     with pytest.raises(NackError) as info:
         await operator.send(RESPOND, session, subject=req["id"], data={"answer": {"option": "allow"}}, retries=0)
     assert info.value.reason == "refused"
+
+
+def http_responses(raw: bytes) -> list[tuple[int, dict[str, str], bytes]]:
+    """The HTTP/1.x responses in ``raw`` (what a raw socket read): status, lower-cased headers and
+    body (by ``Content-Length``, else the rest); 1xx interim responses have none."""
+    out: list[tuple[int, dict[str, str], bytes]] = []
+    while raw.startswith(b"HTTP/"):
+        head, sep, rest = raw.partition(b"\r\n\r\n")
+        if not sep:
+            raise AssertionError(f"a response cut inside its headers: {raw[:300]!r}")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if 100 <= status < 200:
+            body = b""
+        elif "content-length" in headers:
+            body, rest = rest[:int(headers["content-length"])], rest[int(headers["content-length"]):]
+        else:
+            body, rest = rest, b""
+        out.append((status, headers, body))
+        raw = rest
+    return out

@@ -141,9 +141,10 @@ def test_the_shared_decoder_replaces_lone_surrogates_in_keys_and_values():
     raw = rb'{"s\ud800":["x\udc00y",{"k":"\ud83d\ude00","deep":[["\udfff"]]}],"ok":"\u00e9"}'
     assert wire.loads(raw) == {"s\ufffd": ["x\ufffdy", {"k": "\U0001F600", "deep": [["\ufffd"]]}], "ok": "\u00e9"}
     assert wire.loads(raw.decode()) == wire.loads(raw)
-    deep = b"[" * 900 + rb'"\ud800"' + b"]" * 900
+    depth = wire.MAX_DEPTH  # the deepest body the decoder accepts (deeper: refused, naming it)
+    deep = b"[" * depth + rb'"\ud800"' + b"]" * depth
     value = wire.loads(deep)
-    for _ in range(900):
+    for _ in range(depth):
         value = value[0]
     assert value == "\ufffd"
 

@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections import OrderedDict
@@ -105,13 +106,18 @@ class JsonlExporter:
         self._closed: asyncio.Queue[Path | None] | None = None
         self._busy: set[Path] = set()  # closed files another process held: compressed at a later wake
         self._retention_task: asyncio.Task[None] | None = None
+        self._failing: dict[str, str] = {}
+        """Where writing failed (a session file, or the log directory at start) -> its cause. A
+        cause is reported while some place still fails with it: one agent's unwritable directory
+        is not cleared by another agent's writes (``_written``, ``_cleared``)."""
+        self._retention_failing: set[str] = set()  # retention steps whose last run failed
 
     async def start(self, host: Host) -> None:
         self.health = host.health
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:  # reported, and hooks keep being answered
-            self._fail(exc, f"{self.root}: {exc.strerror}")
+            self._fail(exc, str(self.root), f"{self.root}: {exc.strerror}")
         if self.config.fsync == "interval":
             self._task = asyncio.get_running_loop().create_task(self._fsync_loop())
         if self.config.retention:
@@ -135,10 +141,11 @@ class JsonlExporter:
         return path
 
     async def export(self, events: list[Event]) -> None:
-        self.export_now(events)
+        self.export_now(events)  # failures are reported in health; nobody to hand them back to
 
-    def export_now(self, events: list[Event], lines: list[bytes] | None = None) -> None:
-        """Append every event; raise nothing (a failure is reported in health, per cause).
+    def export_now(self, events: list[Event], lines: list[bytes] | None = None) -> list[Event]:
+        """Append every event; raise nothing (a failure is reported in health, per cause). Returns
+        the events not written (a caller that can be retried, the OTLP receiver, is told so).
 
         ``lines``, when given, are the events' lines already serialized (``wire.dumps_line`` of
         each event, in order: the pipeline serializes once for every consumer of the bytes).
@@ -160,19 +167,19 @@ class JsonlExporter:
                     written = os.write(fd, data)
                 except OSError as exc:
                     self._dropped(path, exc, 1)
-                    return
+                    return events
                 if written != len(data):
                     kept = self._cut_short_write(path, fd, data, written)
                     self._dropped(path, OSError(errno.ENOSPC, "short write (disk full?)"), 1 - kept)
-                    return
-                if self.health.problems.get(self.id):
-                    self._recover()
+                    return [] if kept else events
+                if self._failing:
+                    self._written(path)
                 if cfg.fsync == "always":
                     with contextlib.suppress(OSError):
                         os.fsync(fd)
                 else:
                     self._dirty.add(fd)
-                return
+                return []
         if lines is None:
             lines = [dumps_line(event) for event in events]
         if len(events) == 1:
@@ -189,6 +196,7 @@ class JsonlExporter:
             groups = list(by_path.items())
         touched: list[int] = []
         failed = 0
+        lost: dict[str, int] = {}  # path -> lines of its group not written (the last ones)
         for path, group in groups:
             kept = 0
             try:
@@ -208,38 +216,93 @@ class JsonlExporter:
                 touched.append(fd)
                 if cfg.rotate_age and path not in self._born:
                     self._born[path] = _event_time(group[0])
+                if self._failing:
+                    self._written(path)
             except OSError as exc:
                 failed += len(group) - kept
+                lost[path] = len(group) - kept
                 self._dropped(path, exc, 0)
         if failed:
             self.health.count(self.id, "dropped", failed)
-        elif self.health.problems.get(self.id):
-            self._recover()
         if cfg.fsync == "always":
             for fd in touched:
                 with contextlib.suppress(OSError):
                     os.fsync(fd)
         else:
             self._dirty.update(touched)
+        if not lost:
+            return []
+        # Rare: which events those were, each file's last ones (a short write keeps whole lines).
+        by_path: dict[str, list[Event]] = {}
+        for event in events:
+            path = self._paths.get((event.get("agent", "unknown"), event.get("session"))) or self._file(event)
+            if path in lost:
+                by_path.setdefault(path, []).append(event)
+        return [e for path, group_events in by_path.items() for e in group_events[len(group_events) - lost[path]:]]
 
     def _dropped(self, path: str, exc: OSError, count: int) -> None:
         """A write to ``path`` failed: report the cause and close the file; count ``count`` events dropped."""
-        self._fail(exc, f"{path}: {exc.strerror or exc}")
+        self._fail(exc, path, f"{path}: {exc.strerror or exc}")
         self._close(path)
         if count:
             self.health.count(self.id, "dropped", count)
 
-    def _recover(self) -> None:
-        """After a write that fitted: clear this exporter's problems, a full disk only once it has room."""
-        for cause in list(self.health.problems.get(self.id, {})):
-            # A write that fitted says nothing about a disk still at its limit.
-            if cause not in _FULL or self.has_room():
+    def _fail(self, exc: OSError, where: str, detail: str) -> None:
+        cause = _cause(exc)
+        self._failing[where] = cause
+        # Logged once while the cause stands (``Health.fail``); the probe lets a /healthz read clear
+        # it when the file system says so, even if that place is never written again.
+        self.health.fail(self.id, cause, detail, clears=lambda: self._cleared(cause))
+
+    def _written(self, path: str) -> None:
+        """A write to ``path`` went through: clear what that proves fixed, and only that. That file
+        and the directories it is in are writable; a full disk clears only once it has room (a write
+        that fitted says nothing about a disk still at its limit)."""
+        failing, cleared, room = self._failing, set(), None
+        for where, cause in list(failing.items()):
+            if cause in _FULL:
+                if room is None:
+                    room = self.has_room()
+                fixed = room
+            else:
+                fixed = where == path or path.startswith(where + os.sep)
+            if fixed:
+                del failing[where]
+                cleared.add(cause)
+        for cause in cleared:
+            if cause not in failing.values():
                 self.health.recover(self.id, cause)
 
-    def _fail(self, exc: OSError, detail: str) -> None:
-        cause = _cause(exc)
-        # A full disk is a state: it clears when space is back, even if no write comes to prove it.
-        self.health.fail(self.id, cause, detail, clears=self.has_room if cause in _FULL else None)
+    def _cleared(self, cause: str) -> bool:
+        """The ``clears`` probe of ``cause``: drop each place failing with it that the file system
+        now says can be written (a full disk: once it has room); True once none is left."""
+        failing = self._failing
+        places = [where for where, c in failing.items() if c == cause]
+        room = self.has_room() if cause in _FULL else None
+        for where in places:
+            if room if room is not None else self._could_write(where):
+                del failing[where]
+        return cause not in failing.values()
+
+    def _could_write(self, where: str) -> bool:
+        """Whether writing at ``where`` (a session file, or the log directory) would go through as
+        far as the file system tells: it is a writable file (a directory, for the log directory),
+        or it is missing and the nearest directory above it that exists is writable."""
+        path, want_dir = where, where == str(self.root)
+        while True:
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                parent = os.path.dirname(path)
+                if parent == path:
+                    return False
+                path, want_dir = parent, True  # created on the next write, in what exists above it
+                continue
+            except OSError:
+                return False
+            if want_dir:
+                return stat.S_ISDIR(st.st_mode) and os.access(path, os.W_OK | os.X_OK)
+            return stat.S_ISREG(st.st_mode) and os.access(path, os.W_OK)
 
     def has_room(self) -> bool:
         """Whether the log directory's filesystem has ``min_free_bytes`` free."""
@@ -365,22 +428,39 @@ class JsonlExporter:
                 try:
                     await self._rotate_idle()
                 except OSError as exc:
-                    self.health.fail(self.id, "retention-failed", f"{self.root}: {exc.strerror or exc}")
+                    self._retention("rotate", f"{self.root}: {exc.strerror or exc}")
+                else:
+                    self._retention("rotate")
                 continue
             if path is None:
                 return
             if self.config.compress:
+                failure = None
                 for file in [path, *self._busy]:  # one file that fails leaves the others to be tried
                     try:
                         await asyncio.to_thread(self._compress, file)
                     except OSError as exc:
-                        self.health.fail(self.id, "retention-failed", f"{file}: {exc.strerror or exc}")
+                        failure = f"{file}: {exc.strerror or exc}"
+                self._retention("compress", failure)
             # Also when compressing failed: a disk too full to compress is when the cap frees room.
             if self.config.max_total_bytes:
                 try:
                     await asyncio.to_thread(self._enforce_cap)
                 except OSError as exc:
-                    self.health.fail(self.id, "retention-failed", f"{self.root}: {exc.strerror or exc}")
+                    self._retention("cap", f"{self.root}: {exc.strerror or exc}")
+                else:
+                    self._retention("cap")
+
+    def _retention(self, step: str, failure: str | None = None) -> None:
+        """How a retention step (``rotate``, ``compress``, ``cap``) went: ``retention-failed`` stands
+        while the last run of some step failed, and clears when that step goes through again."""
+        if failure is not None:
+            self._retention_failing.add(step)
+            self.health.fail(self.id, "retention-failed", failure)
+        elif step in self._retention_failing:
+            self._retention_failing.discard(step)
+            if not self._retention_failing:
+                self.health.recover(self.id, "retention-failed")
 
     def _compress(self, path: Path) -> None:
         """Compress one closed file, or keep it for later while another process holds it."""
