@@ -18,6 +18,19 @@ log = logging.getLogger("aep.pipeline")
 
 CHUNK = 128
 """The most items of a batch the processors take at once (``Pipeline.consume``)."""
+SLICE = 1024
+"""The most events ``Pipeline.consume_acked`` stamps and delivers between two yields to the loop."""
+
+
+class NotDurable(Exception):
+    """Some events of a batch are not in the durable record (``Pipeline.consume_acked``).
+
+    ``sessions`` holds the ``session`` of every event not written; ``failed`` counts them.
+    """
+
+    def __init__(self, failed: int, total: int, sessions: set[Any]) -> None:
+        super().__init__(f"{failed} of {total} events not written to the durable record")
+        self.failed, self.total, self.sessions = failed, total, sessions
 
 
 class QueuedExporter:
@@ -118,6 +131,83 @@ class Pipeline:
             self.deliver(events)
         return events
 
+    async def consume_acked(self, batch: Batch) -> list[Event]:
+        """``consume`` for a sender that resends what it is not acknowledged (an OTLP exporter).
+
+        The loop is not held for a whole batch: the processors take it CHUNK items at a time with a
+        yield between chunks, then it is stamped and delivered SLICE events at a time with a yield
+        between slices. No yield falls between a slice's stamping and its delivery, so the durable
+        record and the queues still get every session's events in seq order. Processing is done for
+        the whole batch before anything is stamped, as in ``consume``: a processor that raises
+        part-way has delivered nothing, so the sender's retry duplicates nothing.
+
+        Raises ``NotDurable`` when the durable record did not take every event. The events it did
+        not take go to no other exporter (a durable record first, then delivery): the sender is
+        told to retry and they come again. Hooks use ``consume``, which fails open instead.
+        """
+        drafts: Batch = []
+        for at in range(0, len(batch), CHUNK):
+            if at:
+                await asyncio.sleep(0)
+            drafts.extend(self._process(batch[at:at + CHUNK]))
+        events: list[Event] = []
+        lost: set[Any] = set()
+        failed = 0
+        for at in range(0, len(drafts), SLICE):
+            if at:
+                await asyncio.sleep(0)
+            stamped: list[Event] = []
+            self._stamp_into(drafts[at:at + SLICE], stamped)
+            if stamped:
+                failed += self._deliver_acked(stamped, lost)
+                events.extend(stamped)
+        if failed:
+            raise NotDurable(failed, len(events), lost)
+        return events
+
+    def _deliver_acked(self, events: list[Event], lost: set[Any]) -> int:
+        """``deliver`` that learns what the durable record did not take; returns how many, adding
+        their sessions to ``lost``, and queues only the events of the other sessions (a session
+        whose events are resent must not reach the queues twice)."""
+        lines: list[bytes] | None = None
+        if self._share_lines:
+            try:
+                lines = [dumps_line(e) for e in events]
+            except (TypeError, ValueError):
+                lines = None
+        missing: set[Any] = set()
+        health = self.health
+        for cid, exporter in self.durable:
+            try:
+                if lines is not None and getattr(exporter, "takes_lines", False) is True:
+                    unwritten = exporter.export_now(events, lines)
+                else:
+                    unwritten = exporter.export_now(events)
+            except Exception as exc:
+                health.count(cid, "failed", len(events))
+                health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
+                missing.update(e.get("session") for e in events)
+                continue
+            # ``export_now`` returns the events it did not write (JSONL); one that returns nothing
+            # says nothing of the kind, so what it did not raise on counts as written.
+            if unwritten:
+                missing.update(e.get("session") for e in unwritten)
+            health.count(cid, "exported", len(events) - (len(unwritten) if unwritten else 0))
+        if not missing:
+            kept, kept_lines = events, lines
+        else:
+            lost |= missing
+            keep = [i for i, e in enumerate(events) if e.get("session") not in missing]
+            kept = [events[i] for i in keep]
+            kept_lines = None if lines is None else [lines[i] for i in keep]
+        if kept:
+            for q in self.queued:
+                if kept_lines is not None and getattr(q, "takes_lines", False) is True:
+                    q.put(kept, kept_lines)
+                else:
+                    q.put(kept)
+        return len(events) - len(kept)
+
     def _process(self, batch: Batch) -> Batch:
         for step in self._steps:
             batch = step(batch)
@@ -190,4 +280,18 @@ class Fanout:
         for p in self.pipelines:
             # Each pipeline maps its own copy: processors may rewrite drafts in place.
             out.append((p, await p.consume([dict(i) if isinstance(i, dict) else i for i in batch])))
+        return out
+
+    async def consume_acked(self, batch: Batch) -> list[Event]:
+        """``Pipeline.consume_acked`` on every pipeline; ``NotDurable`` once all had the batch,
+        naming the sessions some pipeline's durable record did not take."""
+        out: list[Event] = []
+        failed, total, lost = 0, 0, set[Any]()
+        for p in self.pipelines:
+            try:
+                out.extend(await p.consume_acked([dict(i) if isinstance(i, dict) else i for i in batch]))
+            except NotDurable as exc:
+                failed, total, lost = failed + exc.failed, total + exc.total, lost | exc.sessions
+        if failed:
+            raise NotDurable(failed, total + len(out), lost)
         return out

@@ -13,6 +13,10 @@ from aep_collector.receivers.body import DEFAULT_BODY_TIMEOUT, validate_body_tim
 PROFILES: dict[str, str] = {"vscode": "vscode-otel", "codex": "codex-otel"}
 MODES = ("companion", "primary")
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+# 32x the OTel SDKs' batch (BatchLogRecordProcessor exports at most 512 records per request) and 2x
+# the Collector batch processor's 8192, yet a few hundred ms of work: without it, 4 MiB of empty
+# records (2 bytes each) is 2 million events, tens of seconds of CPU and gigabytes of JSONL.
+DEFAULT_MAX_REQUEST_RECORDS = 16384
 
 
 @dataclass
@@ -51,6 +55,8 @@ class OtlpConfig:
     """OTLP/HTTP listener; ``{}`` listens on 127.0.0.1:4318, absent or null disables it."""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     """Largest request accepted, on the wire and after gunzip (413 / RESOURCE_EXHAUSTED beyond)."""
+    max_request_records: int = DEFAULT_MAX_REQUEST_RECORDS
+    """Most log records accepted in one request (413 / RESOURCE_EXHAUSTED beyond)."""
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     """Seconds an OTLP/HTTP request body may take to arrive whole (else 408)."""
 
@@ -93,4 +99,7 @@ class OtlpConfig:
         if (not isinstance(self.max_request_bytes, int) or isinstance(self.max_request_bytes, bool)
                 or self.max_request_bytes < 1):
             raise ValueError("max_request_bytes must be a positive integer")
+        if (not isinstance(self.max_request_records, int) or isinstance(self.max_request_records, bool)
+                or self.max_request_records < 1):
+            raise ValueError("max_request_records must be a positive integer")
         validate_body_timeout(self.body_timeout)

@@ -110,9 +110,13 @@ def _flat(resource: dict[str, Any], scope: dict[str, str], record: Any, attribut
         flat["severity_text"] = severity_text
     trace_id = record.trace_id
     if trace_id:
+        if len(trace_id) != 16:
+            raise _bad_id("trace_id", trace_id, 16)
         flat["trace_id"] = trace_id.hex()
     span_id = record.span_id
     if span_id:
+        if len(span_id) != 8:
+            raise _bad_id("span_id", span_id, 8)
         flat["span_id"] = span_id.hex()
     flags = record.flags
     if flags:
@@ -122,6 +126,13 @@ def _flat(resource: dict[str, Any], scope: dict[str, str], record: Any, attribut
         if body is not None:
             flat["body"] = body
     return flat
+
+
+def _bad_id(name: str, value: bytes, size: int) -> wire.WireError:
+    # As the OTel Collector (pdata): an id is empty or exactly its size; anything else is a 400,
+    # not a record whose trace context silently vanishes further on.
+    return wire.WireError(400, wire.INVALID_ARGUMENT,
+                          f"{name} is {len(value)} bytes; an OTLP {name} is {size} bytes (or empty)")
 
 
 def flatten_request(request: ExportLogsServiceRequest) -> list[dict[str, Any]]:
@@ -140,9 +151,17 @@ def flatten_request(request: ExportLogsServiceRequest) -> list[dict[str, Any]]:
     return out
 
 
-def count_records(request: ExportLogsServiceRequest) -> int:
-    """How many log records an export request carries."""
+def count_records(request: Any) -> int:
+    """How many log records an export request (or its view) carries."""
     return sum(len(sl.log_records) for rl in request.resource_logs for sl in rl.scope_logs)
+
+
+def check_records(request: Any, limit: int) -> None:
+    """Refuse a request of more than ``limit`` log records (413 / RESOURCE_EXHAUSTED), before a
+    record is flattened: their count, not their bytes, is what the pipeline's work grows with."""
+    n = count_records(request)
+    if n > limit:
+        raise wire.too_many_records(n, limit)
 
 
 def _view_class() -> type[Message]:
@@ -183,7 +202,7 @@ _CACHE_ENTRIES = 4096
 _CACHE_BYTES = 160
 
 
-def flatten_protobuf(body: bytes) -> list[dict[str, Any]]:
+def flatten_protobuf(body: bytes, max_records: int | None = None) -> list[dict[str, Any]]:
     """A binary ``ExportLogsServiceRequest`` body flattened, in request order: what
     ``flatten_request(wire.parse_protobuf(body))`` gives, and the same ``WireError`` for a body
     it refuses.
@@ -192,7 +211,8 @@ def flatten_protobuf(body: bytes) -> list[dict[str, Any]]:
     attribute is then parsed alone (or found in the cache, which holds only attributes that
     parsed). Where that cannot tell what the real parse would say, the real parse decides: when the
     view or an attribute fails to parse (its error is the refusal), and when an attribute is long
-    enough to nest past protobuf's depth limit in place (see ``_CACHE_BYTES``).
+    enough to nest past protobuf's depth limit in place (see ``_CACHE_BYTES``). With
+    ``max_records``, a body of more records is refused (``check_records``) before any is read.
     """
     unsure = True  # until the real parse has accepted the body
 
@@ -214,10 +234,20 @@ def flatten_protobuf(body: bytes) -> list[dict[str, Any]]:
         return item
 
     try:
-        return _flatten_view(_VIEW.FromString(body), attribute)
+        view = _VIEW.FromString(body)
     except (DecodeError, RecursionError, ValueError):  # what wire.parse_protobuf catches
-        pass
-    return flatten_request(wire.parse_protobuf(body))  # raises its refusal
+        view = None
+    if view is not None:
+        if max_records is not None:
+            check_records(view, max_records)
+        try:
+            return _flatten_view(view, attribute)
+        except (DecodeError, RecursionError, ValueError):
+            pass
+    request = wire.parse_protobuf(body)  # raises its refusal
+    if max_records is not None:
+        check_records(request, max_records)
+    return flatten_request(request)
 
 
 def _flatten_view(request: Any, attribute: Callable[[bytes], tuple[str, Any]]) -> list[dict[str, Any]]:

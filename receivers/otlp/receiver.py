@@ -3,14 +3,18 @@
 Both transports decode and flatten the request's records (``flatten.py``) and push one batch
 of ``Signal``s per export request. Answers follow the OTLP specification: success (with ``partial_success`` for records refused), 400 /
 INVALID_ARGUMENT for a body that cannot be decoded (never retried), 413 / RESOURCE_EXHAUSTED
-over the size limit, 415 for an unsupported content type or encoding, and 503 / UNAVAILABLE
-(retryable) while the pipeline is failing.
+over the size or record-count limit, 415 for an unsupported content type or encoding, and 503 /
+UNAVAILABLE (retryable) while the pipeline is failing or the durable record did not take a record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import logging
+import time
+from collections import OrderedDict
 from typing import Any
 
 import grpc
@@ -18,13 +22,14 @@ from aep_collector.pipeline.component import Consumer, CreateSettings
 from aep_collector.pipeline.config import parse_endpoint
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.pipeline import SLICE, NotDurable
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
 from ..body import BodyError, ProtocolLog, read_body, reply_and_close
 from . import wire
 from .config import OtlpConfig
-from .flatten import flatten_protobuf, flatten_request
+from .flatten import check_records, flatten_protobuf, flatten_request
 from .identity import SESSION_FROM, describe, session_of
 
 log = logging.getLogger("aep.receiver.otlp")
@@ -35,7 +40,11 @@ LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 IGNORED_SERVICES = ("opentelemetry.proto.collector.trace.v1.TraceService",
                     "opentelemetry.proto.collector.metrics.v1.MetricsService")
 IGNORED_PATHS = ("/v1/traces", "/v1/metrics")
-
+# Requests answered 503 after the durable record took some of their sessions: an exporter's retry
+# resends the same bytes, and those sessions are then not written twice. Bounded, and forgotten
+# after the longest an OTLP exporter keeps retrying (the Collector's exporterhelper: 300 s).
+WRITTEN_ENTRIES = 256
+WRITTEN_SECONDS = 600.0
 
 
 _CAUSES = {400: "invalid-request", 413: "payload-too-large", 415: "unsupported-media-type"}
@@ -70,6 +79,11 @@ class OtlpReceiver:
         self._session_at = SESSION_FROM[config.profile]  # the profile's identity rule
         self.session_key = describe(self._session_at)
         """Where the identity rule looks first, in words (the refusal message says it)."""
+        # consume_acked tells us what the durable record did not take (and yields to the loop on a
+        # big batch); a consumer without it (a test double) is called as any consumer.
+        self._consume = getattr(next_consumer, "consume_acked", None) or next_consumer.consume
+        self._written: OrderedDict[bytes, tuple[float, frozenset[str]]] = OrderedDict()
+        """Digest of a request answered 503 -> (when, the sessions the durable record took)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -142,33 +156,33 @@ class OtlpReceiver:
 
     # -- the transport-independent part --------------------------------------------------------
 
-    async def ingest(self, records: list[dict[str, Any]]) -> ExportLogsServiceResponse:
-        """Refuse flattened records without a session, push one batch; the OTLP response."""
+    async def ingest(self, records: list[dict[str, Any]], body: bytes | None = None) -> ExportLogsServiceResponse:
+        """Refuse flattened records without a session, push one batch; the OTLP response.
+
+        ``body`` (the decoded request) identifies a retry of a request answered 503 part-written.
+        """
         batch: list[Signal | dict[str, Any]] = []
         rejected = 0
         mode, agent, places = self.config.mode, self.agent, self._session_at
         where, key = places[0]
-        for flat in records:
-            # A non-empty string where the identity rule looks first is what session_of would
-            # return (read once here per record, not through a call); anything else asks it.
-            sid = flat[where].get(key)
-            if type(sid) is not str or not sid:
-                sid = session_of(places, flat)
-                if sid is None:
-                    # Bridges digest §1.6: a record with no session key cannot form a valid
-                    # session-scoped envelope; refuse it visibly rather than invent an id.
-                    rejected += 1
-                    continue
-            name = flat["attributes"].get("event.name")
-            batch.append(Signal(agent, name if isinstance(name, str) else "", flat, mode, session=sid))
+        for at in range(0, len(records), SLICE):
+            if at:
+                await asyncio.sleep(0)  # other receivers' requests run between slices of a big batch
+            for flat in records[at:at + SLICE]:
+                # A non-empty string where the identity rule looks first is what session_of would
+                # return (read once here per record, not through a call); anything else asks it.
+                sid = flat[where].get(key)
+                if type(sid) is not str or not sid:
+                    sid = session_of(places, flat)
+                    if sid is None:
+                        # Bridges digest §1.6: a record with no session key cannot form a valid
+                        # session-scoped envelope; refuse it visibly rather than invent an id.
+                        rejected += 1
+                        continue
+                name = flat["attributes"].get("event.name")
+                batch.append(Signal(agent, name if isinstance(name, str) else "", flat, mode, session=sid))
         if batch:
-            try:
-                await self.consumer.consume(batch)
-            except Exception as exc:
-                self.health.incident(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
-                raise PipelineUnavailable(f"pipeline unavailable: {type(exc).__name__}") from exc
-            self.health.recover(self.id, "pipeline-error")
-            self.health.count(self.id, "accepted", len(batch))
+            await self._push(batch, body)
         response = ExportLogsServiceResponse()
         if rejected:
             self.health.count(self.id, "rejected", rejected)
@@ -177,6 +191,53 @@ class OtlpReceiver:
                 f"{rejected} of {len(records)} log records carry no {self.session_key} "
                 f"(the {self.config.profile} profile's session key) and were rejected")
         return response
+
+    async def _push(self, batch: list[Signal | dict[str, Any]], body: bytes | None) -> None:
+        """Push ``batch``; raise ``PipelineUnavailable`` unless the durable record took all of it."""
+        accepted = len(batch)
+        key = None
+        if self._written and body is not None:  # a digest only while a part-written request waits
+            key = hashlib.blake2b(body, digest_size=16).digest()
+            done = self._written_for(key)
+            if done:
+                batch = [s for s in batch if not (isinstance(s, Signal) and s.session in done)]
+        try:
+            if batch:
+                await self._consume(batch)
+        except NotDurable as exc:
+            sessions = {s.session for s in batch if isinstance(s, Signal)}
+            written = frozenset(sessions - exc.sessions)
+            if written and body is not None:
+                self._remember(key or hashlib.blake2b(body, digest_size=16).digest(), written)
+            detail = f"{exc.failed} of {exc.total} events not in the durable record; the sender is told to retry"
+            self.health.incident(self.id, "not-durable", detail)
+            raise PipelineUnavailable(f"pipeline unavailable: {detail}") from exc
+        except Exception as exc:
+            self.health.incident(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
+            raise PipelineUnavailable(f"pipeline unavailable: {type(exc).__name__}") from exc
+        if key is not None:
+            self._written.pop(key, None)  # the retry got through: nothing left to skip
+        self.health.recover(self.id, "pipeline-error")
+        self.health.recover(self.id, "not-durable")
+        self.health.count(self.id, "accepted", accepted)
+
+    def _written_for(self, key: bytes) -> frozenset[str]:
+        """The sessions an earlier attempt of this request got into the durable record."""
+        now = time.monotonic()
+        while self._written:
+            oldest = next(iter(self._written.values()))
+            if now - oldest[0] <= WRITTEN_SECONDS:
+                break
+            self._written.popitem(last=False)
+        entry = self._written.get(key)
+        return entry[1] if entry else frozenset()
+
+    def _remember(self, key: bytes, sessions: frozenset[str]) -> None:
+        # A retry that fails again keeps what both attempts wrote (done | newly written).
+        earlier = self._written.pop(key, None)
+        self._written[key] = (time.monotonic(), (sessions | earlier[1]) if earlier else sessions)
+        if len(self._written) > WRITTEN_ENTRIES:
+            self._written.popitem(last=False)
 
     def _refused(self, transport: str, error: wire.WireError, cause: str = "") -> None:
         self.health.count(self.id, "refused")
@@ -190,11 +251,13 @@ class OtlpReceiver:
     async def _grpc_export(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
         code, message = None, ""
         try:
-            response = await self.ingest(flatten_protobuf(body))
+            response = await self.ingest(flatten_protobuf(body, self.config.max_request_records), body)
             return response.SerializeToString()
         except wire.WireError as exc:
             self._refused("gRPC", exc)
-            code, message = grpc.StatusCode.INVALID_ARGUMENT, exc.message
+            code = (grpc.StatusCode.RESOURCE_EXHAUSTED if exc.code == wire.RESOURCE_EXHAUSTED
+                    else grpc.StatusCode.INVALID_ARGUMENT)
+            message = exc.message
         except PipelineUnavailable as exc:
             code, message = grpc.StatusCode.UNAVAILABLE, str(exc)
         except Exception as exc:  # a receiver bug must never stop the server; INTERNAL is not retried
@@ -220,8 +283,14 @@ class OtlpReceiver:
                                 "OTLP/HTTP takes application/x-protobuf or application/json")
         try:
             body = await self._read_body(request, ctype)
-            records = flatten_request(wire.parse_json(body)) if ctype == wire.JSON else flatten_protobuf(body)
-            response = await self.ingest(records)
+            limit = self.config.max_request_records
+            if ctype == wire.JSON:
+                request_message = wire.parse_json(body, limit)
+                check_records(request_message, limit)
+                records = flatten_request(request_message)
+            else:
+                records = flatten_protobuf(body, limit)
+            response = await self.ingest(records, body)
         except wire.WireError as exc:  # only reading and decoding raise it, never ingest
             self._refused("HTTP", exc, getattr(exc, "cause", ""))
             out = self._status_response(exc.status, exc.code, exc.message, ctype)

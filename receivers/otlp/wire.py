@@ -25,6 +25,7 @@ INTERNAL = 13
 UNAVAILABLE = 14
 
 _ID_KEYS = ("traceId", "spanId", "trace_id", "span_id")
+_ID_BYTES = {"traceId": 16, "trace_id": 16, "spanId": 8, "span_id": 8}
 
 
 class WireError(Exception):
@@ -33,6 +34,13 @@ class WireError(Exception):
     def __init__(self, status: int, code: int, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+
+
+def too_many_records(n: int, limit: int) -> WireError:
+    # 413 / RESOURCE_EXHAUSTED as for max_request_bytes: the sender must split the batch, and
+    # neither is retried (RESOURCE_EXHAUSTED only with RetryInfo, which is never sent).
+    return WireError(413, RESOURCE_EXHAUSTED, f"request has {n} log records, over this receiver's "
+                     f"max_request_records ({limit}): send smaller batches")
 
 
 def gunzip(body: bytes, limit: int) -> bytes:
@@ -67,20 +75,38 @@ def parse_protobuf(body: bytes) -> ExportLogsServiceRequest:
     return request
 
 
-def _hex_ids_to_base64(doc: dict[str, Any]) -> None:
+def _hex_ids_to_base64(doc: dict[str, Any], max_records: int | None = None) -> None:
     # OTLP/JSON spells traceId/spanId as hex, proto3 JSON as base64: ParseDict would silently
     # misread 32 hex characters as a 24-byte id (bridges digest §6.2, §7 item 9).
+    # The same walk counts the records, so an oversized batch is refused before ParseDict (pure
+    # Python, per record) ever sees it.
+    n = 0
     for rl in _items(doc, "resourceLogs", "resource_logs"):
         for sl in _items(rl, "scopeLogs", "scope_logs"):
-            for lr in _items(sl, "logRecords", "log_records"):
+            records = _items(sl, "logRecords", "log_records")
+            n += len(records)
+            if max_records is not None and n > max_records:
+                raise too_many_records(_count(doc), max_records)
+            for lr in records:
                 for key in _ID_KEYS:
                     value = lr.get(key)
                     if isinstance(value, str):
                         try:
-                            lr[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+                            raw = bytes.fromhex(value)
                         except ValueError:
                             raise WireError(400, INVALID_ARGUMENT,
                                             f"{key} {value[:40]!r} is not hex (OTLP/JSON ids are hex)") from None
+                        if raw and len(raw) != _ID_BYTES[key]:  # the Collector's pdata refuses it too
+                            raise WireError(400, INVALID_ARGUMENT,
+                                            f"{key} {value[:40]!r} is {len(raw)} bytes; an OTLP {key} is "
+                                            f"{_ID_BYTES[key] * 2} hex characters (or empty)")
+                        lr[key] = base64.b64encode(raw).decode("ascii")
+
+
+def _count(doc: dict[str, Any]) -> int:
+    return sum(len(_items(sl, "logRecords", "log_records"))
+               for rl in _items(doc, "resourceLogs", "resource_logs")
+               for sl in _items(rl, "scopeLogs", "scope_logs"))
 
 
 def _items(obj: Any, *keys: str) -> list[Any]:
@@ -93,11 +119,12 @@ def _items(obj: Any, *keys: str) -> list[Any]:
     return []
 
 
-def parse_json(body: bytes) -> ExportLogsServiceRequest:
+def parse_json(body: bytes, max_records: int | None = None) -> ExportLogsServiceRequest:
     """An OTLP/JSON ``ExportLogsServiceRequest`` (hex ids, int64 as strings, unknown keys ignored).
 
     The body goes through the collector's one JSON decoder (``aep_collector.pipeline.wire.loads``): lone
     surrogate escapes become U+FFFD and oversized numbers are a 400, as on every hook receiver.
+    More than ``max_records`` log records is a 413.
     """
     try:
         doc = loads(body)
@@ -106,7 +133,7 @@ def parse_json(body: bytes) -> ExportLogsServiceRequest:
     if not isinstance(doc, dict):
         raise WireError(400, INVALID_ARGUMENT,
                         f"body is JSON {type(doc).__name__}, not an OTLP ExportLogsServiceRequest object")
-    _hex_ids_to_base64(doc)
+    _hex_ids_to_base64(doc, max_records)
     request = ExportLogsServiceRequest()
     try:
         # OTLP/HTTP: receivers MUST ignore unknown fields (forward compatibility).
