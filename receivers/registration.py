@@ -157,12 +157,17 @@ def pythons() -> list[str]:
 
 # POSIX sh: $1 the shim's folder, $2 the neutral reply, the rest the shim's arguments. Each
 # interpreter that exists is tried; one that fails to start leaves stdin unread for the next; if
-# none ran, stdin is drained (cat, else the read builtin: a vendor writing to a closed pipe may
-# crash on EPIPE) and the neutral reply printed. Exit status 0 on every path.
+# none ran, stdin is drained (a vendor writing to a closed pipe may crash on EPIPE), for at most
+# DRAIN_WAIT seconds (a vendor that leaves stdin open must still get its reply), and the neutral
+# reply printed. The drain is a background cat reading stdin through fd 3 (an asynchronous command
+# gets /dev/null as stdin unless redirected), killed by a timer if it has not seen EOF; neither
+# holds the vendor's stdout open. Exit status 0 on every path.
+DRAIN_WAIT = 2
 _CHAIN = ('d=$1 n=$2; shift 2; for p in {pythons}; do '
           'if [ -r "$d/{file}" ] && command -v "$p" >/dev/null 2>&1; then '
           '"$p" -S -I -c "import sys;sys.path[:0]=[sys.argv.pop(1)];import {module} as s;sys.exit(s.main())" '
-          '"$d" "$@" && exit 0; fi; done; cat >/dev/null 2>&1 || while IFS= read -r _; do :; done; '
+          '"$d" "$@" && exit 0; fi; done; exec 3<&0; cat <&3 >/dev/null 2>&1 & c=$!; '
+          '(sleep {drain}; kill $c) >/dev/null 2>&1 & k=$!; wait $c 2>/dev/null; kill $k 2>/dev/null; '
           'printf %s "$n"; exit 0')
 
 
@@ -179,7 +184,7 @@ def shim_command(vendor: str, event: str | None = None, url: str | None = None, 
     if not posix:
         return subprocess.list2cmdline(parts)
     chain = _CHAIN.format(pythons=" ".join(shlex.quote(p) for p in pythons()), file=HOOK_FILE,
-                          module=HOOK_FILE[:-3])
+                          module=HOOK_FILE[:-3], drain=DRAIN_WAIT)
     known = declarations().get(vendor)
     neutral = (known.neutral_bytes(event) if known is not None else b"{}").decode()
     argv = ["/bin/sh", "-c", chain, "aep-collector-hook", str(hook_dir() / "bin"), neutral, *parts[5:]]

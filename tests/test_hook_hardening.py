@@ -520,3 +520,37 @@ async def test_http_aiohttp_cannot_parse_is_refused_with_a_json_body(tmp_path: P
         counted = {cause for (component, cause) in service.health.request_errors if component.startswith("receiver/")}
         assert "bad-http" in counted
 
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the /bin/sh chain is the POSIX registration")
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
+def test_the_registered_chain_answers_when_no_python_runs_and_stdin_stays_open(shell: str) -> None:
+    """With no interpreter to run the shim, the chain drains stdin itself: for a vendor that leaves
+    stdin open that drain must end, so the hook still gets its neutral reply, on time, silently."""
+    import subprocess
+    import time as _time
+
+    from aep_collector.receivers import registration
+
+    if not Path(shell).exists():
+        pytest.skip(f"{shell} is not installed")
+    chain = registration._CHAIN.format(pythons="/nonexistent/python3", file=registration.HOOK_FILE,
+                                       module=registration.HOOK_FILE[:-3], drain=registration.DRAIN_WAIT)
+    for close_stdin in (True, False):
+        started = _time.monotonic()
+        proc = subprocess.Popen([shell, "-c", chain, "aep-collector-hook", "/nonexistent", '{"continue":true}'],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+            proc.stdin.write(b'{"session_id": "s"}' * 5000)  # more than a pipe holds: the drain reads it
+            proc.stdin.flush()
+            if close_stdin:
+                proc.stdin.close()
+            out = proc.stdout.read()  # to EOF: nothing the chain leaves behind holds stdout open
+            assert proc.wait(10) == 0 and out == b'{"continue":true}' and proc.stderr.read() == b""
+            took = _time.monotonic() - started
+            assert took < registration.DRAIN_WAIT + 2 if not close_stdin else took < registration.DRAIN_WAIT
+        finally:
+            if not close_stdin and proc.stdin is not None:
+                proc.stdin.close()
+            proc.kill()
