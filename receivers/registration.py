@@ -159,15 +159,18 @@ def pythons() -> list[str]:
 # interpreter that exists is tried; one that fails to start leaves stdin unread for the next; if
 # none ran, stdin is drained (a vendor writing to a closed pipe may crash on EPIPE), for at most
 # DRAIN_WAIT seconds (a vendor that leaves stdin open must still get its reply), and the neutral
-# reply printed. The drain is a background cat reading stdin through fd 3 (an asynchronous command
-# gets /dev/null as stdin unless redirected), killed by a timer if it has not seen EOF; neither
-# holds the vendor's stdout open. Exit status 0 on every path.
+# reply printed. The drain is a background cat (else the read builtin in a subshell: no cat on the
+# PATH) reading stdin through fd 3 (an asynchronous command gets /dev/null as stdin unless
+# redirected), killed by a timer (sleep: none on the PATH, no timer) if it has not seen EOF;
+# neither holds the vendor's stdout open.
+# Exit status 0 on every path.
 DRAIN_WAIT = 2
 _CHAIN = ('d=$1 n=$2; shift 2; for p in {pythons}; do '
           'if [ -r "$d/{file}" ] && command -v "$p" >/dev/null 2>&1; then '
           '"$p" -S -I -c "import sys;sys.path[:0]=[sys.argv.pop(1)];import {module} as s;sys.exit(s.main())" '
-          '"$d" "$@" && exit 0; fi; done; exec 3<&0; cat <&3 >/dev/null 2>&1 & c=$!; '
-          '(sleep {drain}; kill $c) >/dev/null 2>&1 & k=$!; wait $c 2>/dev/null; kill $k 2>/dev/null; '
+          '"$d" "$@" && exit 0; fi; done; exec 3<&0; if command -v cat >/dev/null 2>&1; then '
+          'cat <&3 >/dev/null 2>&1 & else (while IFS= read -r _; do :; done) <&3 >/dev/null 2>&1 & fi; c=$!; '
+          '(sleep {drain} && kill $c) >/dev/null 2>&1 & k=$!; wait $c 2>/dev/null; kill $k 2>/dev/null; '
           'printf %s "$n"; exit 0')
 
 
