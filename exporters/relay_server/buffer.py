@@ -3,7 +3,9 @@
 Keyed by the bare ``session`` (resume tokens name only it). Admission dedupes on ``(source, id)``;
 entries stay sorted by ``(epoch, seq)``. Past ``depth`` the lowest position is evicted and the
 highest evicted position is remembered, so a resume from before it is told exactly that
-(``replay-exhausted``) instead of guessing from gaps.
+(``replay-exhausted``) instead of guessing from gaps. A session dropped whole (``max_sessions``) keeps
+its high-water mark in a bounded memory of dropped sessions, so a resume from before it still gets the
+marker (with ``earliest`` just past the mark when nothing of the session is held any more).
 """
 
 from __future__ import annotations
@@ -42,10 +44,16 @@ class Replay:
     entries: list[Entry]
 
 
+DROPPED_PER_SESSION = 10
+"""High-water marks of sessions dropped whole, remembered per ``max_sessions`` (oldest forgotten first)."""
+
+
 class Buffers:
     def __init__(self, depth: int, max_sessions: int) -> None:
         self.depth, self.max_sessions = depth, max_sessions
         self.sessions: OrderedDict[str, SessionBuffer] = OrderedDict()
+        self.dropped: OrderedDict[str, Position] = OrderedDict()
+        """Session -> highest position it held when the session cap dropped it."""
         self._seen: dict[str, set[tuple[str, str]]] = {}
         self._order = itertools.count()
 
@@ -58,10 +66,12 @@ class Buffers:
         if key in seen:
             return False
         if buf is None:
-            buf = self.sessions[session] = SessionBuffer()
+            # A session that comes back after being dropped has still missed what it lost.
+            buf = self.sessions[session] = SessionBuffer(evicted=self.dropped.pop(session, None))
             while len(self.sessions) > self.max_sessions:
-                old, _ = self.sessions.popitem(last=False)
+                old, old_buf = self.sessions.popitem(last=False)
                 self._seen.pop(old, None)
+                self._forget(old, old_buf)
         self.sessions.move_to_end(session)  # every write refreshes recency
         seen.add(key)
         entry = Entry((ev.get("epoch", 0), ev["seq"]), next(self._order), text, ev, claim)
@@ -75,6 +85,15 @@ class Buffers:
             buf.evicted = gone.pos if buf.evicted is None or gone.pos > buf.evicted else buf.evicted
         return True
 
+    def _forget(self, session: str, buf: SessionBuffer) -> None:
+        high = max([p for p in (buf.evicted, buf.entries[-1].pos if buf.entries else None) if p is not None],
+                   default=None)
+        if high is None:
+            return
+        self.dropped[session] = high
+        while len(self.dropped) > self.max_sessions * DROPPED_PER_SESSION:
+            self.dropped.popitem(last=False)
+
     def replay(self, from_: Any) -> Replay:
         """``from_`` is ``"all"`` or a validated list of ``{session, epoch?, seq?}``."""
         if from_ == "all":  # every held session from its earliest, never a marker (§5)
@@ -82,10 +101,13 @@ class Buffers:
         markers: list[tuple[str, Position]] = []
         picks: list[Entry] = []
         for p in from_:
+            after = (p.get("epoch", 0), p.get("seq", -1))
             buf = self.sessions.get(p["session"])
             if buf is None or not buf.entries:
+                high = self.dropped.get(p["session"])
+                if high is not None and after < high:  # all of it is gone: nothing at or before high
+                    markers.append((p["session"], (high[0], high[1] + 1)))
                 continue
-            after = (p.get("epoch", 0), p.get("seq", -1))
             if buf.evicted is not None and after < buf.evicted:
                 markers.append((p["session"], buf.entries[0].pos))
             picks.extend(e for e in buf.entries if e.pos > after)

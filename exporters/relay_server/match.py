@@ -9,13 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from aep_collector.pipeline.validate import envelope_errors
+
 VERSION = "0.1"
-_TYPE = re.compile(
-    r"^((agent|session|run|progress|tool|delegation|attention|resource|error|state|assessment|message|control)"
-    r"(\.[a-z0-9_]+)+|x\.[a-z0-9_-]+\.[a-z0-9_]+(\.[a-z0-9_]+)+)$")
-# AEP-0001 §5.2: foreign-emitter session events carry session but no seq.
-_SEQLESS = re.compile(r"^(control\.attention\.respond|control\.cancel|control\.pause|control\.resume"
-                      r"|x\.[a-z0-9_-]+\.control\..+|attention\.routed)$")
 _VENDOR_COMMAND = re.compile(r"^x\.[a-z0-9_-]+\.control\.")
 _CORE = frozenset({"aep", "id", "type", "subject", "time", "source", "agent", "session", "run", "step", "seq",
                    "epoch", "cause", "traceparent", "severity", "capture", "data"})
@@ -35,31 +31,12 @@ def is_command(event_type: str) -> bool:
 
 
 def envelope_problem(ev: Any) -> str | None:
-    """The first envelope problem of ``ev`` (AEP-0001 §5, scope rules of §5.2), or None."""
-    if not isinstance(ev, dict):
-        return "an Event is a JSON object"
-    for name in ("aep", "id", "type", "time", "source", "agent"):
-        if not isinstance(ev.get(name), str) or not ev[name]:
-            return f"{name} is missing or not a non-empty string"
-    if ev["aep"] != VERSION:
-        return f"aep must be {VERSION!r}"
-    if any(v is None for v in ev.values()):
-        return "an absent attribute is omitted, never null"
-    etype = ev["type"]
-    if not _TYPE.match(etype):
-        return f"type {etype!r} does not match the type grammar"
-    for name in ("seq", "epoch"):
-        if name in ev and (type(ev[name]) is not int or ev[name] < 0):
-            return f"{name} must be a non-negative integer"
-    if etype.startswith("agent."):
-        if any(k in ev for k in ("session", "run", "step", "seq")):
-            return "an agent-scoped event carries no session, run, step or seq"
-    elif _SEQLESS.match(etype):
-        if "session" not in ev or "seq" in ev:
-            return "a command or attention.routed carries session and no seq"
-    elif "session" not in ev or "seq" not in ev:
-        return "a session event carries session and seq"
-    return None
+    """The first envelope problem of ``ev`` (AEP-0001 §5-§8, scope rules of §5.2), or None.
+
+    The rules are ``aep-collector validate-events``' own (``envelope_errors``), not a second, looser
+    copy: whatever the relay accepts is then safe to buffer, key by ``session`` and fan out."""
+    problems = envelope_errors(ev)
+    return problems[0].message if problems else None
 
 
 def filter_problem(flt: Any) -> str | None:

@@ -10,8 +10,11 @@ One aiohttp app on the configured loopback port:
 - ``GET /healthz``: ``{"ok": true}``, plus counts and the collector's health when authorized.
 
 Every subscriber has one outlet with a byte budget: past ``soft_limit`` its debug/info events are
-shed (counted), past ``hard_limit`` it is disconnected (WS: ``closing`` then 1013). Replay snapshot
-and registration happen with no ``await`` between them, so nothing is lost or reordered at the seam.
+shed (counted), past ``hard_limit`` it is disconnected (WS: ``closing`` then 1013; SSE: the stream
+ends; a connection that stopped reading is aborted). A replay is a snapshot of buffer entries queued
+as one ``Backlog``, rendered only as the subscriber drains it (any size, bounded memory, outside
+the budget). Snapshot, backlog and registration happen with no ``await`` between them, so live
+events queue behind the replay: nothing is lost, duplicated or reordered at the seam.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import hmac
 import json
 import logging
 import re
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from aep_collector.pipeline.wire import dumps, loads
 from aiohttp import WSMsgType, web
 
@@ -37,17 +41,27 @@ log = logging.getLogger("aep.exporter.relay_server")
 
 LEVELS = ("none", "metadata", "redacted", "full")
 _SHEDDABLE = frozenset({"debug", "info"})
-_LAST_ID = re.compile(r"^(.+):(\d+):(\d+)$")
+_LAST_ID = re.compile(r"(.+):([0-9]+):([0-9]+)")  # [0-9]: \d would take non-ASCII digits
 _CORS = {"access-control-allow-origin": "*"}
+_UNSAFE_ID = re.compile("[\r\n\x00]")
 
 
 def _parse(text: str) -> Any:
-    """orjson on the hot path; what it refuses (a lone surrogate escape, a huge integer) gets the
-    receivers' careful decoder, which accepts or names the problem (``ValueError``)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return loads(text)
+    """The receivers' decoder (orjson first): it also refuses nesting past ``MAX_DEPTH``, which
+    down-levelling and re-encoding could not survive, naming the problem (``ValueError``)."""
+    return loads(text)
+
+
+def _position(digits: str) -> int:
+    """A resume counter from a ``Last-Event-ID``. One longer than any integer an accepted event can
+    carry (the decoder refuses those) is past every held position: it becomes one that is too."""
+    limit = sys.get_int_max_str_digits()
+    return int(digits) if not limit or len(digits) <= limit else 10 ** limit
+
+
+def _one_line(text: str) -> str:
+    """``text`` for an SSE comment line: a line break in a session name must not end the comment."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 _WARNED: set[tuple[Any, Any]] = set()
@@ -76,8 +90,34 @@ def _frame(obj: dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+_STALL_GRACE = 2.0
+"""Seconds a subscriber cut off past ``hard_limit`` gets to take its ending before the transport is
+aborted: a consumer that stopped reading never drains the write that would end its stream."""
+
+
+class Backlog:
+    """A replay snapshot (buffer entries, not their text) rendered only as the subscriber drains it,
+    so a replay larger than ``hard_limit`` neither sits in memory as text nor trips the limit."""
+
+    def __init__(self, entries: list[Entry], render: Callable[[Entry], str | None]) -> None:
+        self.entries, self.render, self.at = entries, render, 0
+
+    def take(self, limit: int) -> list[str]:
+        """Up to ``limit`` rendered items; empty once the snapshot is exhausted."""
+        out: list[str] = []
+        while self.at < len(self.entries) and len(out) < limit:
+            item = self.render(self.entries[self.at])
+            self.at += 1
+            if item is not None:
+                out.append(item)
+        return out
+
+
 class Outlet:
-    """One subscriber's outgoing queue with a byte budget (slow-consumer shedding)."""
+    """One subscriber's outgoing queue with a byte budget (slow-consumer shedding).
+
+    The queue holds text, ``Backlog`` replays (expanded in place when the drain reaches them, so
+    live text queued behind one leaves after all of it) and one ``("end", why)``."""
 
     def __init__(self, soft: int, hard: int) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -85,6 +125,8 @@ class Outlet:
         self.soft, self.hard = soft, hard
         self.closed = False
         self.shed = 0
+        self.backlog: Backlog | None = None
+        self.on_overflow: Callable[[], None] | None = None
 
     def put(self, item: str, severity: str | None = None) -> bool:
         """Queue an item; False when it was shed or the outlet is over its hard limit (now closing)."""
@@ -100,20 +142,53 @@ class Outlet:
         self.queue.put_nowait(item)
         return True
 
-    async def batch(self, limit: int = 512) -> list[Any]:
-        """Wait for one item, then take whatever else is already queued (up to ``limit``)."""
-        items = [await self.queue.get()]
-        while len(items) < limit and not self.queue.empty():
-            items.append(self.queue.get_nowait())
-        return items
+    def replay(self, backlog: Backlog) -> None:
+        """Queue a replay: it counts against no budget, it is only rendered as fast as it is sent."""
+        if not self.closed:
+            self.queue.put_nowait(backlog)
 
-    def taken(self, item: str) -> None:
-        self.pending -= len(item)
+    async def batch(self, limit: int = 512) -> list[Any]:
+        """The next items to send: from the replay being expanded, else one queued item and whatever
+        else is already queued (up to ``limit``, stopping at a replay). Taken items leave the budget."""
+        while True:
+            if self.backlog is not None:
+                items: list[Any] = self.backlog.take(limit)
+                if items:
+                    return items
+                self.backlog = None
+            first = await self.queue.get()
+            if isinstance(first, Backlog):
+                self.backlog = first
+                continue
+            items = [first]
+            while len(items) < limit and not self.queue.empty():
+                nxt = self.queue.get_nowait()
+                if isinstance(nxt, Backlog):
+                    self.backlog = nxt
+                    break
+                items.append(nxt)
+            for item in items:
+                if isinstance(item, str):
+                    self.pending -= len(item)
+            return items
 
     def overflow(self) -> None:
-        self.end("backpressure")
+        """Past ``hard_limit``: what is still queued is dropped (the consumer resumes from the last
+        position it got), the ending goes first, and a stalled writer is aborted after a grace."""
+        if self.closed:
+            return
+        self.end("backpressure", drop=True)
+        if self.on_overflow is not None:
+            self.on_overflow()
 
-    def end(self, why: str) -> None:
+    def end(self, why: str, drop: bool = False) -> None:
+        """Queue the ending once; ``drop``: nothing still queued is worth sending (the peer is gone).
+        An ending already queued is kept with what precedes it (a refusal frame before its close)."""
+        if drop and not self.closed:
+            self.backlog = None
+            while not self.queue.empty():
+                self.queue.get_nowait()
+            self.pending = 0
         if not self.closed:
             self.closed = True
             self.queue.put_nowait(("end", why))
@@ -200,7 +275,10 @@ class Surface:
     def authorized(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
         offered = header[7:] if header.startswith("Bearer ") else request.query.get("access_token", "")
-        return hmac.compare_digest(offered.encode(), self.owner.token.encode())
+        # surrogatepass: a header's non-UTF-8 bytes arrive as lone surrogates; they must compare
+        # (unequal, in constant time), not raise.
+        return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"),
+                                   self.owner.token.encode("utf-8", "surrogatepass"))
 
     @staticmethod
     def unauthorized() -> web.Response:
@@ -387,7 +465,7 @@ class Surface:
                 return web.json_response({"error": "invalid-event", "line": i,
                                           "detail": "commands flow only on an authenticated WebSocket"}, status=403)
             text = line.strip()
-            events.append((ev, _frame(ev) if "\n" in text else text))  # SSE data is one line
+            events.append((ev, _frame(ev) if _breaks_line(text) else text))  # SSE data is one line
         for ev, text in events:
             self.ingest(ev, text, None)
         return web.Response(status=202)
@@ -403,7 +481,7 @@ class Surface:
             return web.Response(status=400, text=detail, headers=_CORS)
 
         try:
-            flt = json.loads(q.get("filter", "{}"))
+            flt = loads(q.get("filter", "{}"))
         except ValueError:
             return bad("filter is not JSON")
         problem = filter_problem(flt)
@@ -418,13 +496,13 @@ class Surface:
                 from_ = "all"
             else:
                 try:
-                    from_ = json.loads(q["from"])
+                    from_ = loads(q["from"])
                 except ValueError:
                     return bad("from is not JSON")
         elif "Last-Event-ID" in request.headers:
-            m = _LAST_ID.match(request.headers["Last-Event-ID"])
-            if m:
-                from_ = [{"session": m.group(1), "epoch": int(m.group(2)), "seq": int(m.group(3))}]
+            m = _LAST_ID.fullmatch(request.headers["Last-Event-ID"])
+            if m:  # anything else is not a position this relay sent: no resume, as [ref]
+                from_ = [{"session": m.group(1), "epoch": _position(m.group(2)), "seq": _position(m.group(3))}]
         fp = from_problem(from_, self.cfg.max_from)
         if fp is not None:
             return bad(fp[1] if fp[0] != "limit-exceeded" else f"from too large: {fp[1]}")
@@ -433,16 +511,18 @@ class Surface:
                                            **_CORS})
         await resp.prepare(request)
         stream = Stream(Sub(flt, self.ceiling(ceiling)), Outlet(self.cfg.soft_limit, self.cfg.hard_limit))
-        # From here to registration: no await, so replay and live meet without a gap or overlap.
+        stream.outlet.on_overflow = self._abort_later(request)
+        # From here to registration: no await, so the replay snapshot and live meet without a gap or
+        # overlap: live events are queued behind the snapshot, which is rendered as it is sent.
         if from_ is not None:
             replay = self.buffers.replay(from_)
             for session, (epoch, seq) in replay.exhausted:
-                stream.outlet.put(f": replay-exhausted {session} {epoch}:{seq}\n\n")
+                stream.outlet.put(f": replay-exhausted {_one_line(session)} {epoch}:{seq}\n\n")
             entries = replay.entries
             named = {p["session"] for p in from_} if isinstance(from_, list) else None
             if not live and named is not None and isinstance(flt.get("session"), str) and flt["session"] not in named:
                 entries = entries + self.buffers.whole(flt["session"])
-            self._replay_into(entries, stream.sub, lambda ev, body: stream.outlet.put(_sse_chunk(ev, body)))
+            stream.outlet.replay(self._backlog(entries, stream.sub, sse=True))
         if live:
             self.streams.append(stream)
             self.owner.consumer_joined()  # an operator is watching: holding is worth it
@@ -457,16 +537,30 @@ class Surface:
                 self.owner.consumer_left()
         return resp
 
-    def _replay_into(self, entries: list[Entry], sub: Sub, put: Any) -> None:
-        cache: dict[tuple[int, str | None], str | None] = {}
-        for e in entries:
-            if matches(sub.filter, e.event):
-                key = (e.order, sub.ceiling)
-                if key not in cache:
-                    cache[key] = self._variant(e.event, e.text, sub.ceiling, {}, e.claim)
-                body = cache[key]
-                if body is not None:
-                    put(e.event, body)
+    def _backlog(self, entries: list[Entry], sub: Sub, sse: bool) -> Backlog:
+        """Replay ``entries`` with the filter and ceiling of live delivery, as SSE chunks or WS frames."""
+        def render(e: Entry) -> str | None:
+            if not matches(sub.filter, e.event):
+                return None
+            body = self._variant(e.event, e.text, sub.ceiling, {}, e.claim)
+            return body if body is None or not sse else _sse_chunk(e.event, body)
+
+        return Backlog(entries, render)
+
+    @staticmethod
+    def _abort_later(request: web.Request) -> Callable[[], None]:
+        """What an outlet past ``hard_limit`` does besides queueing its ending: a writer stuck on a
+        consumer that stopped reading never reaches that ending, and a closed transport still waits
+        for its unsent bytes, so whatever connection is left after the grace is aborted."""
+        def arm() -> None:
+            def abort() -> None:
+                transport = request.transport  # None once the connection is gone
+                if transport is not None:
+                    transport.abort()
+
+            asyncio.get_running_loop().call_later(_STALL_GRACE, abort)
+
+        return arm
 
     async def _drain_sse(self, stream: Stream, resp: web.StreamResponse) -> None:
         outlet = stream.outlet
@@ -478,12 +572,13 @@ class Surface:
                     if isinstance(item, tuple):
                         ending = item[1]
                         break
-                    outlet.taken(item)
                     chunks.append(item)
                 if chunks:
                     await resp.write("".join(chunks).encode("utf-8"))
             if ending == "shutdown":
                 await resp.write(b": shutting-down\n\n")
+            elif ending == "backpressure":
+                resp.force_close()  # disconnected: not kept alive for another request
             with contextlib.suppress(Exception):
                 await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
@@ -497,11 +592,17 @@ class Surface:
         ws = web.WebSocketResponse(max_msg_size=self.cfg.max_body, compress=False, heartbeat=None)
         await ws.prepare(request)
         conn = Conn(ws, Outlet(self.cfg.soft_limit, self.cfg.hard_limit))
+        conn.outlet.on_overflow = self._abort_later(request)
         writer = asyncio.get_running_loop().create_task(self._drain_ws(conn))
         try:
             async for msg in ws:
                 if msg.type == WSMsgType.TEXT:
-                    self._text(conn, msg.data)
+                    try:
+                        self._text(conn, msg.data)
+                    except Exception:  # a frame we failed on must not take the connection with it
+                        log.exception("relay role: a WebSocket frame could not be handled")
+                        conn.send({"type": "error", "code": "internal",
+                                   "detail": "the relay could not handle this frame; see its log"})
                 elif msg.type == WSMsgType.BINARY:
                     conn.send({"type": "error", "code": "binary-unsupported"})
                     conn.outlet.end("1003")
@@ -509,7 +610,7 @@ class Surface:
                     break
         finally:
             self._drop(conn)
-            conn.outlet.end("gone")
+            conn.outlet.end("gone", drop=True)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer, 5.0)
             writer.cancel()
@@ -524,21 +625,21 @@ class Surface:
     async def _drain_ws(self, conn: Conn) -> None:
         outlet, ws = conn.outlet, conn.ws
         try:
-            while True:
-                item = await outlet.queue.get()
-                if isinstance(item, tuple):
-                    why = item[1]
-                    if why == "backpressure":
-                        with contextlib.suppress(Exception):
-                            await ws.send_str(_frame({"type": "closing", "reason": "backpressure", "delivered": []}))
-                        await ws.close(code=1013, message=b"backpressure")
-                    elif why in ("1002", "1003"):
-                        await ws.close(code=int(why))
-                    elif why == "shutdown":
-                        await ws.close(code=1001, message=b"collector stopping")
-                    break
-                outlet.taken(item)
-                await ws.send_str(item)
+            why = None
+            while why is None:
+                for item in await outlet.batch():
+                    if isinstance(item, tuple):
+                        why = item[1]
+                        break
+                    await ws.send_str(item)
+            if why == "backpressure":
+                with contextlib.suppress(Exception):
+                    await ws.send_str(_frame({"type": "closing", "reason": "backpressure", "delivered": []}))
+                await ws.close(code=1013, message=b"backpressure")
+            elif why in ("1002", "1003"):
+                await ws.close(code=int(why))
+            elif why == "shutdown":
+                await ws.close(code=1001, message=b"collector stopping")
         except (ConnectionResetError, RuntimeError, asyncio.CancelledError):
             pass
         finally:
@@ -548,15 +649,16 @@ class Surface:
                 await ws.close()
 
     def _text(self, conn: Conn, text: str) -> None:
+        why = "a frame is a JSON object"
         try:
             frame: Any = _parse(text)
-        except ValueError:
-            frame = None
+        except ValueError as exc:
+            frame, why = None, str(exc)
         if conn.hello is None:
             self._hello(conn, frame)
             return
         if not isinstance(frame, dict):
-            conn.send({"type": "error", "code": "bad-json"})
+            conn.send({"type": "error", "code": "bad-json", "detail": why})
             return
         kind = frame.get("type")
         if isinstance(kind, str) and "." in kind:
@@ -569,7 +671,7 @@ class Surface:
                 conn.send({"type": "error", "code": "unauthorized", "cause": frame["id"],
                            "detail": "a consumer connection does not emit events"})
                 return
-            self.ingest(frame, text if "\n" not in text else _frame(frame), conn)
+            self.ingest(frame, _frame(frame) if _breaks_line(text) else text, conn)
         elif kind == "subscribe":
             self._subscribe(conn, frame)
         elif kind == "unsubscribe":
@@ -633,7 +735,7 @@ class Surface:
             for session, (epoch, seq) in replay.exhausted:
                 conn.send({"type": "replay-exhausted", "sub": sid, "session": session,
                            "earliest": {"epoch": epoch, "seq": seq}})
-            self._replay_into(replay.entries, sub, lambda ev, body: conn.outlet.put(body))
+            conn.outlet.replay(self._backlog(replay.entries, sub, sse=False))
         key = str(sid) if sid is not None else f"_{id(sub)}"
         conn.subs[key] = sub
 
@@ -656,8 +758,17 @@ class Surface:
             conn.outlet.end("shutdown")
 
 
+def _breaks_line(text: str) -> bool:
+    """Whether raw JSON text holds a line break (whitespace between tokens) that would split an SSE
+    ``data:`` line: such text is re-encoded on one line."""
+    return "\n" in text or "\r" in text
+
+
 def _sse_chunk(ev: dict[str, Any], body: str) -> str:
     chunk = f"event: {ev['type']}\ndata: {body}\n"
-    if "seq" in ev and isinstance(ev.get("session"), str):
-        chunk += f"id: {ev['session']}:{ev.get('epoch', 0)}:{ev['seq']}\n"
+    session = ev.get("session")
+    # A session with a line break (or NUL) cannot be an SSE id: written out it would inject lines
+    # into the stream. Such an event is delivered without a resume position.
+    if "seq" in ev and isinstance(session, str) and not _UNSAFE_ID.search(session):
+        chunk += f"id: {session}:{ev.get('epoch', 0)}:{ev['seq']}\n"
     return chunk + "\n"
