@@ -188,3 +188,14 @@ def http_responses(raw: bytes) -> list[tuple[int, dict[str, str], bytes]]:
         out.append((status, headers, body))
         raw = rest
     return out
+
+
+async def serve(app: Any) -> tuple[Any, int]:
+    """Start the aiohttp ``app`` on a free loopback port: its runner (``cleanup()`` it) and the port."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

@@ -40,7 +40,7 @@ from aep_collector.receivers.registration import ensure_shim
 from aep_sdk.control import ControlSender
 from aiohttp import web
 
-from tests.helpers import ROOT, base_config, http_responses, read_jsonl, running
+from tests.helpers import ROOT, base_config, http_responses, read_jsonl, running, serve
 from tests.relay_double import wait_until
 
 MAX = wire.MAX_DEPTH
@@ -283,15 +283,21 @@ async def held(router: Any, n: int) -> list[str]:
     return await wait_until(lambda: list(router.holds) if len(router.holds) >= n else None, f"{n} held requests")
 
 
+async def two_held(service: Any) -> tuple[Any, str, asyncio.Task[Any], asyncio.Task[Any], str]:
+    """Two Claude Code permission requests held open: (router, hook URL, their tasks, the first's id)."""
+    router, url = service.host.control, f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
+    router.set_route("claude-code", True)
+    first = asyncio.create_task(post(url, permission("t1")))
+    second = asyncio.create_task(post(url, permission("t2")))
+    rid1, _ = await held(router, 2)
+    return router, url, first, second, rid1
+
+
 async def test_overloaded_clears_once_a_request_slot_is_free(tmp_path: Path) -> None:
     cfg = base_config(tmp_path)
     cfg["receivers"]["claude_code"].update(max_concurrent_requests=2, attention_timeout=30)
     async with running(cfg) as service:
-        router, url = service.host.control, f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
-        router.set_route("claude-code", True)
-        first = asyncio.create_task(post(url, permission("t1")))
-        second = asyncio.create_task(post(url, permission("t2")))
-        rid1, _ = await held(router, 2)
+        router, url, first, second, rid1 = await two_held(service)
         status, body = await post(url, permission("t3"))
         assert status == 503 and body["error"] == "busy"
         assert "overloaded" in service.health.snapshot()["problems"]["receiver/claude_code"]
@@ -309,11 +315,7 @@ async def test_holds_full_clears_once_a_hold_is_free(tmp_path: Path) -> None:
     cfg["receivers"]["claude_code"]["attention_timeout"] = 30
     cfg["service"]["limits"] = {"max_held_requests": 2}
     async with running(cfg) as service:
-        router, url = service.host.control, f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
-        router.set_route("claude-code", True)
-        first = asyncio.create_task(post(url, permission("t1")))
-        second = asyncio.create_task(post(url, permission("t2")))
-        rid1, _ = await held(router, 2)
+        router, url, first, second, rid1 = await two_held(service)
         assert await post(url, permission("t3")) == (200, {})  # over the bound: not held
         assert "holds-full" in service.health.snapshot()["problems"]["control"]
         await router.submit(allow(rid1), "claude-code")
@@ -341,11 +343,7 @@ class Receiver:
     async def __aenter__(self) -> Receiver:
         app = web.Application()
         app.router.add_post("/hook", self.hook)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.runner, self.port = await serve(app)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

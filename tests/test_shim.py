@@ -35,7 +35,7 @@ from aep_collector.receivers.hook_vendors import (
 from aep_collector.receivers.registration import TABLE_FILE, declarations, ensure_shim, shim_entries
 from aiohttp import web
 
-from tests.helpers import ROOT, base_config, read_jsonl, running
+from tests.helpers import ROOT, base_config, read_jsonl, running, serve
 
 RECEIVERS = {"codex": codex, "gemini-cli": gemini_cli, "qwen-code": qwen_code, "vscode": vscode,
             "kimi-code": kimi_code, "antigravity": antigravity}
@@ -234,11 +234,7 @@ class Scripted:
         app.router.add_post("/empty", self.reply(b"", "application/json"))
         app.router.add_post("/compact", self.reply(b'{"decision":""}', "application/json"))
         app.router.add_post("/hold", self.hold)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.runner, self.port = await serve(app)
         return self
 
     def reply(self, raw: bytes, ctype: str) -> Any:
