@@ -159,54 +159,11 @@ class Pipeline:
             stamped: list[Event] = []
             self._stamp_into(drafts[at:at + SLICE], stamped)
             if stamped:
-                failed += self._deliver_acked(stamped, lost)
+                failed += self.deliver(stamped, lost=lost)
                 events.extend(stamped)
         if failed:
             raise NotDurable(failed, len(events), lost)
         return events
-
-    def _deliver_acked(self, events: list[Event], lost: set[Any]) -> int:
-        """``deliver`` that learns what the durable record did not take; returns how many, adding
-        their sessions to ``lost``, and queues only the events of the other sessions (a session
-        whose events are resent must not reach the queues twice)."""
-        lines: list[bytes] | None = None
-        if self._share_lines:
-            try:
-                lines = [dumps_line(e) for e in events]
-            except (TypeError, ValueError):
-                lines = None
-        missing: set[Any] = set()
-        health = self.health
-        for cid, exporter in self.durable:
-            try:
-                if lines is not None and getattr(exporter, "takes_lines", False) is True:
-                    unwritten = exporter.export_now(events, lines)
-                else:
-                    unwritten = exporter.export_now(events)
-            except Exception as exc:
-                health.count(cid, "failed", len(events))
-                health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
-                missing.update(e.get("session") for e in events)
-                continue
-            # ``export_now`` returns the events it did not write (JSONL); one that returns nothing
-            # says nothing of the kind, so what it did not raise on counts as written.
-            if unwritten:
-                missing.update(e.get("session") for e in unwritten)
-            health.count(cid, "exported", len(events) - (len(unwritten) if unwritten else 0))
-        if not missing:
-            kept, kept_lines = events, lines
-        else:
-            lost |= missing
-            keep = [i for i, e in enumerate(events) if e.get("session") not in missing]
-            kept = [events[i] for i in keep]
-            kept_lines = None if lines is None else [lines[i] for i in keep]
-        if kept:
-            for q in self.queued:
-                if kept_lines is not None and getattr(q, "takes_lines", False) is True:
-                    q.put(kept, kept_lines)
-                else:
-                    q.put(kept)
-        return len(events) - len(kept)
 
     def _process(self, batch: Batch) -> Batch:
         for step in self._steps:
@@ -229,31 +186,54 @@ class Pipeline:
                 self.health.count(self.component, "rejected")
                 self.health.incident(self.component, "invalid-draft", str(exc))
 
-    def deliver(self, events: list[Event], redelivery: bool = False) -> None:
-        """Hand stamped events to the exporters; a redelivery skips the durable record it already has."""
+    def deliver(self, events: list[Event], redelivery: bool = False, lost: set[Any] | None = None) -> int:
+        """Hand stamped events to the exporters; a redelivery skips the durable record it already has.
+
+        With ``lost`` (``consume_acked``: a sender that resends what is not acknowledged), what the
+        durable record did not take is learnt (``export_now`` returns the events it did not write,
+        a raise loses them all): their sessions are added to ``lost`` and none of those sessions'
+        events is queued, since they come again; returns how many events that held back. Without
+        it (hooks), every event is queued whatever the durable record did: nobody would resend.
+        """
         lines = None
         if self._share_lines:
             try:
                 lines = [dumps_line(e) for e in events]
             except (TypeError, ValueError):  # not JSON (a plug-in's value): each consumer fails as before
                 lines = None
+        missing: set[Any] | None = set() if lost is not None else None  # no set built on a hook's path
         if not redelivery:
             health = self.health
             for cid, exporter in self.durable:
                 try:
                     if lines is not None and getattr(exporter, "takes_lines", False) is True:
-                        exporter.export_now(events, lines)
+                        unwritten = exporter.export_now(events, lines)
                     else:
-                        exporter.export_now(events)
-                    health.count(cid, "exported", len(events))
+                        unwritten = exporter.export_now(events)
                 except Exception as exc:
                     health.count(cid, "failed", len(events))
                     health.incident(cid, "export-failed", f"{type(exc).__name__}: {exc}")
-        for q in self.queued:
-            if lines is not None and getattr(q, "takes_lines", False) is True:
-                q.put(events, lines)
-            else:
-                q.put(events)
+                    if missing is not None:
+                        missing.update(e.get("session") for e in events)
+                    continue
+                if missing is not None and unwritten:
+                    missing.update(e.get("session") for e in unwritten)
+                    health.count(cid, "exported", len(events) - len(unwritten))
+                else:
+                    health.count(cid, "exported", len(events))
+        queued, queued_lines = events, lines
+        if missing and lost is not None:
+            lost |= missing
+            keep = [i for i, e in enumerate(events) if e.get("session") not in missing]
+            queued = [events[i] for i in keep]
+            queued_lines = None if lines is None else [lines[i] for i in keep]
+        if queued:
+            for q in self.queued:
+                if queued_lines is not None and getattr(q, "takes_lines", False) is True:
+                    q.put(queued, queued_lines)
+                else:
+                    q.put(queued)
+        return len(events) - len(queued)
 
 
 def _bound_call(processor: Any) -> Callable[[Batch], Batch]:
