@@ -29,7 +29,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from ..body import BodyError, ProtocolLog, read_body, reply_and_close
 from . import wire
 from .config import OtlpConfig
-from .flatten import check_records, flatten_protobuf, flatten_request
+from .flatten import flatten_protobuf, flatten_request
 from .identity import SESSION_FROM, describe, session_of
 
 log = logging.getLogger("aep.receiver.otlp")
@@ -285,9 +285,7 @@ class OtlpReceiver:
             body = await self._read_body(request, ctype)
             limit = self.config.max_request_records
             if ctype == wire.JSON:
-                request_message = wire.parse_json(body, limit)
-                check_records(request_message, limit)
-                records = flatten_request(request_message)
+                records = flatten_request(wire.parse_json(body, limit))  # counts the records as it walks
             else:
                 records = flatten_protobuf(body, limit)
             response = await self.ingest(records, body)
