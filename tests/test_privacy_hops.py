@@ -199,3 +199,12 @@ def test_an_extension_attribute_is_screened_whatever_else_the_draft_lacks(tmp_pa
         del draft[drop]
     capped = apply_cap(draft, CapturePolicy(ceiling="metadata", overrides={}), Redactor(), None)
     assert KEY not in json.dumps(capped) and capped["note"].startswith("sha256-")
+
+
+def test_the_hop_screens_extension_attributes_as_the_emitter_does() -> None:
+    ev = event("tool.requested", {"tool": {"name": "Bash"}}, capture="full", note=f"key {KEY}", cause="c-1")
+    out = downlevel(ev, "metadata")
+    assert leaks(out) == [] and out["note"].startswith("sha256-") and out["cause"] == "c-1"
+    claimed = {**ev, "capture": "metadata"}
+    assert honest_claim(claimed) == "full"  # a secret beside the payload breaks the claim too
+    assert honest_claim({**claimed, "note": "plain-token"}) == "metadata"

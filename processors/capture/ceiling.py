@@ -670,6 +670,20 @@ def _screen_extensions(out: dict[str, Any], keys: set[str], screen: Screen) -> N
             out[key] = screen(value, True)
 
 
+def _screen_envelope(out: dict[str, Any], screen: Screen, detector: Redactor) -> None:
+    """``apply_cap``'s envelope rule, for the hop (``downlevel``, ``honest_claim``): the subject as a
+    token, the ids by the detector, ``cause``, ``traceparent`` and extension attributes as tokens.
+    ``apply_cap`` spells the same out inline, on every draft's path."""
+    value = out.get("subject")
+    if value is not None:
+        out["subject"] = screen(value if isinstance(value, str) else str(value), True)
+    for name in ENVELOPE_IDS:
+        if name in out:
+            _screen_id(out, name, detector)
+    if not _SCREENED_ALL(out):
+        _screen_extensions(out, out.keys() - _ENVELOPE_SCREENED, screen)
+
+
 def _screen_id(out: dict[str, Any], name: str, detector: Redactor) -> None:
     """An envelope identifier keeps its shape; a detector hit in it leaves as the opaque digest."""
     value = out[name]
@@ -771,11 +785,7 @@ def downlevel(event: dict[str, Any], ceiling: str, annotations: Mapping[str, Ann
     detector = _hop_detector()
     screen = _screen(target, detector)
     if screen is not None:  # target is none or metadata here: the envelope leaves either way
-        if isinstance(out.get("subject"), str):
-            out["subject"] = screen(out["subject"], True)
-        for name in ENVELOPE_IDS:
-            if name in out:
-                _screen_id(out, name, detector)
+        _screen_envelope(out, screen, detector)
     table = load_annotations() if annotations is None else annotations
     event_type = event.get("type")
     ann = table.get(event_type) if isinstance(event_type, str) else None
@@ -815,12 +825,10 @@ def honest_claim(event: Mapping[str, Any]) -> str:
     detector = _hop_detector()
     screen = _screen(level, detector)
     assert screen is not None  # below full
-    if isinstance(event.get("subject"), str) and screen(event["subject"], True) != event["subject"]:
+    envelope = {k: v for k, v in event.items() if k != "data"}
+    _screen_envelope(envelope, screen, detector)
+    if any(envelope[k] != event[k] for k in envelope):
         return "full"
-    for name in ENVELOPE_IDS:
-        value = event.get(name)
-        if isinstance(value, str) and detector.sensitive(value):
-            return "full"
     data = event.get("data")
     if level == NONE:
         return declared if data is None else "full"
