@@ -142,7 +142,7 @@ def loads_exact(raw: bytes | str) -> Any:
         raise DecodeError(_DEPTH_MSG) from None
     except ValueError:  # int(): Python refuses to convert integers beyond the digit limit
         raise DecodeError(f"an integer has more than {sys.get_int_max_str_digits()} digits") from None
-    if _may_be_deep(raw) if isinstance(raw, bytes) else text.count("{") + text.count("[") > MAX_DEPTH:
+    if text.count("{") + text.count("[") > MAX_DEPTH:  # the slow path: counted on the text either way
         _check_depth(value)
     if (_SURROGATE_ESCAPE.search(raw) if isinstance(raw, bytes) else _SURROGATE_ESCAPE_TEXT.search(text)):
         value = scrub(value)
