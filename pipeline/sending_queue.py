@@ -175,6 +175,8 @@ class SendingQueue:
         self._write_failed: set[str] = set()
         """Causes ``put`` raised for a failed append (``enospc``, ...); the next append that
         succeeds recovers them."""
+        self._torn_seen: set[int] = set()
+        """Segments whose torn last line the reader already counted (a retried read sees it again)."""
         self._progress = time.monotonic()
         self._opened = False
 
@@ -435,11 +437,28 @@ class SendingQueue:
                 else:  # cannot happen with our own writes; counted rather than wedging the queue
                     self.health.count(self.id, "corrupt")
             if pos == 0:
-                break  # no whole line in range: an append is under way
+                if seg == self.segments[-1]:
+                    break  # no whole line in range: an append is under way
+                # Appends go to the newest segment only, so an older one ending without a newline
+                # ends in a torn line (outside damage, or power loss writing pages out of order):
+                # skip it rather than stop every later delivery behind it.
+                self._torn(seg, off, size)
+                off = size
+                continue
             off += pos
             if long_line:
                 break
         return events, (seg, off), consumed
+
+    def _torn(self, seg: int, off: int, size: int) -> None:
+        """Count and show, once per segment, the torn line the reader skips at the end of ``seg``."""
+        if seg in self._torn_seen:
+            return  # read again after a failed delivery: already counted
+        self._torn_seen.add(seg)
+        self.health.count(self.id, "corrupt")
+        detail = f"{self._path(seg)}: skipped a torn line of {size - off} bytes at its end (offset {off})"
+        log.warning("%s: %s", self.id, detail)
+        self.health.incident(self.id, "torn-line", detail)
 
     def _read_line(self, seg: int, off: int, size: int, head: bytes) -> bytes:
         """The line at ``off`` of segment ``seg``, of which the chunk ``head`` holds no newline:

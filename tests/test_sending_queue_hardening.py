@@ -139,6 +139,34 @@ def test_a_segment_that_is_one_torn_line_longer_than_a_chunk_is_emptied(tmp_path
     q.close()
 
 
+@pytest.mark.parametrize("torn_bytes", [40, 2 * CHUNK + 7])
+async def test_a_torn_line_ending_an_older_segment_is_skipped_and_delivery_goes_on(tmp_path, caplog, torn_bytes):
+    """Only the newest segment is appended to, so an older one ending without a newline ends in a
+    torn line; the reader used to stop there for good, holding back every later segment."""
+    q = make(tmp_path, Peer(), segment_bytes=4096)
+    q.open()
+    for i in range(20):
+        q.put([ev(i, pad=400)])
+    q.close()
+    names = segment_files(tmp_path)
+    assert len(names) >= 3
+    with open(tmp_path / "q" / names[0], "ab") as fh:
+        fh.write(b'{"aep":"0.1","id":"torn","data":"' + b"y" * torn_bytes)
+    health = Health()
+    peer = Peer()
+    again = make(tmp_path, peer, health, segment_bytes=4096)
+    again.start()
+    try:
+        await wait_until(lambda: len(peer.got) == 20, "all 20 delivered past the torn line")
+        assert ids(peer.got) == [f"e{i:06d}" for i in range(20)]
+        assert again.pending_events == 0
+        assert health.counters[("exporter/t", "corrupt")] == 1
+        assert "torn-line" in str(health.snapshot())
+        assert any("torn line" in r.getMessage() for r in caplog.records)
+    finally:
+        again.close()
+
+
 # -- the cursor on disk ------------------------------------------------------------------------
 
 N = 30
