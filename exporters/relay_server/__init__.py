@@ -31,6 +31,7 @@ from typing import Any
 from aep_collector.pipeline.atomic import atomic_write
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Host
+from aep_collector.pipeline.http_refusals import JsonRefusalRunner
 from aep_collector.pipeline.model import Event
 from aiohttp import web
 
@@ -105,7 +106,8 @@ class RelayServer:
                 else Path(host.state_dir) / TOKEN_FILE
             self.token = ensure_token_file(self.token_path)
         host_name, _, port = self.config.endpoint.rpartition(":")
-        self._runner = web.AppRunner(self.surface.app(), access_log=None, shutdown_timeout=2.0)
+        # A request aiohttp cannot parse gets a JSON body naming the problem, as every refusal here.
+        self._runner = JsonRefusalRunner(self.surface.app(), access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host_name.strip("[]"), int(port), reuse_address=True)
         try:

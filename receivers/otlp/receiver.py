@@ -21,6 +21,7 @@ import grpc
 from aep_collector.pipeline.component import Consumer, CreateSettings
 from aep_collector.pipeline.config import parse_endpoint
 from aep_collector.pipeline.host import Health, Host
+from aep_collector.pipeline.http_refusals import JsonRefusalRunner
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.pipeline import SLICE, NotDurable
 from aiohttp import web
@@ -144,8 +145,10 @@ class OtlpReceiver:
         app.router.add_route("*", "/{tail:.*}", self._http_not_found)
         # Gzip is undone here, bounded by max_request_bytes, so that a body that is not gzip gets
         # an OTLP error body instead of aiohttp's bare 400 (and a gzip bomb cannot blow up).
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, auto_decompress=False,
-                                    logger=ProtocolLog(self.health, self.id))
+        # JsonRefusalRunner: a request aiohttp cannot parse gets a JSON body naming the problem,
+        # like every other refusal (no content type was read to answer in).
+        self.runner = JsonRefusalRunner(app, access_log=None, handle_signals=False, auto_decompress=False,
+                                        logger=ProtocolLog(self.health, self.id))
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port)
         await site.start()
