@@ -53,6 +53,9 @@ from .drafting import (
 # Reference stack §1.7: the machinery/UI plane rides x.{vendor}.* at debug.
 _DEBUG_PREFIXES = ("message.", "file.", "lsp.", "tui.", "installation.", "server.")
 _KEPT = 1024  # bound of every runtime table (user message ids, pending tools)
+MAX_SESSIONS = 4096
+"""Sessions tracked, least recently active forgotten first: a daemon lives for weeks and a session
+is ended only by ``session.deleted``, which ``opencode run`` never sends."""
 _DEBUG_TYPES = frozenset({"command.executed", "session.diff", "session.updated", "shell.env"})
 
 
@@ -77,9 +80,8 @@ class BusState:
 
     def track(self, session: str | None) -> SessionTrack:
         key = session or ""
-        found = self.sessions.get(key)
-        if found is None:
-            found = self.sessions[key] = SessionTrack()
+        found = self.sessions.get(key) or SessionTrack()
+        _bounded_put(self.sessions, key, found, MAX_SESSIONS)  # now the most recently active
         return found
 
 
@@ -88,11 +90,11 @@ def new_state() -> BusState:
     return BusState()
 
 
-def _bounded_put(table: dict[str, Any], key: str, value: Any) -> None:
+def _bounded_put(table: dict[str, Any], key: str, value: Any, limit: int = _KEPT) -> None:
     # A before without its after (an aborted tool) or an echo that never comes must not grow forever.
     table.pop(key, None)
     table[key] = value
-    while len(table) > _KEPT:
+    while len(table) > limit:
         del table[next(iter(table))]
 
 
@@ -193,7 +195,7 @@ class BusFamily:
                        state: BusState) -> list[Event]:
         kind = mapped["type"]
         if kind == "session.started":
-            state.sessions[session or ""] = SessionTrack()
+            _bounded_put(state.sessions, session or "", SessionTrack(), MAX_SESSIONS)
         elif kind == "session.ended":
             state.sessions.pop(session or "", None)
         elif kind == "run.started":

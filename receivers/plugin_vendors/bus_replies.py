@@ -81,7 +81,8 @@ def question_route_body(questions: Any, values: Any) -> dict[str, list[list[str]
         out: list[str] = []
         for item in picked:
             text = str(item)
-            idx = int(text) - 1 if text.isdigit() else -1
+            # Choice ids are ASCII digits; "²" passes isdigit() but int() refuses it (Other text).
+            idx = int(text) - 1 if text.isascii() and text.isdigit() else -1
             # A choice id maps to its vendor label; anything else is the "Other" free text, verbatim.
             out.append(labels[idx] if 0 <= idx < len(labels) else text)
         answers.append(out)
