@@ -1,7 +1,7 @@
 """The ``pi`` receiver: the pi extension's forwarded bus events.
 
-``js/pi-extension.js`` (a factory ``(pi) => { pi.on(...) }``, loaded by explicit path) POSTs each
-moment as ``{session: {id, file, cwd}, event: {type, ...}}``; ``event.type`` names it.
+``js/pi-extension.js`` (a factory ``(pi) => { pi.on(...) }``, discovered in pi's ``extensions/``
+folder) POSTs each moment as ``{session: {id, file, cwd}, event: {type, ...}}``; ``event.type`` names it.
 Observe-only by non-subscription: by default the extension registers no interception handler
 and every reply is empty (the handler returns ``undefined``).
 

@@ -2,10 +2,10 @@
 // GENERATED from receivers/plugin_vendors/js/src/ by `python -m aep_collector.receivers.plugin_vendors.js.build`;
 // edit the sources there, not this file (a test checks the two agree).
 //
-// Install by explicit path (pi auto-discovers only `*.ts`): add the absolute path of this file to
-// the `extensions` array of pi's settings.json, or run `pi -e /ABS/PATH/pi-extension.js`;
-// `aep-collector hooks pi` prints both. Plain JS: global `fetch`, `AbortController`, `TextEncoder`,
-// `setTimeout`; no imports.
+// Install: `aep-collector hooks pi --install` copies it to `~/.pi/agent/extensions/aep-collector.js`
+// (pi 0.73.1 discovers `*.ts` and `*.js` there and in a project's `.pi/extensions/`); or load it by
+// path, `pi -e /ABS/PATH/pi-extension.js`. Plain JS: global `fetch`, `AbortController`,
+// `TextEncoder`, `setTimeout`; no imports.
 //
 // Vendor API (facts, cited): badlogic/pi-mono packages/coding-agent/docs/extensions.md: an
 // extension default-exports a factory `(pi) => { pi.on(event, handler) }`; a handler gets
