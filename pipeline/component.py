@@ -119,6 +119,14 @@ class Registry:
             raise ValueError(
                 f"{factory.kind.value} type {factory.type!r} from {origin} is already registered by {prior}"
             )
+        if factory.vendor is not None:
+            # One declaration per agent: a second would silently take over the first's mapping,
+            # hooks and shim entry (``vendors`` keeps the last), whatever its receiver type.
+            for other in self.factories[Kind.RECEIVER].values():
+                if other is not factory and other.vendor is not None and other.vendor.agent == factory.vendor.agent:
+                    prior = self.origins.get((Kind.RECEIVER, other.type), "builtin")
+                    raise ValueError(f"vendor {factory.vendor.agent!r} of receiver type {factory.type!r} from "
+                                     f"{origin} is already declared by receiver type {other.type!r} from {prior}")
         self.factories[factory.kind][factory.type] = factory
         self.origins[(factory.kind, factory.type)] = origin
 

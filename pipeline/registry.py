@@ -12,12 +12,13 @@ the command shim and its mapping with no further registration (``declared_vendor
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import logging
 from importlib.metadata import entry_points
 
-from .component import Factory, Registry
+from .component import Factory, Kind, Registry
 from .vendor import VendorDeclaration
 
 log = logging.getLogger("aep.registry")
@@ -54,6 +55,24 @@ def _factories(obj: object) -> list[Factory]:
     raise TypeError(f"expected a Factory or a list of Factory, got {type(obj).__name__}")
 
 
+def _check_plugin(factory: Factory) -> None:
+    """What the config and ``components`` rely on of a factory, checked when a plug-in is loaded so a
+    broken one is reported there (and left out) instead of failing ``validate`` or ``components``."""
+    if not isinstance(factory.kind, Kind):
+        raise TypeError(f"factory {factory.type!r}: kind must be a Kind, got {factory.kind!r}")
+    if not isinstance(factory.type, str) or not factory.type or "/" in factory.type:
+        # Component ids are ``type`` or ``type/name``: a type with a slash could never be named.
+        raise ValueError(f"{factory.kind.value} type {factory.type!r}: must be a non-empty name without '/'")
+    if not dataclasses.is_dataclass(factory.config_class):
+        raise TypeError(f"{factory.kind.value} type {factory.type!r}: config_class "
+                        f"{getattr(factory.config_class, '__name__', factory.config_class)!r} is not a dataclass")
+    try:
+        factory.default_config()  # the defaults are the default config: every field needs one
+    except Exception as exc:
+        raise TypeError(f"{factory.kind.value} type {factory.type!r}: its default config cannot be built "
+                        f"({type(exc).__name__}: {exc}); every config field needs a default") from None
+
+
 def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:
     """Return the registry and a list of problems met while loading plug-ins (never fatal)."""
     registry = Registry()
@@ -67,9 +86,14 @@ def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             origin = f"plug-in {ep.name} ({ep.value}, from {getattr(ep.dist, 'name', '?')})"
             try:
-                for factory in _factories(ep.load()):
+                factories = _factories(ep.load())
+                for factory in factories:
+                    _check_plugin(factory)
+                for factory in factories:
                     registry.register(factory, origin)
-            except Exception as exc:  # a broken plug-in must not take the collector down
+            # SystemExit too: a plug-in module that calls sys.exit() on import (a missing dependency,
+            # say) must not end the collector, silently, with the plug-in's exit code.
+            except (Exception, SystemExit) as exc:  # a broken plug-in must not take the collector down
                 problems.append(f"{origin}: {type(exc).__name__}: {exc}")
                 log.error("cannot load %s: %s: %s", origin, type(exc).__name__, exc)
     return registry, problems

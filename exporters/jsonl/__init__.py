@@ -363,7 +363,9 @@ class JsonlExporter:
             _try_lock(fd, fcntl.LOCK_SH)
         self._fds[path] = fd
         self._last_path = path
-        if self.config.rotate_age and os.fstat(fd).st_size:
+        # The first event's stamp is the best guess of a file's start only for one this process has
+        # not seen: an open-file-bound reopen keeps what it knew (``_release`` leaves ``_born``).
+        if self.config.rotate_age and path not in self._born and os.fstat(fd).st_size:
             self._born[path] = _first_event_time(Path(path))
         while len(self._fds) > self.config.max_open_files:
             old_path, old_fd = self._fds.popitem(last=False)
@@ -381,7 +383,11 @@ class JsonlExporter:
         if not (too_big or too_old):
             return fd
         self._retire(path, "size" if too_big else "age")
-        return self._open(path)
+        fd = self._open(path)
+        # Started now: its first event's stamp may be old (a gateway's backlog), and counting from
+        # it would close this file again at its next write, and every file after it.
+        self._born[path] = time.time()
+        return fd
 
     def _retire(self, file: str | Path, why: str) -> None:
         """Close ``file`` and rename it to its rotated name; queue it for compression and the cap."""
@@ -394,7 +400,11 @@ class JsonlExporter:
         while target.exists() or target.with_name(target.name + ".gz").exists():
             target = path.parent / rotated_name(base, f"{stamp}-{n}")
             n += 1
-        os.rename(path, target)
+        try:
+            os.rename(path, target)
+        except FileNotFoundError:  # moved away or deleted by someone else: nothing left to close
+            log.info("%s: %s was gone when it fell due (%s): the session starts a new file", self.id, path.name, why)
+            return
         log.info("%s: closed %s as %s (%s)", self.id, path.name, target.name, why)
         if self._closed is not None:
             self._closed.put_nowait(target)
@@ -573,7 +583,8 @@ def _fsync_each(fds: set[int]) -> None:
 
 
 def repair_torn_tail(path: Path) -> bool:
-    """Cut a torn last line (a crash mid-write) and keep it in ``<file>.torn-<ms>``; True if cut."""
+    """Cut a torn last line (a crash mid-write) and keep it in ``<file>.torn-<ms>``; True if cut.
+    A file another live writer holds (its shared lock) is left as it is."""
     try:
         with open(path, "rb+") as fh:
             fh.seek(0, os.SEEK_END)
@@ -582,6 +593,10 @@ def repair_torn_tail(path: Path) -> bool:
                 return False
             fh.seek(size - 1)
             if fh.read(1) == b"\n":
+                return False
+            # Every live writer holds a shared lock on its file: a tail it holds is its write under
+            # way (a reader can see part of one), not a crash's. Cut, it would lose that record.
+            if not _try_lock(fh.fileno(), fcntl.LOCK_EX):
                 return False
             # Walk back to the last newline; the tail after it is the torn fragment.
             pos, chunk = size, 65536

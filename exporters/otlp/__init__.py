@@ -25,7 +25,7 @@ from aep_collector.pipeline.sending_queue import Permanent, RetryLater, http_fai
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
 
-from .projection import CAPTURE_ORDER, to_otlp
+from .projection import CAPTURE_ORDER, above, to_otlp
 from .wire import request
 
 __all__ = ["FACTORY", "OtlpExporter", "OtlpExporterConfig", "retry_after"]
@@ -107,9 +107,12 @@ class OtlpExporter:
     async def deliver(self, events: list[Event]) -> None:
         """One export request for ``events``; raises to retry, ``Permanent`` to drop (see module doc)."""
         records = []
+        ceiling = self.config.max_capture
         for event in events:
             try:
-                records.append(to_otlp(event, self.config.max_capture))
+                if above(event.get("capture", "metadata"), ceiling):
+                    event = _screened(event, ceiling)
+                records.append(to_otlp(event, ceiling))
             except (KeyError, ValueError, TypeError) as exc:  # not a stamped event: never retried
                 self.health.count(self.id, "dropped")
                 self.health.incident(self.id, "unprojectable", f"{event.get('id')}: {type(exc).__name__}: {exc}")
@@ -167,6 +170,17 @@ class OtlpExporter:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _screened(event: Event, ceiling: str) -> Event:
+    """``event`` (above ``ceiling``) with its envelope screened as a hop screens it (AEP-0001 §8.2):
+    a subject or id holding content leaves as its digest. Its data goes anyway (``to_otlp``), and
+    ``aep.capture`` keeps saying what the event declared."""
+    from aep_collector.processors.capture.ceiling import downlevel
+
+    out = downlevel({k: v for k, v in event.items() if k != "data"}, ceiling)
+    out["capture"] = event.get("capture", "metadata")
+    return out
 
 
 def _retry_info(exc: grpc.aio.AioRpcError) -> float | None:
