@@ -136,8 +136,20 @@ def dump(kind: str, data: dict[str, Any]) -> str:
 # --- merging --------------------------------------------------------------------------------------------
 
 
+HANDLER_NAME = "aep-collector"
+"""The ``name`` of the hook handlers this tool writes where the vendor's format has one (Gemini
+CLI, Qwen Code): how a native ``http`` handler, which names no shim file, is known as ours."""
+
+
 def ours(item: Any) -> bool:
-    """An entry this tool wrote: it runs the shim copy (commands name its file)."""
+    """An entry this tool wrote: it runs the shim copy (commands name its file), or one of its
+    handlers carries our ``name`` (a pasted block or a lost install record must not leave an old
+    URL beside the new one, posting every hook twice)."""
+    if isinstance(item, dict):
+        handlers = item.get("hooks")
+        if isinstance(handlers, list) and any(isinstance(h, dict) and h.get("name") == HANDLER_NAME
+                                               for h in handlers):
+            return True
     return HOOK_FILE in json.dumps(item)
 
 

@@ -76,3 +76,32 @@ def test_the_opencode_family_state_forgets_the_least_recently_active_sessions() 
         "run.started"]
     again = [d["type"] for d in opencode.map_signal(decode("opencode", "message.updated", live), state)]
     assert again == ["x.opencode.message.updated"]
+
+
+def _qwen_urls(path) -> list[str]:
+    import json
+
+    hooks = json.loads(path.read_text())["hooks"]
+    return sorted({h["url"] for groups in hooks.values() for g in groups for h in g["hooks"]})
+
+
+@pytest.mark.parametrize("how", ["reinstall", "uninstall"])
+def test_a_pasted_qwen_block_is_replaced_or_removed_whatever_its_url(tmp_path, monkeypatch, how: str) -> None:
+    # Qwen's native http handlers name no shim file: without an install record (the printed block
+    # pasted by hand, or a lost record) a reinstall at another URL kept the old handler beside the
+    # new one (every hook posted twice, once to a dead port), and uninstall left it.
+    from aep_collector.receivers.registration import wiring
+    from aep_collector.receivers.wiring import install, resolve, uninstall
+
+    monkeypatch.setenv("AEP_HOOK_DIR", str(tmp_path / ".aep"))
+    pasted = wiring("qwen-code")
+    path = resolve(pasted.targets[0], tmp_path, None)
+    path.parent.mkdir(parents=True)
+    path.write_text(pasted.text())
+    assert _qwen_urls(path) == ["http://127.0.0.1:8380/hook"]
+    if how == "reinstall":
+        install(wiring("qwen-code", url="http://127.0.0.1:9380"), home=tmp_path)
+        assert _qwen_urls(path) == ["http://127.0.0.1:9380/hook"]
+    else:
+        uninstall("qwen-code", unrecorded=wiring("qwen-code", url="http://127.0.0.1:9380"), home=tmp_path)
+        assert "http" not in path.read_text()

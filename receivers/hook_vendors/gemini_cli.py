@@ -10,7 +10,7 @@ from typing import Any
 
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import HookHandling, declare
-from aep_collector.receivers.wiring import Wiring, json_target
+from aep_collector.receivers.wiring import HANDLER_NAME, Wiring, json_target
 
 VENDOR = "gemini-cli"
 # AfterModel fires per streamed chunk: mapped when sent, but not registered by default (§1.3).
@@ -28,7 +28,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     timeout is in MILLISECONDS (default 60000); no matcher runs for every tool. Stable-channel
     builds need ``hooksConfig.enabled``.
     """
-    hooks = {name: [{"hooks": [{"type": "command", "name": "aep-collector", "command": command,
+    hooks = {name: [{"hooks": [{"type": "command", "name": HANDLER_NAME, "command": command,
                                 "timeout": timeout * 1000}]}]
              for name, command, timeout in shim_hooks.registered(VENDOR, url, cfg, UNREGISTERED)}
     block = {"hooksConfig": {"enabled": True}, "hooks": hooks}

@@ -13,7 +13,7 @@ from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.hook_vendors import shim_hooks
 from aep_collector.receivers.hook_vendors.surface import HookHandling, HookHeldConfig, declare
 from aep_collector.receivers.registration import hook_url, mapped_hooks
-from aep_collector.receivers.wiring import Wiring, json_target
+from aep_collector.receivers.wiring import HANDLER_NAME, Wiring, json_target
 
 VENDOR = "qwen-code"
 TOOL_HOOKS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest",
@@ -34,7 +34,7 @@ def registration(url: str | None, cfg: Any) -> Wiring:
     target = hook_url(url, cfg.endpoint if cfg is not None else DECLARATION.endpoint)
     hooks: dict[str, Any] = {}
     for name in mapped_hooks(VENDOR):
-        handler = {"type": "http", "url": target, "name": "aep-collector",
+        handler = {"type": "http", "url": target, "name": HANDLER_NAME,
                    "timeout": shim_hooks.hook_timeout(VENDOR, name, cfg)}
         entry: dict[str, Any] = {"hooks": [handler]}
         if name in TOOL_HOOKS:
