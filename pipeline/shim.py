@@ -126,6 +126,14 @@ class Failed(Exception):
     """Anything that makes the shim answer neutrally."""
 
 
+class TooLarge(Failed):
+    """The receiver refused the body as over its ``max_bytes`` (413): ``slim`` it and send again."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"receiver refused the payload as over {limit} bytes")
+        self.limit = limit
+
+
 def env_name(vendor: str) -> str:
     """``AEP_<VENDOR>_URL`` for ``vendor`` (``kimi-code`` -> ``AEP_KIMI_CODE_URL``)."""
     return "AEP_" + vendor.upper().replace("-", "_") + "_URL"
@@ -211,6 +219,45 @@ def exchange(host: str, port: int, target: str, body: bytes, wait: float) -> byt
     return _body(b"".join(chunks))
 
 
+def deliver(host: str, port: int, target: str, body: bytes, wait: float) -> bytes:
+    """``exchange``, and once more with the payload ``slim``med when the receiver refused it as too
+    large: a tool's huge output must not cost the agent's stream its ``tool.completed``."""
+    import time  # already loaded by the interpreter: free
+
+    deadline = time.monotonic() + wait
+    try:
+        return exchange(host, port, target, body, wait)
+    except TooLarge as refused:
+        return exchange(host, port, target, slim(body, refused.limit), deadline - time.monotonic())
+
+
+SLIM_KEEP = 512
+"""Top-level strings up to this many characters are never dropped by ``slim`` (ids, names, paths)."""
+
+
+def slim(body: bytes, limit: int) -> bytes:
+    """``body`` (a JSON object) with its bulkiest top-level values dropped, largest first, until it
+    fits in ``limit`` bytes: what is kept is whole (a digest of a cut value would be wrong), and the
+    mapping emits the event without what it can no longer compute. Rare, so ``json`` is imported here."""
+    import json
+
+    try:
+        payload = json.loads(body)
+    except ValueError as exc:
+        raise Failed(f"oversized payload is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise Failed("oversized payload is not a JSON object")
+    sizes = {key: len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+             for key, value in payload.items()
+             if isinstance(value, dict | list) or (isinstance(value, str) and len(value) > SLIM_KEEP)}
+    for key in sorted(sizes, key=sizes.__getitem__, reverse=True):
+        del payload[key]
+        out = json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        if len(out) <= limit:
+            return out
+    raise Failed(f"payload over {limit} bytes even without its bulk")
+
+
 def _split(raw: bytes) -> "tuple[int, dict[str, str], bytes]":
     end = raw.find(b"\r\n\r\n")
     if end < 0:
@@ -239,6 +286,11 @@ def _complete(raw: bytes) -> bool:
 
 def _body(raw: bytes) -> bytes:
     status, headers, body = _split(raw)
+    if status == 413:
+        at = body.find(b'"max_bytes":')  # the receiver's refusal names its limit (receivers/body.py)
+        digits = body[at + 12:].lstrip()[:20].split(b",")[0].split(b"}")[0].strip() if at >= 0 else b""
+        if digits.isdigit():
+            raise TooLarge(int(digits))
     if not 200 <= status < 300:
         raise Failed(f"receiver answered HTTP {status}")
     if "chunked" in headers.get("transfer-encoding", "").lower():
@@ -476,12 +528,12 @@ def run(argv: "list[str]") -> bytes:
             child = _fork()
             if child:
                 try:  # deliver; never print, never return into main
-                    exchange(host, port, target, body, wait)
+                    deliver(host, port, target, body, wait)
                 finally:
                     _exit()
             if child is False:
                 return neutral(vendor, event)  # the parent answers at once; the child delivers
-        reply = exchange(host, port, target, body, wait)
+        reply = deliver(host, port, target, body, wait)
         if event:
             pinned = vendor.by_event.get(event.strip().lower())
             if pinned is not None and reply == _compact(pinned):

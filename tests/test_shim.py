@@ -367,12 +367,45 @@ async def test_live_antigravity_replies_byte_exact(live: Any) -> None:
     assert types[:3] == ["session.started", "tool.requested", "run.finished"]
 
 
-async def test_live_oversized_payload_is_refused_by_the_receiver_and_neutral(live: Any) -> None:
+async def test_live_oversized_payload_is_sent_again_without_its_bulk(live: Any) -> None:
     service, tmp_path = live
     url = f"http://127.0.0.1:{service.receivers['antigravity'].port}"
     body = json.dumps({"conversationId": "conv-big", "pad": "x" * 10_000}).encode()  # over max_body_bytes: 413
     assert await run_shim(["antigravity", "Stop", "--url", url], body) == (0, b'{"decision": ""}')
-    assert not (tmp_path / "logs" / "antigravity" / "conv-big.jsonl").exists()
+    # The 413 named the limit; the payload went again without "pad" and the hook was recorded.
+    types = [e["type"] for e in read_jsonl(tmp_path / "logs" / "antigravity" / "conv-big.jsonl")]
+    assert "run.finished" in types
+    assert "pad" not in (tmp_path / "logs" / "antigravity" / "conv-big.jsonl").read_text()
+
+
+async def test_live_a_tool_output_over_the_body_limit_still_completes_the_tool(tmp_path: Path) -> None:
+    """A PostToolUse over ``max_body_bytes`` was refused whole: the stream kept the tool's request
+    and never its completion. Sent again without the output, it completes, with no result digest
+    (a digest of a cut output would be wrong)."""
+    registry, _ = build_registry(load_plugins=False)
+    cfg = base_config(tmp_path, receivers={"codex": {"endpoint": "127.0.0.1:0", "max_body_bytes": 65536}})
+    async with running(cfg, registry) as service:
+        url = f"http://127.0.0.1:{service.receivers['codex'].port}"
+        call = {"session_id": "s-big", "turn_id": "t1", "tool_name": "shell", "tool_use_id": "call_1"}
+        pre = {"hook_event_name": "PreToolUse", **call, "tool_input": {"command": "cat big.log"}}
+        post = {"hook_event_name": "PostToolUse", **call,
+                "tool_response": {"output": "y" * 200_000, "exit_code": 0}}
+        for payload in (pre, post):
+            assert await run_shim(["codex", "--url", url], json.dumps(payload).encode()) == (0, b"{}")
+        events = read_jsonl(tmp_path / "logs" / "codex" / "s-big.jsonl")
+    done = [e for e in events if e["type"] == "tool.completed"]
+    assert len(done) == 1 and done[0]["data"]["tool"] == {"name": "shell", "call_id": "call_1"}
+    assert "result_digest" not in done[0]["data"]
+    assert service.health.request_errors  # the first, refused attempt is still counted
+
+
+def test_slim_drops_the_bulkiest_values_first_and_keeps_what_it_keeps_whole() -> None:
+    body = json.dumps({"id": "a" * 600, "small": {"k": 1}, "big": ["z" * 5000], "name": "n", "n": 3}).encode()
+    out = json.loads(shim.slim(body, 1000))
+    assert out == {"id": "a" * 600, "small": {"k": 1}, "name": "n", "n": 3}  # only "big" had to go
+    assert json.loads(shim.slim(body, 200)) == {"small": {"k": 1}, "name": "n", "n": 3}
+    with pytest.raises(shim.Failed):
+        shim.slim(body, 10)  # even the scalars do not fit
 
 
 async def test_live_payload_without_a_hook_name_is_refused_and_neutral(live: Any) -> None:
