@@ -142,6 +142,9 @@ def cmd_run(path: str) -> int:
     service = Service(cfg)
     try:
         asyncio.run(service.run_until_signalled())
+    except ConfigError as exc:  # a component (a plug-in's, say) that cannot be created: named
+        _print_errors(exc)
+        return 1
     except OSError as exc:  # e.g. the port is taken: say which, exit non-zero
         print(f"error: cannot start: {exc}", file=sys.stderr)
         return 1

@@ -7,10 +7,11 @@ import contextlib
 import gc
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from .component import CreateSettings
-from .config import ServiceConfig
+from .config import ConfigError, ServiceConfig
 from .envelope import Stamper
 from .host import Health, Host
 from .pipeline import Fanout, Pipeline, QueuedExporter
@@ -36,6 +37,23 @@ def final_capture(cfg: ServiceConfig, spec: Any) -> tuple[Any, Any] | None:
     from aep_collector.processors.capture import FACTORY
 
     return FACTORY, FACTORY.default_config()
+
+
+STOP_LIMIT = 30.0
+"""Seconds one component's ``shutdown`` may take. Above every built-in's own bound (the JSONL
+exporter waits up to 10 s for compression, a hook server up to ``body_timeout`` for a body), so
+only a shutdown that hangs (a plug-in's, say) meets it."""
+
+
+async def _stop_within(what: str, stop: Callable[[], Any]) -> None:
+    """``await stop()`` within ``STOP_LIMIT``: a component whose shutdown hangs or fails is logged
+    and left, so SIGTERM still ends the collector and the other components still stop."""
+    try:
+        await asyncio.wait_for(stop(), STOP_LIMIT)
+    except TimeoutError:
+        log.error("%s did not shut down within %gs; left as it is", what, STOP_LIMIT)
+    except Exception as exc:
+        log.error("%s failed to shut down cleanly: %s: %s", what, type(exc).__name__, exc)
 
 
 def freeze_startup_heap() -> int:
@@ -74,6 +92,11 @@ def raise_young_threshold() -> None:
     gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
+_NEEDS = {"receivers": ("start", "shutdown"), "processors": ("__call__",), "exporters": ("start", "shutdown")}
+"""The methods the service and the pipelines call on each kind of component (an exporter also
+needs ``export`` or ``deliver``)."""
+
+
 class Service:
     """Owns every component. Start: exporters, processors, receivers. Stop: the reverse."""
 
@@ -104,13 +127,13 @@ class Service:
         used_exporters = {e for p in cfg.pipelines.values() for e in p.exporters}
         for cid, (factory, ccfg) in cfg.exporters.items():
             if cid in used_exporters:
-                self.exporters[cid] = factory.create(CreateSettings(id=cid), ccfg)
+                self.exporters[cid] = self._made("exporters", cid, factory.create, CreateSettings(id=cid), ccfg)
         queues: dict[str, QueuedExporter | SendingQueue] = {}
         for name, spec in cfg.pipelines.items():
             procs = []
             for pid in spec.processors:
                 factory, pcfg = cfg.processors[pid]
-                proc = factory.create(CreateSettings(id=pid, pipeline=name), pcfg)
+                proc = self._made("processors", pid, factory.create, CreateSettings(id=pid, pipeline=name), pcfg)
                 self.processors[(name, pid)] = proc
                 procs.append(proc)
             final = final_capture(cfg, spec)
@@ -137,9 +160,28 @@ class Service:
             feeds = [self.pipelines[n] for n, spec in cfg.pipelines.items() if cid in spec.receivers]
             if not feeds:
                 continue
-            self.receivers[cid] = factory.create(CreateSettings(id=cid), rcfg, Fanout(feeds))
+            self.receivers[cid] = self._made("receivers", cid, factory.create, CreateSettings(id=cid), rcfg, Fanout(feeds))
         self.host.control.bind_pipelines(self.pipelines, cfg.pipelines)
         self._built = True
+
+    def _made(self, section: str, cid: str, create: Callable[..., Any], *args: Any) -> Any:
+        """What ``create(*args)`` made for ``section.cid``; a ``ConfigError`` naming the component if it
+        raised or made something the pipeline cannot drive (a plug-in's bug is reported, not a
+        traceback, and not an AttributeError later, far from its cause)."""
+        try:
+            made = create(*args)
+        except Exception as exc:
+            raise ConfigError(self.config.file, f"{section}.{cid}",
+                              f"cannot be created: {type(exc).__name__}: {exc}") from exc
+        needs = _NEEDS[section]
+        missing = [name for name in needs if not callable(getattr(made, name, None))]
+        if section == "exporters" and not any(callable(getattr(made, n, None)) for n in ("export", "deliver")):
+            missing.append("export")
+        if missing:
+            raise ConfigError(self.config.file, f"{section}.{cid}",
+                              f"its create function returned {type(made).__name__}, which has no "
+                              f"{', '.join(missing)}")
+        return made
 
     def _queue(self, eid: str, exporter: Any) -> QueuedExporter | SendingQueue:
         """The persistent sending queue in front of ``exporter`` (the memory one if it is turned off)."""
@@ -186,22 +228,15 @@ class Service:
         if self.host.control is not None:
             await self.host.control.shutdown()  # a held hook must not delay shutdown for its timeout
         for cid, rec in reversed(list(self.receivers.items())):
-            try:
-                await rec.shutdown()
-            except Exception as exc:
-                log.error("receiver %s failed to shut down cleanly: %s", cid, exc)
-        for proc in self.processors.values():
+            await _stop_within(f"receiver {cid}", rec.shutdown)
+        for (_, pid), proc in self.processors.items():
             stop = getattr(proc, "shutdown", None)
             if stop is not None:
-                with contextlib.suppress(Exception):
-                    await stop()
+                await _stop_within(f"processor {pid}", stop)
         for q in self.queues:
             await q.drain(grace)
         for cid, exp in reversed(list(self.exporters.items())):
-            try:
-                await exp.shutdown()
-            except Exception as exc:
-                log.error("exporter %s failed to shut down cleanly: %s", cid, exc)
+            await _stop_within(f"exporter {cid}", exp.shutdown)
 
     def request_stop(self) -> None:
         self._stop.set()
