@@ -138,6 +138,8 @@ class ControlRouter:
         self.max_remotes = max(max_decisions, 10_000)
         self.cancelled: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Sessions whose run was cancelled and whose agent has not been told to stop yet."""
+        self.closed = False
+        """Shutting down: nothing more is held (a hold opened now would outlive its receiver)."""
 
     # -- wiring ---------------------------------------------------------------------------------
 
@@ -198,6 +200,8 @@ class ControlRouter:
     def can_hold(self) -> bool:
         """Room for one more held request (checked before the request is emitted, so its
         ``respond_via`` never promises an answer path the bound then refuses)."""
+        if self.closed:
+            return False
         if len(self.holds) < self.max_holds:
             return True
         self.health.count("control", "refused")
@@ -207,6 +211,8 @@ class ControlRouter:
     def open(self, agent: str, session: str, lanes: list[tuple[Any, Event]], validate: Validator,
              key: str | None = None) -> Hold | None:
         """Register a held request; ``None`` when the bound on pending holds is reached (do not hold)."""
+        if self.closed:
+            return None
         if len(self.holds) >= self.max_holds:
             self.health.count("control", "refused")
             self.health.fail("control", "holds-full", f"{self.max_holds} held requests pending; not holding more")
@@ -241,17 +247,29 @@ class ControlRouter:
         every retransmission), or none while its first copy is still being decided: a transport
         that answers a command with its ack (NATS request/reply) replies with these.
         """
+        session = command.get("session")
         try:
-            forward = self.remotes.get((target_agent, command.get("session")))  # type: ignore[arg-type]
-            if forward is not None and not self.pending(target_agent, command.get("session")):
+            # Only a string session can be held anywhere (an object one is malformed: _submit says so).
+            forward = self.remotes.get((target_agent, session)) if isinstance(session, str) else None
+            if forward is not None and not self.pending(target_agent, session):
                 return await self._forward(forward, command, target_agent)
             await self._submit(command, target_agent)
+            source, cid = command.get("source"), command.get("id")
+            recorded = self.decisions.get((source, cid)) if isinstance(source, str) and isinstance(cid, str) else None
         except Exception as exc:
             self.health.incident("control", "submit-error", f"{type(exc).__name__}: {exc}")
             log.exception("control: command handling failed")
+            self._undecided(command)
             return []
-        recorded = self.decisions.get((command.get("source"), command.get("id")))  # type: ignore[arg-type]
         return [e for _, events in recorded or [] for e in events]
+
+    def _undecided(self, command: Event) -> None:
+        """Forget a decision that failed half-way: its retransmission is decided afresh, never
+        ignored for good as "still deciding" (AEP-0004 §3: every command gets its ack)."""
+        source, cid = command.get("source"), command.get("id")
+        if isinstance(source, str) and isinstance(cid, str) and (source, cid) in self.decisions \
+                and self.decisions[(source, cid)] is None:
+            del self.decisions[(source, cid)]
 
     async def _forward(self, forward: Forward, command: Event, agent: str) -> list[Event]:
         acks = await forward(command, agent)
@@ -329,7 +347,11 @@ class ControlRouter:
         if not isinstance(answer, dict):
             await self._ack(key, command, agent, hold, "invalid", "data.answer must be an object")
             return
-        problem = hold.validate(answer)
+        try:
+            problem = hold.validate(answer)
+        except Exception as exc:  # a receiver's validator that chokes on a shape still gets a decision
+            log.warning("control: checking an answer failed: %s: %s", type(exc).__name__, exc)
+            problem = "the answer could not be checked against the request"
         if problem is not None:  # AEP-0006: invalid answers leave the request pending
             await self._ack(key, command, agent, hold, "invalid", problem)
             return
@@ -411,6 +433,9 @@ class ControlRouter:
             log.info("control: rejected %s %s (%s): %s", command.get("type"), command["id"], reason, detail)
 
     async def shutdown(self) -> None:
-        """Free every hold (the receivers answer their vendors neutrally)."""
+        """Free every hold (the receivers answer their vendors neutrally) and hold nothing more: a
+        hook that arrives while the receivers are still stopping is answered at once, not held
+        past its receiver's end (which would cut it off with no reply and its request open)."""
+        self.closed = True
         for hold in list({id(h): h for h in self.holds.values()}.values()):
             hold.settle(Outcome("shutdown"))

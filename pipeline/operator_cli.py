@@ -13,6 +13,7 @@ import asyncio
 import fnmatch
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -146,6 +147,23 @@ async def history(t: Target, flt: dict[str, Any]) -> list[dict[str, Any]]:
 
 _COLOURS = {"debug": "2", "info": "0", "notice": "36", "warning": "33", "error": "31", "critical": "1;31"}
 
+# What an event's author could use to rewrite the operator's terminal: C0/C1 controls (ANSI and OSC
+# escapes, a carriage return that hides the start of a command) and the bidi overrides.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: Any) -> str:
+    """``text`` as it may reach the operator's terminal: every control character shown as an
+    escape (``\\x1b``), never interpreted. Event content is the agent's (a tool's input, a
+    prompt), and ``pending`` is where the operator decides on it."""
+    return _UNPRINTABLE.sub(_escape, text if isinstance(text, str) else str(text))
+
 
 def summary(ev: dict[str, Any]) -> str:
     data = raw if isinstance(raw := ev.get("data"), dict) else {}
@@ -166,16 +184,22 @@ def summary(ev: dict[str, Any]) -> str:
 def line_of(ev: dict[str, Any], colour: bool) -> str:
     when = str(ev.get("time", ""))[11:23]
     sev = ev.get("severity", "info")
-    text = (f"{when} {ev.get('agent', '?'):<12} {str(ev.get('session', '-'))[:12]:<12} "
-            f"{ev.get('type', '?'):<26} {summary(ev)}").rstrip()
+    text = printable(f"{when} {str(ev.get('agent', '?')):<12} {str(ev.get('session', '-'))[:12]:<12} "
+                     f"{str(ev.get('type', '?')):<26} {summary(ev)}").rstrip()
     if colour and sev in _COLOURS and _COLOURS[sev] != "0":
         return f"\x1b[{_COLOURS[sev]}m{text}\x1b[0m"
     return text
 
 
+def json_line(ev: dict[str, Any]) -> str:
+    """One event as a JSON line; the characters JSON leaves raw that a terminal would act on
+    (C1 controls, bidi overrides) are written as ``\\u`` escapes (the same JSON value)."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}",
+                            json.dumps(ev, ensure_ascii=False, separators=(",", ":")))
+
+
 def emit(ev: dict[str, Any], as_json: bool, colour: bool) -> None:
-    sys.stdout.write((json.dumps(ev, ensure_ascii=False, separators=(",", ":")) if as_json
-                      else line_of(ev, colour)) + "\n")
+    sys.stdout.write((json_line(ev) if as_json else line_of(ev, colour)) + "\n")
     sys.stdout.flush()
 
 
@@ -300,7 +324,7 @@ async def cmd_timeline(args: argparse.Namespace) -> int:
             return
         done.add(ev.get("id"))
         branch = "" if top else ("└─ " if last else "├─ ")
-        sys.stdout.write(f"{prefix}{branch}{ev.get('type')} {ev.get('id')} {summary(ev)}".rstrip() + "\n")
+        sys.stdout.write(prefix + branch + printable(f"{ev.get('type')} {ev.get('id')} {summary(ev)}").rstrip() + "\n")
         kids = children.get(ev.get("id"), [])
         for i, kid in enumerate(kids):
             draw(kid, prefix + ("" if top else ("   " if last else "│  ")), i == len(kids) - 1, False)
@@ -326,12 +350,13 @@ def open_requests(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def time_left(ev: dict[str, Any]) -> str:
-    expires = (ev.get("data") or {}).get("expires_at")
+    data = ev.get("data")
+    expires = data.get("expires_at") if isinstance(data, dict) else None
     if not isinstance(expires, str):
         return ""
     try:
         left = datetime.fromisoformat(expires.replace("Z", "+00:00")) - datetime.now(UTC)
-    except ValueError:
+    except (ValueError, TypeError, OverflowError):  # not RFC 3339, or without an offset
         return ""
     return f"{max(int(left.total_seconds()), 0)} s left"
 
@@ -346,22 +371,33 @@ async def cmd_pending(args: argparse.Namespace) -> int:
         print("no open attention requests")
         return OK
     for ev in requests:
-        data = ev.get("data") or {}
+        # Any emitter's request reaches this list: odd shapes are shown as far as they go, never
+        # a crash that hides the others, and every string is printed inert (``printable``).
+        data = raw if isinstance(raw := ev.get("data"), dict) else {}
         via = data.get("respond_via")
-        answerable = via is None or "control" in via
-        head = f"{ev['id']}  {ev.get('agent')}  session {ev.get('session')}  {data.get('kind', '?')}"
+        answerable = not isinstance(via, list) or "control" in via
+        head = f"{ev.get('id')}  {ev.get('agent')}  session {ev.get('session')}  {data.get('kind', '?')}"
         left = time_left(ev)
-        print(head + (f"  ({left})" if left else "") + ("" if answerable else "  [answer in the agent's own UI]"))
+        print(printable(head) + (f"  ({left})" if left else "") + ("" if answerable else "  [answer in the agent's own UI]"))
         if data.get("prompt"):
-            print(f"    {data['prompt']}")
-        for opt in data.get("options") or []:
-            print(f"    option {opt.get('id')}" + (f": {opt['label']}" if opt.get("label") else ""))
-        for fld in data.get("fields") or []:
+            print(f"    {printable(data['prompt'])}")
+        for opt in _items(data.get("options")):
+            print("    " + printable(f"option {opt.get('id')}" + (f": {opt['label']}" if opt.get("label") else "")))
+        for fld in _items(data.get("fields")):
             kind = fld.get("type", "?")
             req = " (required)" if fld.get("required") else ""
-            choices = [c.get("id") for c in fld.get("options") or [] if isinstance(c, dict)]
-            print(f"    field {fld.get('id')}: {kind}{req}" + (f" one of {choices}" if choices else ""))
+            label = f" {fld['label']!s}" if fld.get("label") and fld.get("label") != fld.get("id") else ""
+            # AEP-0002 §5.2: a select field is answered with its ``choices[].id``s.
+            choices = [str(c.get("id")) + (f" ({c['label']})" if c.get("label") and c.get("label") != c.get("id")
+                                           else "") for c in _items(fld.get("choices"))]
+            print("    " + printable(f"field {fld.get('id')}: {kind}{req}{label}"
+                                     + (f"; one of {', '.join(choices)}" if choices else "")))
     return OK
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list in a request's payload (anything else in it is skipped)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
 def _command(type_: str, session: str, **extra: Any) -> dict[str, Any]:
@@ -412,7 +448,7 @@ async def send_command(t: Target, cmd: dict[str, Any]) -> int:
                 elif kind == "control.rejected" and frame.get("cause") == cmd["id"]:
                     data = frame.get("data") or {}
                     reason, detail = data.get("reason", "?"), data.get("detail", "")
-                    print(f"rejected: {reason}" + (f" ({detail})" if detail else ""), file=sys.stderr)
+                    print(printable(f"rejected: {reason}" + (f" ({detail})" if detail else "")), file=sys.stderr)
                     return REJECTED
     except (aiohttp.ClientError, OSError) as exc:
         raise _unreachable(t, exc) from None
@@ -577,7 +613,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         print(f"health: {state}")
         for comp, problems in (collector.get("problems") or {}).items():
             for cause, detail in problems.items():
-                print(f"    {comp}: {cause}: {detail}")
+                print("    " + printable(f"{comp}: {cause}: {detail}"))
         for comp, n in (collector.get("dropped") or {}).items():
             print(f"    {comp}: {n} dropped")
     await _listeners(args)
@@ -585,7 +621,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         last: dict[str, dict[str, Any]] = health.get("last_events") or {}
         print("last event per agent:" if last else "last event per agent: none yet")
         for agent, ev in sorted(last.items()):
-            print(f"    {agent:<14} {ev.get('time')} {ev.get('type')} (session {ev.get('session', '-')})")
+            print("    " + printable(f"{agent:<14} {ev.get('time')} {ev.get('type')} (session {ev.get('session', '-')})"))
     print("vendors in this user's config files:")
     for vendor, state in wiring():
         print(f"    {vendor:<12} {state}")
@@ -681,12 +717,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(COMMANDS[args.command](args))
     except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(exc)}", file=sys.stderr)  # it may quote what the collector said
         return exc.code
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # an operator command reports, it never dumps a traceback
-        print(f"error: {_exception_name(exc)}: {exc}", file=sys.stderr)
+        print(f"error: {_exception_name(exc)}: {printable(exc)}", file=sys.stderr)
         return REJECTED if not isinstance(exc, OSError) else UNREACHABLE
 
 

@@ -92,7 +92,8 @@ def permission_validator(options: list[dict[str, str]]) -> Validator:
 
     def validate(answer: dict[str, Any]) -> str | None:
         option = answer.get("option")
-        if option is not None and option not in ids:
+        # Type first: a list or object is no option id (and could not even be looked up).
+        if option is not None and (not isinstance(option, str) or option not in ids):
             return f"option must be one of {sorted(ids)}"
         if "values" in answer and option is None and answer.get("text") is None:
             return "a permission request takes an option or text, not form values"

@@ -288,8 +288,9 @@ class _Started(Coroutine[Any, Any, Any]):
         raise TypeError("_Started is run by a task, not awaited")
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-"""``json.dumps`` with these options would build a new encoder per reply."""
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""``json.dumps`` with these options would build a new encoder per reply. No ``NaN``/``Infinity``:
+they are not JSON (RFC 8259), and a vendor's parser refuses the whole reply (``ValueError`` here)."""
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:
@@ -304,7 +305,7 @@ def json_response(body: Any, status: int = 200) -> web.Response:
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate in a reply (a message quoting input): escape it
-        data = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        data = json.dumps(body, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
     return web.Response(status=status, body=data, content_type=JSON)
 
 
@@ -424,7 +425,12 @@ class HookServer:
             self.health.request_error(self.id, "hook-error", f"{type(exc).__name__}: {exc}; replied neutral")
             log.debug("%s: hook failed; replied neutral", self.id, exc_info=True)
             body = self._neutral(signal)
-        return json_response(body)
+        try:
+            return json_response(body)
+        except ValueError as exc:  # not JSON (a NaN from an answer): the vendor could not read it
+            self.health.incident(self.id, "reply-not-json", f"{exc}; replied neutral")
+            self.health.request_error(self.id, "reply-not-json", f"{exc}; replied neutral")
+            return json_response(self._neutral(signal))
 
     def _refuse(self, exc: HookError) -> web.Response:
         self.health.count(self.id, "refused")

@@ -139,6 +139,9 @@ class ClaudeCodeSurface:
         if held is None:
             return NEUTRAL_REPLY
         hold, outcome = held
+        if outcome.how == "cancelled":  # a question is a PermissionRequest too: denied with interrupt
+            self.loop.cancelled(hold.session)
+            return cancel_reply()
         if outcome.how != "answered" or outcome.answer is None:
             return NEUTRAL_REPLY  # the whole form times out together: Claude Code re-asks
         values = form_values(outcome.answer, fields)
@@ -152,6 +155,9 @@ class ClaudeCodeSurface:
         if hold is None:
             return NEUTRAL_REPLY
         outcome = await self.loop.wait(hold)
+        if outcome.how == "cancelled":  # not handed to Claude Code's dialog: nobody may be there
+            self.loop.cancelled(hold.session)
+            return elicitation_cancel_reply()
         if outcome.how != "answered" or outcome.answer is None:
             return NEUTRAL_REPLY  # Claude Code's own dialog takes over
         values = form_values(outcome.answer, fields)
@@ -170,6 +176,11 @@ def cancel_reply() -> dict[str, Any]:
     reply = permission_reply("deny", CANCEL_MESSAGE)
     reply["hookSpecificOutput"]["decision"]["interrupt"] = True
     return reply
+
+
+def elicitation_cancel_reply() -> dict[str, Any]:
+    """A held Elicitation whose run was cancelled: cancel the elicitation and stop Claude Code."""
+    return {**STOP_REPLY, "hookSpecificOutput": {"hookEventName": "Elicitation", "action": "cancel"}}
 
 
 def ask_user_question_reply(tool_input: Any, values: dict[str, Any]) -> dict[str, Any]:
