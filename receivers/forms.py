@@ -7,6 +7,7 @@ form, as an operator replying to a single question naturally would.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +35,11 @@ def _legacy_value(answer: dict[str, Any], spec: dict[str, Any]) -> Any:
     if spec.get("type") == "number" and isinstance(text, str):
         try:
             n = float(text.strip())
-            return int(n) if n.is_integer() else n
         except ValueError:
             return text
+        if not math.isfinite(n):  # "1e999", "nan": no JSON number; left as text, refused as one
+            return text
+        return int(n) if n.is_integer() else n
     return text if text is not None else option
 
 
@@ -65,7 +68,7 @@ def field_problem(spec: dict[str, Any], value: Any) -> str | None:
                 return f"field {fid!r}: {item!r} is not one of the choices {ids}"
         return None
     if kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return f"field {fid!r} takes a number"
         if isinstance(spec.get("min"), (int, float)) and value < spec["min"]:
             return f"field {fid!r} must be at least {spec['min']}"

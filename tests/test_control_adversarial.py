@@ -244,21 +244,33 @@ class _Pipeline:
 # -- what the vendor gets back is always JSON -----------------------------------------------------
 
 
-@pytest.mark.parametrize("text", ["1e999", "nan"])
-async def test_an_answer_that_is_no_json_number_never_reaches_the_vendor_as_invalid_json(
+@pytest.mark.parametrize("text", ["1e999", "nan", "-inf"])
+async def test_an_answer_that_is_no_json_number_is_nacked_and_never_reaches_the_vendor(
         stack: Stack, operator: ControlClient, text: str) -> None:
+    # "1e999" read as a number is infinite: it was acked accepted and reached Claude Code as
+    # {"content":{"n":Infinity}}, which its parser refuses. It is no number (AEP-0006: invalid,
+    # the request stays pending); a real one then answers it.
     elicitation = {"session_id": SID, "hook_event_name": "Elicitation", "mcp_server_name": "srv",
                    "elicitation_id": "e1", "message": "How many?",
                    "requested_schema": {"type": "object", "properties": {"n": {"type": "number"}}}}
     hook = asyncio.create_task(stack.post(elicitation))
     (rid,) = await stack.held()
-    # A one-field form takes a text answer, which is read as a number ("1e999" is infinite).
-    await operator.send(RESPOND, SID, subject=rid, data={"answer": {"text": text}})
+    with pytest.raises(NackError) as info:
+        await operator.send(RESPOND, SID, subject=rid, data={"answer": {"text": text}}, retries=0)
+    assert info.value.reason == "invalid"
+    ack = await operator.send(RESPOND, SID, subject=rid, data={"answer": {"text": "3"}})
+    assert ack["type"] == "control.accepted"
     status, reply = await asyncio.wait_for(hook, 10)
-    assert status == 200
-    assert strict_json(reply) == {}  # the neutral reply: Claude Code's own dialog takes over
-    async with aiohttp.ClientSession() as s, s.get(stack.hook.replace("/hook", "/healthz")) as r:
-        assert "reply-not-json" in await r.text()
+    assert status == 200 and strict_json(reply)["hookSpecificOutput"]["content"] == {"n": 3}
+
+
+def test_a_reply_holding_a_non_finite_number_is_refused_not_sent() -> None:
+    # The last guard (a plug-in surface's reply, say): json_response never writes NaN/Infinity;
+    # the hook server answers the neutral reply instead, with a reply-not-json incident.
+    from aep_collector.receivers.hook_http import json_response
+
+    with pytest.raises(ValueError):
+        json_response({"content": {"n": float("inf")}})
 
 
 # -- shutdown -------------------------------------------------------------------------------------
