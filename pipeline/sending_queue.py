@@ -68,6 +68,11 @@ LOW_SHARE = 0.9
 """Share of ``max_bytes`` past which debug/info events are refused (AEP-0003 §8.4: they go first)."""
 _CURSOR = struct.Struct("<QQ")
 _READ_CHUNK = 1 << 20
+STALL_AFTER = 60.0
+"""Seconds one ``deliver`` call may run before ``/healthz`` shows ``delivery-stalled``."""
+RETRY_LATER_MAX = 300.0
+"""Seconds at most that a peer's ``RetryLater`` (a ``Retry-After``) holds delivery back, unless
+``backoff_max`` is longer."""
 
 
 class Permanent(Exception):
@@ -175,6 +180,7 @@ class SendingQueue:
         self._write_failed: set[str] = set()
         """Causes ``put`` raised for a failed append (``enospc``, ...); the next append that
         succeeds recovers them."""
+        self._stall_shown = False
         self._torn_seen: set[int] = set()
         """Segments whose torn last line the reader already counted (a retried read sees it again)."""
         self._progress = time.monotonic()
@@ -528,6 +534,10 @@ class SendingQueue:
             if not events:
                 self._commit(after, consumed)
                 continue
+            # A delivery the peer keeps waiting (or a plug-in's that never returns) shows in
+            # /healthz after STALL_AFTER seconds, and clears when that delivery ends either way.
+            alarm = asyncio.get_running_loop().call_later(STALL_AFTER, self._stalled, len(events))
+            retry_in: float | None = None
             try:
                 await self._deliver(events)
             except asyncio.CancelledError:
@@ -543,10 +553,18 @@ class SendingQueue:
             except Exception as exc:  # retried with backoff: the queue never loses a batch to an error
                 self.health.count(self.id, "retried", len(events))
                 self.health.fail(self.id, "export-failed", f"{type(exc).__name__}: {exc}")
-                delay = exc.delay if isinstance(exc, RetryLater) else _backoff(
-                    attempt, self.config.backoff_initial, self.config.backoff_max)
+                # A peer's own delay is honoured up to RETRY_LATER_MAX: a Retry-After of years
+                # would otherwise stop this exporter until a restart.
+                retry_in = min(exc.delay, max(RETRY_LATER_MAX, self.config.backoff_max)) if isinstance(
+                    exc, RetryLater) else _backoff(attempt, self.config.backoff_initial, self.config.backoff_max)
                 attempt += 1
-                await asyncio.sleep(max(0.0, delay))
+            finally:
+                alarm.cancel()
+                if self._stall_shown:
+                    self._stall_shown = False
+                    self.health.recover(self.id, "delivery-stalled")
+            if retry_in is not None:
+                await asyncio.sleep(max(0.0, retry_in))
                 continue
             attempt = 0
             self.health.count(self.id, "exported", len(events))
@@ -555,6 +573,11 @@ class SendingQueue:
             self._progress = time.monotonic()
             if self.config.linger and len(events) < self.config.batch_size:
                 await asyncio.sleep(self.config.linger)  # what arrives meanwhile joins the next batch
+
+    def _stalled(self, n: int) -> None:
+        self._stall_shown = True
+        self.health.fail(self.id, "delivery-stalled", f"a delivery of {n} events has not returned for "
+                         f"{STALL_AFTER:g}s; later events wait behind it (on disk)")
 
     async def _sync_loop(self) -> None:
         while True:

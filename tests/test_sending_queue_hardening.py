@@ -3,6 +3,7 @@ read chunk, a cursor that cannot be right, and health conditions that must clear
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import resource
 import signal
@@ -345,3 +346,51 @@ def test_a_failed_append_clears_with_the_next_append_that_fits(tmp_path):
         q._commit(after, consumed)
     assert ids(events) == [f"e{i:06d}" for i in range(64)] + ["e000101"]
     q.close()
+
+
+# -- a peer that keeps a delivery waiting, or asks for a wait of years ---------------------------
+
+
+async def test_a_delivery_that_does_not_return_shows_in_health_and_clears(tmp_path, monkeypatch):
+    """A plug-in exporter whose deliver never returned left /healthz saying ok while every later
+    event waited behind it."""
+    monkeypatch.setattr(sending_queue, "STALL_AFTER", 0.1)
+    release = asyncio.Event()
+    got: list[dict] = []
+
+    async def deliver(events: list[dict]) -> None:
+        await release.wait()
+        got.extend(events)
+
+    health = Health()
+    q = SendingQueue("exporter/t", tmp_path / "q", SendingQueueConfig(), deliver, health)
+    q.start()
+    try:
+        q.put([ev(1)])
+        await wait_until(lambda: "delivery-stalled" in str(health.snapshot()), "the stall shown")
+        assert health.snapshot()["ok"] is False
+        release.set()
+        await wait_until(lambda: got, "the delivery ended")
+        await wait_until(lambda: "delivery-stalled" not in str(health.snapshot()), "the stall cleared")
+    finally:
+        q.close()
+
+
+async def test_a_retry_after_of_years_is_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr(sending_queue, "RETRY_LATER_MAX", 0.2)
+    calls: list[int] = []
+
+    async def deliver(events: list[dict]) -> None:
+        calls.append(len(events))
+        if len(calls) == 1:
+            raise sending_queue.RetryLater(1e9, "503 with Retry-After: 999999999")
+
+    q = SendingQueue("exporter/t", tmp_path / "q", SendingQueueConfig(backoff_initial=0.01, backoff_max=0.02),
+                     deliver, Health())
+    q.start()
+    try:
+        q.put([ev(1)])
+        await wait_until(lambda: len(calls) == 2, "the capped retry")
+        await wait_until(lambda: q.pending_events == 0, "delivered")
+    finally:
+        q.close()
