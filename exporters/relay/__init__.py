@@ -146,11 +146,18 @@ class RelayExporter:
 
     def clear(self, agent: str) -> None:
         """``agent``'s connection completed a hello: its connection problems are over."""
-        for cause, agents in list(self._problems.items()):
-            agents.discard(agent)
-            if not agents:
-                del self._problems[cause]
-                self.host.health.recover(self.id, cause)
+        for cause in list(self._problems):
+            self.resolve(agent, cause)
+
+    def resolve(self, agent: str, cause: str) -> None:
+        """``agent`` no longer has ``cause``; it clears once no agent has it."""
+        agents = self._problems.get(cause)
+        if agents is None or agent not in agents:
+            return
+        agents.discard(agent)
+        if not agents:
+            del self._problems[cause]
+            self.host.health.recover(self.id, cause)
 
     def overflowing(self, agent: str, on: bool, detail: str = "") -> None:
         if on:

@@ -32,9 +32,10 @@ class RelayConfig:
     """``identity.instance`` of every hello; default ``<hostname>/<pid>``."""
 
     def __post_init__(self) -> None:
-        # ``${env:AEP_TOKEN:-}`` yields "" when the variable is unset: that means no token.
-        if self.token is not None and not self.token.strip():
-            self.token = None
+        # ``${env:AEP_TOKEN:-}`` yields "" when the variable is unset: that means no token. A token
+        # never has surrounding blanks; a YAML block scalar or a pasted file adds a newline.
+        if self.token is not None:
+            self.token = self.token.strip() or None
         if self.instance is not None and not self.instance.strip():
             self.instance = None
 
@@ -55,6 +56,10 @@ class RelayConfig:
             parts.port  # noqa: B018 -- urlsplit checks the port only when asked
         except ValueError:
             raise ValueError(f"endpoint {self.endpoint!r} has an invalid port") from None
+        if self.token is not None and not all("!" <= c <= "~" for c in self.token):
+            # Never echoed: the upgrade would fail with the whole header (token included) in its message.
+            raise ValueError("token must be printable ASCII without spaces or control characters "
+                             "(it goes in an Authorization header)")
         if self.overflow not in ("drop_oldest", "drop_newest"):
             raise ValueError(f"overflow must be 'drop_oldest' or 'drop_newest', got {self.overflow!r}")
         if self.outbox_size < 1:
@@ -66,6 +71,20 @@ class RelayConfig:
                 raise ValueError(f"{name} must be positive")
         if self.ack_window_ms < 1:
             raise ValueError("ack_window_ms must be at least 1")
+
+    @property
+    def shown(self) -> str:
+        """``url`` as logs and ``/healthz`` show it: without user info and query, where a password or
+        an ``access_token`` would be (AEP-0003 §8.1: a query-string token MUST NOT be logged)."""
+        parts = urlsplit(self.url)
+        netloc = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+
+    def scrub(self, text: str) -> str:
+        """``text`` (an error message) with the configured URL in it replaced by ``shown``."""
+        for raw in (self.endpoint, self.url):
+            text = text.replace(raw, self.shown)
+        return text
 
     @property
     def url(self) -> str:

@@ -6,14 +6,29 @@ import random
 import re
 from typing import Any
 
+from aep_collector.pipeline.model import Event
 from aep_collector.pipeline.wire import DecodeError, loads
 
 VERSIONS = ("0.1",)
-CAPTURE = ("none", "metadata", "redacted")
+LEVELS = ("none", "metadata", "redacted", "full")
+CAPTURE = LEVELS[:3]
+"""What every hello declares in ``capabilities.capture``; ``capped`` keeps each event within it."""
 CATEGORIES = frozenset({"agent", "session", "run", "progress", "tool", "delegation", "attention",
                         "resource", "error", "state", "assessment", "message", "control"})
 ACKS = frozenset({"control.accepted", "control.rejected"})
 _VENDOR_COMMAND = re.compile(r"^x\.[a-z0-9_-]+\.control\.")
+
+
+def capped(event: Event) -> Event:
+    """``event`` as it may go on a connection whose hello declared ``CAPTURE``: down-levelled when it
+    claims more (a pipeline at ``full``) or a level no one knows; otherwise the same object."""
+    declared = event.get("capture", "metadata")
+    if declared in CAPTURE:
+        return event
+    # The AEP-0001 §8.2 hop algorithm, shared with the capture processor (a pure function).
+    from aep_collector.processors.capture.ceiling import downlevel
+
+    return downlevel(event, CAPTURE[-1])
 
 
 def category(event_type: str) -> str | None:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,7 +27,7 @@ from aep_collector.pipeline.model import Event
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from .frames import backoff_delay, category, hello, hello_problem, is_command, is_event, parse
+from .frames import backoff_delay, capped, category, hello, hello_problem, is_command, is_event, parse
 from .outbox import Outbox, Pending, Ticket, pending, settle
 
 if TYPE_CHECKING:
@@ -37,7 +38,8 @@ log = logging.getLogger("aep.exporter.relay")
 RECLAIM_SESSIONS = 1024
 """Sessions per agent whose latest event is remembered for re-claiming after a reconnect."""
 CONFIRM_EVERY = 256
-"""During a long flush, a confirming ping goes out at least this often (one outstanding at a time)."""
+"""Frames per socket write during a long flush; each write ends in a confirming ping unless one is
+outstanding (one at a time), so a write the relay does not read always has a ping to wait on."""
 MAX_FRAME = 16 * 1024 * 1024
 WRITE_BYTES = 1 << 20
 """A flush stops adding frames to one socket write past this many characters (flow control between)."""
@@ -58,6 +60,8 @@ class LinkOwner(Protocol):
     def report(self, agent: str, cause: str, detail: str) -> None: ...
 
     def clear(self, agent: str) -> None: ...
+
+    def resolve(self, agent: str, cause: str) -> None: ...
 
     def overflowing(self, agent: str, on: bool, detail: str = "") -> None: ...
 
@@ -102,10 +106,13 @@ class AgentLink:
         """Wakes the writer at an outstanding ping's deadline (see ``_write``)."""
         self._parked: ClientConnection | None = None
         """The connection whose writer is parked waiting for work (``send_now`` may write on it)."""
-        self._since_ping = 0
         self._writer_error: Exception | None = None
         """What a ``send_now`` write raised: the parked writer raises it, ending the connection."""
         self._confirms = True
+        self._abandoned: int | None = None
+        """The ``t`` of the ping whose silence switched confirmation off: its late pong turns it back on."""
+        self._probe: asyncio.Task[bool] | None = None
+        """A WebSocket protocol ping sent when a confirming ping went unanswered (see ``_overdue``)."""
         self._last_t = 0
         self._episode_dropped = 0
         self._logged: set[str] = set()
@@ -123,7 +130,7 @@ class AgentLink:
         """Queue ``events``; ``ticket`` (from ``deliver``) is settled as each is confirmed or lost.
         ``wake=False``: the caller writes them itself with ``send_now``."""
         for event in events:
-            item = pending(event, ticket)
+            item = pending(capped(event), ticket)
             name = category(item.type)
             if name is not None:
                 self.categories.add(name)
@@ -212,6 +219,7 @@ class AgentLink:
                 continue
             self._ws = ws
             completed = False
+            opened = asyncio.get_running_loop().time()
             try:
                 completed = await self._session(ws)
             except asyncio.CancelledError:
@@ -221,7 +229,9 @@ class AgentLink:
                           self.owner.id, self.agent, type(exc).__name__, exc)
             finally:
                 await self._teardown(ws)
-            if completed:
+            # A relay that takes the hello and drops the connection at once must not be redialled
+            # at the first backoff step forever: only a connection that lasted resets the backoff.
+            if completed and asyncio.get_running_loop().time() - opened >= self.owner.config.backoff_max:
                 attempt = 0
             if self._rehello and not self._closing:
                 self._rehello = False
@@ -268,16 +278,22 @@ class AgentLink:
             # TCP may well be accepted (a wrong service on the port, a stuck relay): the upgrade
             # never completing is a state worth showing, not only a retry in the log.
             self.owner.report(self.agent, "handshake-timeout",
-                              f"{cfg.url}: no completed WebSocket upgrade within {cfg.connect_timeout:g} s")
+                              f"{cfg.shown}: no completed WebSocket upgrade within {cfg.connect_timeout:g} s")
+            return
+        if isinstance(exc, ssl.SSLError):
+            # Not "down": a wss:// endpoint that does not speak TLS or a certificate not trusted
+            # here, which no amount of retrying fixes.
+            self.owner.report(self.agent, "tls-failed",
+                              f"{cfg.shown}: the TLS handshake failed ({type(exc).__name__}: {cfg.scrub(str(exc))})")
             return
         if isinstance(exc, InvalidHandshake):
             self.owner.report(self.agent, "upgrade-failed",
-                              f"{cfg.url}: the WebSocket upgrade failed ({type(exc).__name__}: {exc})")
+                              f"{cfg.shown}: the WebSocket upgrade failed ({type(exc).__name__}: {cfg.scrub(str(exc))})")
             return
         if self._down_since_live:
             self._down_since_live = False
             log.warning("%s: relay %s unreachable for %s (%s: %s); events wait in the outbox",
-                        self.owner.id, self.owner.config.url, self.agent, type(exc).__name__, exc)
+                        self.owner.id, cfg.shown, self.agent, type(exc).__name__, cfg.scrub(str(exc)))
 
     async def _session(self, ws: ClientConnection) -> bool:
         """Hello, then read and write until the connection ends; True if the hello completed."""
@@ -302,8 +318,8 @@ class AgentLink:
         self.owner.clear(self.agent)
         self.live, self.state = True, "live"
         self.connections += 1
-        self._confirms, self._ping = True, None
-        log.info("%s: relay connection for %s up (%s)", self.owner.id, self.agent, self.owner.config.url)
+        self._confirms, self._ping, self._abandoned = True, None, None
+        log.info("%s: relay connection for %s up (%s)", self.owner.id, self.agent, self.owner.config.shown)
         self._down_since_live = True
         self.owner.live_changed()
         self._route(True)
@@ -334,12 +350,18 @@ class AgentLink:
         self._requeued = len(back)
         self.inflight.clear()
         self._ping = None
+        self._end_probe()
         if self._alarm is not None:
             self._alarm.cancel()
             self._alarm = None
         self._dropped(self.outbox.push_front(back))
-        with contextlib.suppress(Exception):
+        try:
             await asyncio.wait_for(ws.close(), self.owner.config.connect_timeout)
+        except Exception:  # a relay that stopped reading never completes the close handshake
+            pass
+        finally:
+            # Else the socket stays open and the relay keeps it as a claimant of our sessions.
+            ws.transport.abort()
 
     def _claims(self) -> list[Pending]:
         queued = self.outbox.sessions()
@@ -350,8 +372,6 @@ class AgentLink:
     async def _write(self, ws: ClientConnection, claims: list[Pending]) -> None:
         for item in claims:  # not tracked: a lost claim is recomputed on the next connection
             await ws.send(item.text)
-        loop = asyncio.get_running_loop()
-        self._since_ping = 0
         self._writer_error = None
         while True:
             if self._rehello and not self._closing:
@@ -367,7 +387,6 @@ class AgentLink:
                 self.owner.overflowing(self.agent, False)
             if self._confirms and self.inflight and self._ping is None:
                 await self._send_ping(ws)
-                self._since_ping = 0
                 continue
             if self._closing and not self.inflight:
                 await ws.send(compact({"type": "closing", "reason": "shutdown", "delivered": []}))
@@ -384,12 +403,6 @@ class AgentLink:
             if self._writer_error is not None:
                 exc, self._writer_error = self._writer_error, None
                 raise exc
-            if self._ping is not None and loop.time() >= self._ping.deadline:
-                self._confirms, self._ping = False, None
-                settle(i for _, i in self.inflight)
-                self.inflight.clear()
-                self._once("no-pong", "the relay does not answer ping frames; events sent to it now "
-                                      "count as delivered once written")
 
     async def _flush(self, ws: ClientConnection) -> None:
         """Write what is queued: every frame in one socket write, in order, the confirming ping
@@ -403,10 +416,10 @@ class AgentLink:
             self.inflight.append((self._written, item))
             texts.append(item.text)
             size += len(item.text)
-        self._since_ping += len(texts)
-        if self._confirms and self._ping is None and (not self.outbox or self._since_ping >= CONFIRM_EVERY):
+        if self._confirms and self._ping is None:
+            # Also mid-flush (WRITE_BYTES of large events may be far fewer than CONFIRM_EVERY): a
+            # relay that stops reading leaves a ping overdue, which is how a stall is noticed.
             texts.append(self._new_ping())
-            self._since_ping = 0
         await _send_all(ws, texts)
         if not self._confirms:
             settle(i for _, i in self.inflight)
@@ -426,7 +439,42 @@ class AgentLink:
 
     def _ring(self) -> None:
         self._alarm = None
+        self._overdue()
+        self._arm()  # rung early (an earlier ping's deadline) or deadline moved on: watch the current one
         self._wake.set()
+
+    def _overdue(self) -> None:
+        """Judge a confirming ping past its deadline. A relay without ``ping`` frames still answers
+        a WebSocket protocol ping once it has read ours; a stalled relay or a cut network answers
+        neither, and then what was written must not count as delivered (the sending queue would
+        commit it): it stays in flight, health says the relay is stalled, and the keepalive ends
+        a dead connection, whose teardown puts it back in the outbox."""
+        ping, ws, loop = self._ping, self._ws, asyncio.get_running_loop()
+        if ping is None or ws is None or loop.time() < ping.deadline:
+            return
+        cfg = self.owner.config
+        ping.deadline = loop.time() + cfg.hello_timeout
+        probe = self._probe
+        if probe is None:
+            self._probe = loop.create_task(_answers_ping(ws), name=f"relay-probe:{self.agent}")
+        elif probe.done() and probe.result():
+            # The relay read our ping, a deadline ago, and did not answer it: it lacks ping frames.
+            self._end_probe()
+            self._confirms, self._ping, self._abandoned = False, None, ping.t
+            settle(i for _, i in self.inflight)
+            self.inflight.clear()
+            self._once("no-pong", "the relay does not answer ping frames; events sent to it now "
+                                  "count as delivered once written")
+        elif not probe.done():
+            self.owner.report(self.agent, "relay-stalled",
+                              f"the relay has not read what was sent to it for over {2 * cfg.hello_timeout:g} s; "
+                              f"{self.pending} events wait for it")
+
+    def _end_probe(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            self._probe = None
+        self.owner.resolve(self.agent, "relay-stalled")
 
     async def _send_ping(self, ws: ClientConnection) -> None:
         await ws.send(self._new_ping())
@@ -438,6 +486,7 @@ class AgentLink:
         t = max(self._last_t + 1, int(loop.time() * 1000))
         self._last_t = t
         self._ping = _Ping(t, self._written, loop.time() + self.owner.config.hello_timeout)
+        self._arm()  # watched even while the writer is blocked on a relay that stopped reading
         return f'{{"type":"ping","t":{t}}}'
 
     # -- reading ---------------------------------------------------------------------------
@@ -472,11 +521,19 @@ class AgentLink:
 
     def _confirmed(self, t: Any) -> None:
         ping = self._ping
-        if ping is None or t != ping.t or isinstance(t, bool):
+        if isinstance(t, bool):
+            return
+        if ping is None or t != ping.t:
+            if not self._confirms and self._abandoned is not None and t == self._abandoned:
+                # Only slow, not without ping frames: what is written from now on waits for a pong again.
+                self._confirms, self._abandoned = True, None
+                log.info("%s: the relay answered a ping for %s late; deliveries wait for its pong again",
+                         self.owner.id, self.agent)
             return
         while self.inflight and self.inflight[0][0] <= ping.mark:
             settle([self.inflight.popleft()[1]])
         self._ping = None
+        self._end_probe()
         # The writer, parked until this pong, has something to do only if one of these holds
         # (what its loop checks before parking again); else waking it is a task step for nothing.
         if self.outbox or self.inflight or self._closing or self._rehello or self._episode_dropped:
@@ -584,6 +641,15 @@ async def _send_all(ws: ClientConnection, texts: list[str]) -> None:
                 transport.write(b"".join(chunks))
             else:
                 protocol.writes[:0] = chunks
+
+
+async def _answers_ping(ws: ClientConnection) -> bool:
+    """Whether the peer answers a WebSocket protocol ping (proof it read everything sent before)."""
+    try:
+        await (await ws.ping())
+    except Exception:  # the connection is ending: no answer, and its teardown follows
+        return False
+    return True
 
 
 def _code(exc: ConnectionClosed) -> int | None:

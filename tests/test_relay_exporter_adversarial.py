@@ -1,0 +1,332 @@
+"""The relay exporter against hostile and broken relays, networks and configs (adversarial pass)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aep_collector.exporters.relay import RelayConfig, RelayExporter
+from aep_collector.exporters.relay.frames import CAPTURE
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.host import Host
+from websockets.asyncio.server import ServerConnection, serve
+
+from tests.relay_double import RelayDouble, wait_until
+
+TOKEN = "relay-token"
+CC = "claude-code"
+EXPORTER = "exporter/relay"
+
+
+@pytest.fixture
+def stamper(tmp_path: Path) -> Stamper:
+    return Stamper(tmp_path / "state", host="test-host")
+
+
+@pytest.fixture
+async def exporters() -> AsyncIterator[Callable[..., Awaitable[tuple[RelayExporter, Host]]]]:
+    """Builds started exporters with fast backoff; shuts every one down afterwards."""
+    made: list[RelayExporter] = []
+
+    async def build(endpoint: str, **overrides: Any) -> tuple[RelayExporter, Host]:
+        options = {"token": TOKEN, "backoff_initial": 0.02, "backoff_max": 0.1, "instance": "test/1", **overrides}
+        exporter = RelayExporter(CreateSettings(id="relay"), RelayConfig(endpoint=endpoint, **options))
+        host = Host()
+        await exporter.start(host)
+        made.append(exporter)
+        return exporter, host
+
+    yield build
+    for exporter in made:
+        await asyncio.wait_for(exporter.shutdown(), 20)
+
+
+def make(stamper: Stamper, session: str, type: str = "progress.status", **extra: Any) -> dict[str, Any]:
+    return stamper.stamp({"type": type, "agent": CC, "session": session, "data": {}, **extra})
+
+
+def problems(host: Host) -> dict[str, str]:
+    return dict(host.health.snapshot().get("problems", {}).get(EXPORTER, {}))
+
+
+class Partition:
+    """A TCP hop between the exporter and a relay that can stop forwarding (a network partition:
+    nothing is lost or refused, bytes just stop arriving) and then cut every connection."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.frozen = False
+        self.writers: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        self.cut()
+        self.server.close()
+        await self.server.wait_closed()
+
+    def cut(self) -> None:
+        for writer in self.writers:
+            writer.transport.abort()
+        self.writers.clear()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+        self.writers += [writer, up_writer]
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    while self.frozen and not dst.is_closing():
+                        await asyncio.sleep(0.01)
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, RuntimeError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+
+# -- delivery confirmation -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("note_bytes", [10, 40_000])
+async def test_a_network_partition_never_counts_unread_events_as_delivered(
+        relay: RelayDouble, exporters: Any, stamper: Stamper, note_bytes: int) -> None:
+    """A pong that does not come because nothing arrives is not a relay without ``ping`` frames:
+    ``deliver`` keeps waiting (so the sending queue commits nothing), health says the relay is
+    stalled, and once the dead connection is cut the events are resent and land. The large
+    variant fills the socket buffers, so the writer itself is blocked while the ping is overdue."""
+    hop = Partition(relay.port)
+    await hop.start()
+    try:
+        exporter, host = await exporters(f"ws://127.0.0.1:{hop.port}/socket", hello_timeout=0.3)
+        await asyncio.wait_for(exporter.deliver([make(stamper, "s1")]), 10)  # pongs do come back
+        hop.frozen = True
+        batch = [make(stamper, "s1", data={"note": "n" * note_bytes}) for _ in range(300)]
+        delivery = asyncio.create_task(exporter.deliver(batch))
+        await wait_until(lambda: delivery.done() or "relay-stalled" in problems(host),
+                         "the stall report (or, wrongly, the delivery)")
+        assert not delivery.done(), "events the relay never read were reported delivered"
+        assert host.health.snapshot()["ok"] is False
+        hop.cut()
+        hop.frozen = False
+        await asyncio.wait_for(delivery, 20)
+        stored = {e["id"] for e in relay.stored}
+        assert all(e["id"] in stored for e in batch)
+        await wait_until(lambda: "relay-stalled" not in problems(host), "the stall report to clear")
+    finally:
+        await hop.stop()
+
+
+async def test_a_late_pong_turns_confirmation_back_on(exporters: Any, stamper: Stamper,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A relay slow to answer one ping (past the fallback) still answers pings: its late pong
+    switches confirmation back on, so later deliveries wait for a pong again."""
+    release = asyncio.Event()
+    pings: list[int] = []
+    held: list[int] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "hello", "versions": ["0.1"]}))
+
+        async def answer_when_released() -> None:
+            while True:
+                await release.wait()
+                release.clear()
+                for t in held:
+                    await ws.send(json.dumps({"type": "pong", "t": t}))
+                held.clear()
+
+        answering = asyncio.create_task(answer_when_released())
+        try:
+            async for raw in ws:
+                frame = json.loads(raw)
+                if frame.get("type") == "ping":
+                    pings.append(frame["t"])
+                    held.append(frame["t"])
+        finally:
+            answering.cancel()
+
+    caplog.set_level(logging.INFO, "aep.exporter.relay")
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        exporter, _ = await exporters(f"ws://127.0.0.1:{port}/socket", hello_timeout=0.5)
+        await asyncio.wait_for(exporter.deliver([make(stamper, "s1")]), 10)  # by the fallback
+        assert "does not answer ping" in caplog.text and len(pings) == 1
+        release.set()  # the first ping's pong, late
+        await wait_until(lambda: "answered a ping" in caplog.text, "the late pong to be taken")
+        delivery = asyncio.create_task(exporter.deliver([make(stamper, "s1")]))
+        await wait_until(lambda: len(pings) == 2, "a confirming ping after the delivery")
+        assert not delivery.done() and exporter.links[CC].pending == 1
+        release.set()
+        await asyncio.wait_for(delivery, 10)
+
+
+# -- reconnecting ----------------------------------------------------------------------------
+
+
+async def test_a_relay_that_drops_every_connection_after_hello_is_redialled_with_growing_backoff(
+        exporters: Any, stamper: Stamper, monkeypatch: pytest.MonkeyPatch) -> None:
+    attempts: list[int] = []
+
+    def delay(attempt: int, initial: float, maximum: float) -> float:
+        attempts.append(attempt)
+        return 0.0
+
+    monkeypatch.setattr("aep_collector.exporters.relay.link.backoff_delay", delay)
+    hellos = 0
+
+    async def handler(ws: ServerConnection) -> None:
+        nonlocal hellos
+        await ws.recv()
+        hellos += 1
+        await ws.send(json.dumps({"type": "hello", "versions": ["0.1"]}))
+        await ws.close(1011)
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        exporter, _ = await exporters(f"ws://127.0.0.1:{port}/socket", backoff_max=30.0)
+        await exporter.export([make(stamper, "s1")])
+        await wait_until(lambda: len(attempts) >= 6, "a few redials")
+    assert hellos >= 5
+    assert attempts[:6] == [0, 1, 2, 3, 4, 5]  # a completed hello alone does not reset the backoff
+
+
+async def test_shutdown_does_not_leave_a_stalled_relays_socket_open(exporters: Any, stamper: Stamper) -> None:
+    """The close handshake with a relay that stopped reading never completes: the socket is
+    aborted, so the relay does not keep a half-dead connection claiming our sessions."""
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "hello", "versions": ["0.1"]}))
+        await ws.wait_closed()  # never reads again: the client's close frame is never taken
+
+    async with serve(handler, "127.0.0.1", 0, max_queue=1) as server:
+        port = server.sockets[0].getsockname()[1]
+        exporter, _ = await exporters(f"ws://127.0.0.1:{port}/socket", connect_timeout=0.3)
+        await exporter.export([make(stamper, "s1", data={"note": "n" * 20_000}) for _ in range(500)])
+        ws = await wait_until(lambda: exporter.links[CC]._ws, "the connection")
+        await asyncio.wait_for(exporter.shutdown(), 20)
+        assert ws.transport.is_closing()
+
+
+# -- config and secrets ----------------------------------------------------------------------
+
+
+async def test_secrets_in_the_endpoint_never_reach_logs_or_healthz(
+        exporters: Any, stamper: Stamper, caplog: pytest.LogCaptureFixture) -> None:
+    """AEP-0003 §8.1: a query-string ``access_token`` MUST NOT be logged; nor a URL password."""
+    silent: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    caplog.set_level(logging.DEBUG)
+    try:
+        stalled, host = await exporters(f"ws://op:PASSWORD1@127.0.0.1:{port}/socket?access_token=QUERYTOKEN",
+                                        connect_timeout=0.3)
+        with socket_free_port() as refused:
+            down, _ = await exporters(f"ws://op:PASSWORD2@127.0.0.1:{refused}?access_token=QUERYTOKEN")
+        await stalled.export([make(stamper, "s1")])
+        await down.export([make(stamper, "s1")])
+        shown = await wait_until(lambda: problems(host).get("handshake-timeout"), "the handshake-timeout report")
+        await wait_until(lambda: "unreachable" in caplog.text, "the unreachable warning")
+        assert f"ws://127.0.0.1:{port}/socket" in shown
+        # The collector's own lines; websockets' debug dump of the request is the CLI's log redaction's.
+        ours = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("aep."))
+        text = ours + json.dumps(host.health.snapshot())
+        for secret in ("PASSWORD1", "PASSWORD2", "QUERYTOKEN"):
+            assert secret not in text
+    finally:
+        server.close()
+        for writer in silent:
+            writer.close()
+        await server.wait_closed()
+
+
+class socket_free_port:
+    """A loopback port nobody listens on, for the block it guards."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+@pytest.mark.parametrize("token", ["s3cret\nX-Injected: 1", "s3cret\u00e9", "two words"])
+def test_a_token_that_cannot_be_a_header_is_refused_without_echoing_it(token: str) -> None:
+    with pytest.raises(ValueError, match="token must be printable ASCII") as err:
+        RelayConfig(token=token).validate()
+    assert "s3cret" not in str(err.value) and "words" not in str(err.value)
+
+
+async def test_a_token_with_a_trailing_newline_still_authenticates(
+        relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
+    """A YAML block scalar or a token file adds a newline; a bearer token never has blanks around it."""
+    exporter, host = await exporters(relay.ws_url, token=f"  {TOKEN}\n")
+    await exporter.export([make(stamper, "s1")])
+    await wait_until(lambda: relay.stored, "the event through the authenticated connection")
+    assert "unauthorized" not in problems(host)
+
+
+async def test_wss_to_a_relay_without_tls_is_reported(exporters: Any, stamper: Stamper) -> None:
+    """Not a relay that is down (logged once, health silent): a TLS failure never fixes itself."""
+    async def plain_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(plain_http, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        exporter, host = await exporters(f"wss://127.0.0.1:{port}/socket")
+        await exporter.export([make(stamper, "s1")])
+        detail = await wait_until(lambda: problems(host).get("tls-failed"), "the tls-failed report")
+        assert f"wss://127.0.0.1:{port}/socket" in detail and host.health.snapshot()["ok"] is False
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+# -- privacy ---------------------------------------------------------------------------------
+
+
+async def test_events_never_claim_more_capture_than_the_hello_declared(
+        relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
+    """A pipeline at ``full`` (the operator's choice for the JSONL log) must not put verbatim
+    content on a connection whose hello declared at most ``redacted``: it is down-levelled."""
+    canary = "CANARY-prompt-text-7731"
+    exporter, _ = await exporters(relay.ws_url)
+    full = make(stamper, "s1", "run.started", run="r1", capture="full",
+                data={"prompt": canary, "trigger": "user"})
+    kept = make(stamper, "s1", "progress.status", capture="redacted", data={})
+    await exporter.export([full, kept])
+    await wait_until(lambda: len(relay.stored) == 2, "both events")
+    (hello,) = relay.hellos(CC)
+    declared = hello["capabilities"]["capture"]
+    assert declared == list(CAPTURE)
+    first, second = relay.stored
+    assert first["id"] == full["id"] and first["capture"] in declared
+    assert first["data"].get("trigger") == "user"
+    assert canary not in json.dumps(relay.frames_from(CC))
+    assert second == kept  # within the declaration: untouched
