@@ -116,9 +116,11 @@ class NatsConnection:
         if self.connect_timeout <= 0 or self.reconnect_wait <= 0:
             raise ValueError("connect_timeout and reconnect_wait must be positive")
 
+    def wants_tls(self) -> bool:
+        return bool(self.tls or self.tls_ca or self.tls_cert or any(u.startswith("tls://") for u in self.servers))
+
     def _ssl(self) -> ssl.SSLContext | None:
-        wants = self.tls or self.tls_ca or self.tls_cert or any(u.startswith("tls://") for u in self.servers)
-        if not wants:
+        if not self.wants_tls():
             return None
         ctx = ssl.create_default_context(cafile=str(Path(self.tls_ca).expanduser()) if self.tls_ca else None)
         if self.tls_cert and self.tls_key:
@@ -193,16 +195,51 @@ class NatsStream:
             max_msgs=self.max_msgs, duplicate_window=self.duplicate_window)
 
     async def ensure(self, js: Any) -> None:
-        """Create the stream if absent and allowed; an existing stream is never changed."""
+        """Create the stream if absent and allowed; an existing stream is never changed, but one
+        that does not bind ``<subject_prefix>.>`` is refused by name (every publish to it would
+        only time out with "no response from stream")."""
         from nats.js.errors import NotFoundError
 
         try:
-            await js.stream_info(self.name)
-            return
+            info = await js.stream_info(self.name)
         except NotFoundError:
             if not self.create:
                 raise
-        await js.add_stream(self.config())
+            await js.add_stream(self.config())
+            return
+        subjects = list(info.config.subjects or [])
+        if not any(_covers(s, self.subject_prefix) for s in subjects):
+            raise ValueError(f"stream {self.name} exists but binds {subjects}, not {self.subject_prefix}.>: "
+                             "add that subject to it, or configure another stream.name or subject_prefix")
+
+
+def _covers(pattern: str, prefix: str) -> bool:
+    """Whether the stream subject ``pattern`` matches every ``<prefix>.<agent>.<session>``."""
+    want = [*prefix.split("."), "*", "*"]
+    tokens = pattern.split(".")
+    for i, tok in enumerate(tokens):
+        if tok == ">":
+            return i < len(want)
+        if i >= len(want) or (tok != "*" and (want[i] == "*" or tok != want[i])):
+            return False
+    return len(tokens) == len(want)
+
+
+def _insist_on_tls(nc: Any) -> None:
+    """Make ``nc`` refuse a server that does not require TLS. nats-py upgrades only when the
+    server's INFO asks for it and otherwise carries on in plaintext, credentials and events
+    included, whatever TLS settings it was given; the check runs before it sends CONNECT."""
+    from nats.errors import Error
+
+    plain = nc._process_info
+
+    async def checked(info: dict[str, Any], initial_connection: bool = False) -> None:
+        if initial_connection and not info.get("tls_required"):
+            raise Error("nats: TLS is configured but the server does not require it; "
+                        "not connecting in plaintext")
+        await plain(info, initial_connection=initial_connection)
+
+    nc._process_info = checked
 
 
 class _LinkClosed(Exception):
@@ -248,7 +285,11 @@ class Link:
         attempt = 0
         while not self.stopped:
             try:
-                self.nc = await nats.connect(**opts)
+                nc = nats.NATS()
+                if self.conn.wants_tls():
+                    _insist_on_tls(nc)
+                await nc.connect(**opts)
+                self.nc = nc
                 break
             except asyncio.CancelledError:
                 raise

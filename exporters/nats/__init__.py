@@ -4,7 +4,9 @@ Each event is published to ``<subject_prefix>.<agent>.<session>`` with ``Nats-Ms
 so a resend (a retried batch, a replay of the sending queue after a restart) is stored once
 within the stream's duplicate window. A batch is published in order on one connection and
 ``deliver`` returns only when JetStream acknowledged every event; a failure raises, and the
-sending queue retries the whole batch (what was stored already is deduped). See
+sending queue retries the whole batch (what was stored already is deduped). An event NATS can
+never take (above the server's ``max_payload`` or the stream's ``max_msg_size``) is not published:
+counted as ``dropped`` and shown in ``/healthz``, it must not hold up every event behind it. See
 ``aep_collector.pipeline.natsconn`` for the subjects and headers.
 
 Control across machines: with ``control`` on, the exporter answers requests on its
@@ -44,6 +46,9 @@ from aep_collector.pipeline.wire import dumps_bytes
 __all__ = ["FACTORY", "NatsExporter", "NatsExporterConfig"]
 
 log = logging.getLogger("aep.exporter.nats")
+
+Message = tuple[str, bytes, dict[str, str]]
+"""Subject, body and headers of one event's NATS message."""
 
 
 @dataclass
@@ -196,7 +201,7 @@ class NatsExporter:
 
     # -- delivery -------------------------------------------------------------------------------
 
-    def _message(self, event: Event) -> tuple[str, bytes, dict[str, str]]:
+    def _message(self, event: Event) -> Message:
         agent = str(event.get("agent") or "unknown")
         session = event.get("session")
         headers = {MSG_ID_HEADER: str(event.get("id", ""))}
@@ -214,46 +219,84 @@ class NatsExporter:
         if self._stopped:
             raise RuntimeError("the nats exporter is shut down")
         timeout = self.config.publish_timeout
-        await self.link.wait(timeout)
+        nc = await self.link.wait(timeout)
         js = self.js
         if not self._stream_ok:
             await self.config.stream.ensure(js)
             self._stream_ok = True
-        pending: list[asyncio.Future[Any]] = []
+        pending: list[tuple[asyncio.Future[Any], Event, Message]] = []
         duplicates = 0
         try:
             for event in events:
-                subject, body, headers = self._message(event)
+                message = self._message(event)
+                if self._too_large(nc.max_payload, event, message):
+                    continue
                 if self.config.max_in_flight == 1:
-                    ack = await js.publish(subject, body, timeout=timeout, headers=headers)
-                    duplicates += bool(ack.duplicate)
+                    duplicates += await self._publish(js, event, message, timeout)
                     continue
                 # No wait_stall: with a timeout the client yields per message (a socket write each);
                 # max_in_flight stays below its pending bound (see _up), so nothing blocks.
-                pending.append(await js.publish_async(subject, body, headers=headers))
+                subject, body, headers = message
+                pending.append((await js.publish_async(subject, body, headers=headers), event, message))
                 if len(pending) >= self.config.max_in_flight:
-                    duplicates += await self._settle(pending, timeout)
+                    duplicates += await self._settle(js, pending, timeout)
                     pending = []
-            duplicates += await self._settle(pending, timeout)
+            duplicates += await self._settle(js, pending, timeout)
         except BaseException:
-            for fut in pending:
+            self._stream_ok = False  # a stream deleted meanwhile is created again by the retry
+            for fut, _, _ in pending:
                 fut.cancel()
             raise
         if duplicates:
             self.host.health.count(self.id, "deduplicated", duplicates)
 
-    @staticmethod
-    async def _settle(pending: list[asyncio.Future[Any]], timeout: float) -> int:
+    async def _settle(self, js: Any, pending: list[tuple[asyncio.Future[Any], Event, Message]],
+                      timeout: float) -> int:
         if not pending:
             return 0
-        done, waiting = await asyncio.wait(pending, timeout=timeout)
-        if waiting:
-            raise TimeoutError(f"JetStream acknowledged {len(done)} of {len(pending)} events within {timeout} s")
+        await asyncio.wait([fut for fut, _, _ in pending], timeout=timeout)
         duplicates = 0
-        for fut in pending:
-            ack = fut.result()  # a refused publish raises here: the batch is retried
-            duplicates += bool(getattr(ack, "duplicate", False))
+        for fut, event, message in pending:
+            if fut.done():
+                ack = fut.result()  # a refused publish raises here: the batch is retried
+                duplicates += bool(getattr(ack, "duplicate", False))
+                continue
+            # nats-py never resolves an async publish JetStream refused with an error (reading the
+            # refusal raises inside its reply handler): the same message again, synchronously,
+            # brings the refusal itself, or a timeout; a first copy stored after all is deduped.
+            fut.cancel()
+            duplicates += await self._publish(js, event, message, timeout)
         return duplicates
+
+    async def _publish(self, js: Any, event: Event, message: Message, timeout: float) -> int:
+        """One event, acknowledged; 1 when JetStream had it already, 0 otherwise (or dropped)."""
+        from nats.js.errors import APIError
+
+        subject, body, headers = message
+        try:
+            ack = await js.publish(subject, body, timeout=timeout, headers=headers)
+        except APIError as exc:
+            if exc.err_code == 10054:  # "message size exceeds maximum allowed": the stream's max_msg_size
+                self._drop(event, f"{len(body)} bytes, above the stream's max_msg_size")
+                return 0
+            raise
+        return int(bool(ack.duplicate))
+
+    def _too_large(self, max_payload: int, event: Event, message: Message) -> bool:
+        """An event NATS can never take: retrying it would hold up every event behind it for good."""
+        _, body, headers = message
+        # The server counts the header block ("NATS/1.0\r\n", "k: v\r\n" each, "\r\n") too, and
+        # closes the connection of a client that sends more than max_payload.
+        size = len(body) + 12 + sum(len(k) + len(v.encode()) + 4 for k, v in headers.items())
+        if size <= max_payload:
+            return False
+        self._drop(event, f"{size} bytes with its headers, above the server's max_payload of {max_payload}")
+        return True
+
+    def _drop(self, event: Event, why: str) -> None:
+        self.host.health.count(self.id, "dropped")
+        self.host.health.incident(self.id, "event-too-large",
+                                  f"event {event.get('id')} ({event.get('type')}) not published: {why}")
 
     async def export(self, events: list[Event]) -> None:
         """For the memory queue: deliver, retrying with backoff until delivered or shut down."""

@@ -24,7 +24,6 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event
@@ -38,7 +37,9 @@ from aep_collector.pipeline.natsconn import (
     NatsStream,
     token,
 )
-from aep_collector.pipeline.wire import dumps_bytes
+from aep_collector.pipeline.validate import envelope_errors
+from aep_collector.pipeline.wire import DecodeError, dumps_bytes, loads
+from aep_collector.processors.capture.ceiling import honest_claim
 
 __all__ = ["FACTORY", "NatsReceiver", "NatsReceiverConfig"]
 
@@ -111,6 +112,11 @@ class NatsReceiver:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        if self._sub is not None:
+            # A pull request's late status reply may sit unread in its inbox: the connection's drain
+            # would wait on it (until close gives up on the drain, leaving a cancelled task behind).
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._sub.unsubscribe(), 2.0)
         await self.link.close()
 
     async def _up(self, nc: Any) -> None:
@@ -147,25 +153,42 @@ class NatsReceiver:
             try:
                 if self._sub is None:
                     self._sub = await self._subscribe()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a missing or mismatched stream, a refused consumer, NATS away
+                failures = await self._failed(exc, failures)
+                continue
+            try:
                 msgs = await self._sub.fetch(self.config.batch, timeout=1.0)
             except (NatsTimeout, TimeoutError):
-                continue  # nothing new
+                msgs = []  # nothing new: the consumer works
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # NATS away, stream leader moving: retried, reported once
-                failures += 1
-                if failures == 1 or failures % 50 == 0:
-                    log.warning("%s: fetching from %s failed (%s: %s); retrying", self.id, self.config.stream.name,
-                                type(exc).__name__, exc)
+                failures = await self._failed(exc, failures)
                 self._sub = None if failures % 10 == 0 else self._sub
-                await asyncio.sleep(min(0.1 * failures, 2.0))
                 continue
-            failures = 0
-            await self._take(msgs)
+            if failures:
+                failures = 0
+                self.host.health.recover(self.id, "consume-failed")
+            if msgs:
+                await self._take(msgs)
+
+    async def _failed(self, exc: Exception, failures: int) -> int:
+        """Log (first and every 50th time) and show in ``/healthz`` that nothing is consumed, then back off."""
+        failures += 1
+        detail = f"consuming {self.config.stream.name} as {self.config.durable} fails: {type(exc).__name__}: {exc}"
+        if failures == 1 or failures % 50 == 0:
+            log.warning("%s: %s; retrying", self.id, detail)
+        if self.link.ready.is_set():  # while NATS is away, nats-down says it already
+            self.host.health.fail(self.id, "consume-failed", detail)
+        await asyncio.sleep(min(0.1 * failures, 2.0))
+        return failures
 
     async def _take(self, msgs: list[Any]) -> None:
         """Pipeline first, then the acknowledgements: nothing is acknowledged before it is written."""
         events: list[Event] = []
+        batch: set[str] = set()  # a copy stored twice (outside JetStream's duplicate window) may share a fetch
         for msg in msgs:
             event = self._parse(msg)
             if event is None:
@@ -173,9 +196,10 @@ class NatsReceiver:
                     await msg.term()  # never valid, never redelivered
                 continue
             self._learn(event, msg.headers or {})
-            if event["id"] in self.seen:
+            if event["id"] in self.seen or event["id"] in batch:
                 self.host.health.count(self.id, "duplicates")
                 continue
+            batch.add(event["id"])
             events.append(event)
         if events:
             try:
@@ -191,16 +215,37 @@ class NatsReceiver:
                 await msg.ack()
 
     def _parse(self, msg: Any) -> Event | None:
+        """The message's event, envelope-valid and claiming no less than its content needs; else None."""
         try:
-            event = orjson.loads(msg.data)
-        except orjson.JSONDecodeError:
-            event = None
-        if not isinstance(event, dict) or not all(isinstance(event.get(k), str) and event.get(k)
-                                                  for k in ("aep", "id", "type", "source", "agent")):
+            value = loads(msg.data)
+        except DecodeError as exc:
+            problem: str | None = f"not JSON: {exc}"
+        else:
+            problem = self._admit(value)
+        if problem is not None:
             self.host.health.count(self.id, "rejected")
-            self.host.health.incident(self.id, "not-an-event", f"a message on {msg.subject} is not an AEP event; dropped")
+            self.host.health.incident(self.id, "not-an-event",
+                                      f"a message on {msg.subject} is not an AEP event ({problem[:300]}); dropped")
             return None
-        return event
+        return value  # a dict: _admit checked it
+
+    def _admit(self, value: Any) -> str | None:
+        """What makes ``value`` no event to take in, or None (its capture claim made honest in place)."""
+        problems = envelope_errors(value)
+        if problems:  # an exporter would choke on it (a session that is not a string, a seq that is not a number)
+            return f"{problems[0].message}; {len(problems)} problem(s)"
+        claim = honest_claim(value)
+        if claim != value.get("capture", "metadata"):
+            # AEP-0001 §8.2(a): every hop trusts the claim, and this collector did not gate the event:
+            # a claim its content breaks is raised to what it holds, so the capture processor (and
+            # the relay role's ceiling) cut it down instead of passing content above the ceiling.
+            self.host.health.count(self.id, "reclaimed")
+            self.host.health.incident(self.id, "capture-claim-too-low",
+                                      f"event {value['id'][:64]} ({value['type'][:64]}) from {value['agent'][:64]} "
+                                      f"claims capture {value.get('capture', 'metadata')!r} but holds more; "
+                                      f"taken as {claim!r}")
+            value["capture"] = claim
+        return None
 
     async def _consume(self, events: list[Event]) -> None:
         lanes = await self.next.consume_each(events)
@@ -258,7 +303,15 @@ class NatsReceiver:
             log.warning("%s: %s refused command %s: %s", self.id, subject, command.get("id"),
                         reply.headers[ERROR_HEADER])
             return None
-        acks = [orjson.loads(line) for line in reply.data.split(b"\n") if line]
+        try:
+            acks = [loads(line) for line in reply.data.split(b"\n") if line]
+            problem = next((p for p in map(self._admit, acks) if p is not None), None)
+        except DecodeError as exc:
+            problem = f"not JSON: {exc}"
+        if problem is not None:  # taken as no answer: the router nacks busy instead of leaving the command unanswered
+            log.warning("%s: %s answered command %s with something that is not its acks (%s)", self.id, subject,
+                        command.get("id"), problem[:300])
+            return None
         fresh = [a for a in acks if a.get("id") not in self.seen]
         if fresh:
             await self._consume(fresh)
