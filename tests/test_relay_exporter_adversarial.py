@@ -5,50 +5,22 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-from aep_collector.exporters.relay import RelayConfig, RelayExporter
+from aep_collector.exporters.relay import RelayConfig
 from aep_collector.exporters.relay.frames import CAPTURE
-from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.envelope import Stamper
 from aep_collector.pipeline.host import Host
 from websockets.asyncio.server import ServerConnection, serve
 
+from tests import test_relay_exporter as base
 from tests.relay_double import RelayDouble, wait_until
 
-TOKEN = "relay-token"
-CC = "claude-code"
+TOKEN, CC = base.TOKEN, base.CC
 EXPORTER = "exporter/relay"
-
-
-@pytest.fixture
-def stamper(tmp_path: Path) -> Stamper:
-    return Stamper(tmp_path / "state", host="test-host")
-
-
-@pytest.fixture
-async def exporters() -> AsyncIterator[Callable[..., Awaitable[tuple[RelayExporter, Host]]]]:
-    """Builds started exporters with fast backoff; shuts every one down afterwards."""
-    made: list[RelayExporter] = []
-
-    async def build(endpoint: str, **overrides: Any) -> tuple[RelayExporter, Host]:
-        options = {"token": TOKEN, "backoff_initial": 0.02, "backoff_max": 0.1, "instance": "test/1", **overrides}
-        exporter = RelayExporter(CreateSettings(id="relay"), RelayConfig(endpoint=endpoint, **options))
-        host = Host()
-        await exporter.start(host)
-        made.append(exporter)
-        return exporter, host
-
-    yield build
-    for exporter in made:
-        await asyncio.wait_for(exporter.shutdown(), 20)
-
-
-def make(stamper: Stamper, session: str, type: str = "progress.status", **extra: Any) -> dict[str, Any]:
-    return stamper.stamp({"type": type, "agent": CC, "session": session, "data": {}, **extra})
+# The relay exporter tests' own fixtures and event maker (fixtures are found as module attributes).
+stamper, exporters, make = base.stamper, base.exporters, base.make
 
 
 def problems(host: Host) -> dict[str, str]:
