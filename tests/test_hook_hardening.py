@@ -497,20 +497,25 @@ def exchange(port: int, raw: bytes) -> bytes:
     return answer
 
 
+async def assert_json_refusals(where: str, port: int) -> None:
+    """Every ``MALFORMED`` request to ``port`` gets 400 ``{"error": "bad-http", "detail": ...}``
+    (also used for OTLP/HTTP and the relay role, tests/test_http_refusals.py)."""
+    for name, raw in MALFORMED.items():
+        answers = http_responses(await asyncio.to_thread(exchange, port, raw))
+        assert answers, (where, name)
+        for status, headers, body in answers:
+            assert status == 400, (where, name, status, body)
+            assert headers["content-type"].startswith("application/json"), (where, name, headers)
+            refusal = json.loads(body)
+            assert refusal["error"] == "bad-http", (where, name, refusal)
+            assert refusal["detail"].startswith("malformed HTTP request: ") and len(refusal["detail"]) > 24
+
+
 async def test_http_aiohttp_cannot_parse_is_refused_with_a_json_body(tmp_path: Path) -> None:
     receivers = {"claude_code": {"endpoint": "127.0.0.1:0"}, "codex": {"endpoint": "127.0.0.1:0"}}
     async with running(base_config(tmp_path, receivers)) as service:
         for receiver in receivers:
-            port = service.receivers[receiver].port
-            for name, raw in MALFORMED.items():
-                answers = http_responses(await asyncio.to_thread(exchange, port, raw))
-                assert answers, (receiver, name)
-                for status, headers, body in answers:
-                    assert status == 400, (receiver, name, status, body)
-                    assert headers["content-type"].startswith("application/json"), (receiver, name, headers)
-                    refusal = json.loads(body)
-                    assert refusal["error"] == "bad-http", (receiver, name, refusal)
-                    assert refusal["detail"].startswith("malformed HTTP request: ") and len(refusal["detail"]) > 24
+            await assert_json_refusals(receiver, service.receivers[receiver].port)
         # Still serving, and a bad request says nothing about the collector's health.
         status, _ = await post(f"http://127.0.0.1:{service.receivers['codex'].port}/hook",
                                {"hook_event_name": "SessionStart", "session_id": "alive"})
