@@ -148,3 +148,48 @@ def test_a_policy_changed_after_gating_is_honoured_not_the_kept_routes() -> None
     with pytest.raises(TypeError):
         proc.policy.overrides["tool"] = "full"  # type: ignore[index]
     assert "data" not in proc([dict(draft)])[0]
+
+
+def test_a_stamped_envelope_whose_claim_its_content_breaks_is_capped_as_full() -> None:
+    """A plug-in receiver's envelope claiming ``metadata`` over a secret must not pass a ``metadata``
+    ceiling because of its claim: the hop takes it at what it holds (``honest_claim``)."""
+    envelope = {"aep": "0.1", "id": "E2", "type": "tool.failed", "time": "2026-07-03T10:00:00Z",
+                "source": "aep://h/agent/a", "agent": "a", "session": "s", "seq": 1, "capture": "metadata",
+                "data": {"tool": {"name": "Bash"}, "error": {"type": "Exec", "message": AWS}}}
+    proc = CaptureProcessor(CaptureConfig(ceiling="metadata", overrides={}))
+    out = proc([envelope])[0]
+    assert AWS not in repr(out)
+    assert out["capture"] == "metadata" and out["data"] == {"tool": {"name": "Bash"}, "error": {"type": "Exec"}}
+    honest = {**envelope, "data": {"tool": {"name": "Bash"}, "error": {"type": "Exec"}}}
+    assert proc([honest]) == [honest]  # a claim the content keeps is forwarded as it is
+
+
+def test_a_stamped_envelope_the_hop_cannot_judge_fails_closed() -> None:
+    envelope = {"aep": "0.1", "id": "E3", "type": "tool.failed", "time": "2026-07-03T10:00:00Z",
+                "source": "aep://h/agent/a", "agent": "a", "session": "s", "seq": 1, "capture": "metadata",
+                "subject": f"aws s3 cp --key {AWS}", "data": {"tool": {"name": "Bash"}, "error": AWS.encode()}}
+    proc = CaptureProcessor(CaptureConfig(ceiling="metadata", overrides={}))
+    out = proc([envelope])[0]  # the batch goes on; the event keeps its moment, not its content
+    assert out["capture"] == "none" and "data" not in out and "subject" not in out
+    assert out["id"] == "E3" and proc.failures == 1
+
+
+@pytest.mark.parametrize("ceiling", ["none", "metadata", "redacted"])
+def test_values_no_json_decoder_makes_are_gated_or_fail_closed(ceiling: str) -> None:
+    """A plug-in mapping's tuple is an array on the wire (orjson writes it as one), so it is gated as
+    one; bytes, a set or an object cannot be looked into, and below ``full`` they fail the draft
+    closed instead of passing the gate unscreened."""
+    proc = CaptureProcessor(CaptureConfig(ceiling=ceiling, overrides={}))
+    for foreign in [(AWS,), AWS.encode(), {AWS}, frozenset([AWS]), bytearray(AWS.encode())]:
+        draft = {"type": "tool.failed", "agent": "a", "session": "s", "subject": f"cp --key {AWS}",
+                 "data": {"tool": {"name": "Bash"}, "error": {"type": "Exec", "message": foreign}, "x": [foreign]}}
+        out = proc([draft])[0]
+        assert AWS not in repr(out) and AWS.encode() not in repr(out).encode(), (ceiling, foreign, out)
+    # the tuple was gated; the other four failed closed (at ``none`` no data is looked into at all)
+    assert proc.failures == (0 if ceiling == "none" else 4)
+
+
+def test_a_tuple_at_full_leaves_as_an_array() -> None:
+    proc = CaptureProcessor(CaptureConfig(ceiling="full", overrides={}))
+    draft = {"type": "tool.failed", "agent": "a", "session": "s", "data": {"tool": {"name": "Bash"}, "error": ("a", 1)}}
+    assert proc([draft])[0]["data"]["error"] == ["a", 1] and proc.failures == 0

@@ -103,6 +103,9 @@ class CaptureConfig:
         return Redactor(secret_values=values, pii=self.pii, home=self.home)
 
 
+_UNGATED = frozenset({"data", "subject"})  # what a draft the gate failed on loses
+
+
 def _is_stamped(item: Event) -> bool:
     return "aep" in item and "id" in item and "source" in item
 
@@ -151,8 +154,14 @@ class CaptureProcessor:
                 out.append(item)
             elif "aep" in item and "id" in item and "source" in item:  # stamped (``_is_stamped``)
                 # An envelope someone else already capped (a redelivered ack, a forwarded event): we
-                # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)).
-                out.append(downlevel(item, self._policy.level_for(str(item.get("type", "")))))
+                # hold no original content, so only the hop rule may apply (AEP-0001 §8.2(e)). Its
+                # claim is trusted only as far as its content keeps it: a plug-in receiver's event
+                # claiming ``metadata`` over a secret would otherwise pass any ceiling untouched.
+                try:
+                    out.append(downlevel(item, self._policy.level_for(str(item.get("type", ""))),
+                                         source=honest_claim(item)))
+                except Exception as exc:
+                    out.append(self._failed(item, exc))
             else:
                 try:  # ``cap``, inlined: this runs for every draft
                     out.append(apply_cap(item, self._policy, self._redactor, self.routes))
@@ -174,7 +183,8 @@ class CaptureProcessor:
         if self.health is not None:
             self.health.count(self.component, "failed")
             self.health.incident(self.component, "gating-failed", f"{type(exc).__name__} (data dropped)")
-        kept = {k: v for k, v in draft.items() if k != "data" and k not in CAPTURE_HINTS}
+        # ``subject`` goes too: it is content (a command line, a path) the failed gate never screened.
+        kept = {k: v for k, v in draft.items() if k not in _UNGATED and k not in CAPTURE_HINTS}
         kept["capture"] = "none"
         return kept
 

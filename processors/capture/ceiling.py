@@ -218,6 +218,14 @@ Screen = Callable[[str, bool], Any]
 
 
 _ATOMS = (str, int, float, bool, type(None))
+
+
+def _foreign(value: Any, limit: int) -> Any:
+    """A value no JSON decoder makes (a plug-in's bytes, set or object): the walk cannot see what it
+    holds, so below ``full`` it fails the draft closed rather than pass it unscreened."""
+    if limit >= FULL:
+        return copy.deepcopy(value)
+    raise TypeError(f"a {type(value).__name__} value cannot be gated below full")
 _CREDENTIAL_KEYS: dict[Any, bool] = {}
 
 
@@ -258,7 +266,7 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
                 kept = on_redacted(kept)
             out[key] = kept
         return out
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # a plug-in's tuple is an array on the wire: gated as one
         sub = path + "[]"
         level = _level_at(ann, sub, inherited)
         if level > limit:
@@ -269,7 +277,7 @@ def _prune(value: Any, path: str, ann: Annotations, limit: int, inherited: int,
         return items
     if isinstance(value, str) and screen is not None and inherited <= METADATA:
         return screen(value, _class_at(ann, path) == TOKEN)
-    return value if isinstance(value, _ATOMS) else copy.deepcopy(value)
+    return value if isinstance(value, _ATOMS) else _foreign(value, limit)
 
 
 # --- the compiled plan ------------------------------------------------------------------------
@@ -356,7 +364,7 @@ def _apply(value: Any, plan: _Plan, limit: int, on_redacted: Callable[[Any], Any
                 kept = on_redacted(kept)  # type: ignore[misc]  # wrap implies on_redacted
             out[key] = kept
         return out
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):  # as in ``_prune``
         level, child = plan.items or plan.item()
         if level > limit:
             return []
@@ -366,7 +374,7 @@ def _apply(value: Any, plan: _Plan, limit: int, on_redacted: Callable[[Any], Any
         return items
     if isinstance(value, str) and screen is not None and plan.inherited <= METADATA:
         return screen(value, plan.token)
-    return value if isinstance(value, _ATOMS) else copy.deepcopy(value)
+    return value if isinstance(value, _ATOMS) else _foreign(value, limit)
 
 
 def _declares_twins(ann: Annotations) -> bool:
