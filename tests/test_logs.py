@@ -159,3 +159,31 @@ def test_the_filter_redacts_emails_and_homes_but_keeps_what_operators_read():
     record = logging.LogRecord("aep", logging.INFO, __file__, 1, kept, (), None)
     flt.filter(record)
     assert record.getMessage() == kept
+
+
+async def test_debug_log_holds_no_credential_from_the_relay_url(tmp_path):
+    """AEP-0003 §8.1: an ``access_token`` query MUST NOT be logged. At ``debug`` websockets prints the
+    upgrade request line and headers, the Basic header it builds from the URL's user info included."""
+    relay = RelayDouble(token=TOKEN)
+    await relay.start()
+    password = "pw-" + "d41d8cd98f00b204"
+    url = relay.ws_url.replace("ws://", f"ws://operator:{password}@") + f"?access_token={TOKEN}"
+    try:
+        cfg = base_config(tmp_path, extra_exporters={"relay": {"endpoint": url}})
+        cfg["service"]["telemetry"] = {"logs": {"level": "debug"}, "metrics": {"endpoint": "127.0.0.1:0"}}
+        c = await asyncio.to_thread(Collector(cfg, tmp_path).start)
+        try:
+            for _ in range(100):
+                if relay.connections():
+                    break
+                await asyncio.sleep(0.05)
+            assert relay.connections(), "".join(c.log)
+        finally:
+            assert await asyncio.to_thread(c.stop) == 0
+    finally:
+        await relay.stop()
+    out = "".join(c.log)
+    assert "> GET " in out  # websockets' request dump was on
+    basic = __import__("base64").b64encode(f"operator:{password}".encode()).decode()
+    for secret in (TOKEN, password, basic, basic.rstrip("=")):
+        assert secret not in out
