@@ -35,8 +35,13 @@ NO_ANSWER = 5
 
 SEVERITIES = ("debug", "info", "notice", "warning", "error", "critical")
 OPERATOR_AGENT = "aep-operator"
-ACK_WAIT = 15.0
-"""Seconds ``respond``/``cancel`` wait for the ack (the collector declares a 10 s window)."""
+ACK_WINDOW = 10.0
+"""Seconds ``respond``/``cancel`` wait for the ack when the target declares no window (AEP-0004's
+default ``ack_window_ms``); the target's own declaration, read from the roster, wins."""
+RETRIES = 2
+"""Times a command is sent again, with the same id, after a window of silence (as AEP's reference CLI)."""
+ROSTER_WAIT = 3.0
+"""Seconds to wait for the roster that declares the window; a relay that does not answer gets the default."""
 
 
 class CliError(Exception):
@@ -408,10 +413,30 @@ def _command(type_: str, session: str, **extra: Any) -> dict[str, Any]:
             "session": session, **extra}
 
 
-async def send_command(t: Target, cmd: dict[str, Any]) -> int:
-    """Send one command over the WebSocket and report its ack: accepted, rejected, or a refusal."""
+def declared_window(entries: Any, session: str) -> float | None:
+    """The ack window (seconds) a roster declares for the target holding ``session``, if any."""
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("session") == session:
+            control = entry.get("control")
+            window = control.get("ack_window_ms") if isinstance(control, dict) else None
+            if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+                return min(window, 3_600_000) / 1000  # an hour at most: a typo must not hang a script
+    return None
+
+
+async def send_command(t: Target, cmd: dict[str, Any], window: float | None = None, retries: int = RETRIES) -> int:
+    """Send one command over the WebSocket and report its ack: accepted, rejected, or a refusal.
+
+    Subscribes to the acks before sending, then waits the target's declared ack window (``window``
+    overrides it), sending the same command again (same id: the target decides once) up to
+    ``retries`` times before giving up (AEP-0004 §3: silence past the window is a local timeout)."""
     import aiohttp
 
+    def silence() -> CliError:
+        return CliError(f"no answer to {cmd['type']} {cmd['id']} after {sends} send(s), "
+                        f"waiting {wait:g} s after each", NO_ANSWER)
+
+    sends, wait, subscribed = 0, window if window is not None else ACK_WINDOW, False
     try:
         async with aiohttp.ClientSession() as http, \
                 http.ws_connect(f"{t.url}/socket", headers={"Authorization": f"Bearer {t.token}"}) as ws:
@@ -420,20 +445,46 @@ async def send_command(t: Target, cmd: dict[str, Any]) -> int:
                                                        "instance": f"{socket.gethostname()}/{os.getpid()}"}}))
             await ws.send_str(json.dumps({"type": "subscribe", "id": "acks", "filter": {
                 "session": cmd["session"], "cause": cmd["id"]}}))
-            sent = False
-            deadline = time.monotonic() + ACK_WAIT
+            deadline = time.monotonic() + 30.0  # for the subscription (and roster), then per send
+
+            async def send() -> None:
+                nonlocal sends, deadline
+                await ws.send_str(json.dumps(cmd))
+                sends += 1
+                deadline = time.monotonic() + wait
+
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise CliError(f"no answer to {cmd['type']} {cmd['id']} within {ACK_WAIT:.0f} s", NO_ANSWER)
-                msg = await ws.receive(timeout=left)
+                    if not subscribed:  # sending now could miss the ack: nothing to report from
+                        raise CliError("the collector did not confirm the ack subscription within 30 s", NO_ANSWER)
+                    if sends == 0:  # the roster never came: the default window, and send
+                        await send()
+                        continue
+                    if sends > retries:
+                        raise silence()
+                    await send()
+                    continue
+                try:
+                    msg = await ws.receive(timeout=left)
+                except TimeoutError:  # aiohttp's is also a ClientError: not "unreachable", silence
+                    deadline = 0.0
+                    continue
                 if msg.type != aiohttp.WSMsgType.TEXT:
                     raise CliError("the collector closed the connection", UNREACHABLE)
                 frame = json.loads(msg.data)
                 kind = frame.get("type")
-                if kind == "subscribed" and not sent:
-                    await ws.send_str(json.dumps(cmd))
-                    sent = True
+                if kind == "subscribed" and frame.get("id") == "acks" and not subscribed:
+                    subscribed = True
+                    if window is None:
+                        await ws.send_str(json.dumps({"type": "roster", "id": "window"}))
+                        deadline = time.monotonic() + ROSTER_WAIT
+                    else:
+                        await send()
+                elif kind in ("roster", "error") and frame.get("id") == "window" and sends == 0:
+                    if kind == "roster":
+                        wait = declared_window(frame.get("entries"), cmd["session"]) or ACK_WINDOW
+                    await send()
                 elif kind == "error" and frame.get("cause") == cmd["id"]:
                     code = frame.get("code")
                     detail = frame.get("detail", "")
@@ -452,8 +503,6 @@ async def send_command(t: Target, cmd: dict[str, Any]) -> int:
                     return REJECTED
     except (aiohttp.ClientError, OSError) as exc:
         raise _unreachable(t, exc) from None
-    except TimeoutError:
-        raise CliError(f"no answer to {cmd['type']} {cmd['id']} within {ACK_WAIT:.0f} s", NO_ANSWER) from None
 
 
 def answer_of(args: argparse.Namespace) -> dict[str, Any]:
@@ -495,7 +544,7 @@ async def cmd_respond(args: argparse.Namespace) -> int:
         raise CliError(f"request {args.request} is already resolved", NOT_FOUND)
     cmd = _command("control.attention.respond", request["session"], subject=args.request, cause=args.request,
                    capture=_capture_of(answer), data={"answer": answer})
-    return await send_command(t, cmd)
+    return await send_command(t, cmd, args.timeout, args.retries)
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:
@@ -510,7 +559,7 @@ async def cmd_cancel(args: argparse.Namespace) -> int:
         data["reason"] = args.reason
     cmd = _command("control.cancel", events[0]["session"], run=args.run,
                    capture="redacted" if args.reason else "metadata", data=data)
-    return await send_command(t, cmd)
+    return await send_command(t, cmd, args.timeout, args.retries)
 
 
 # -- status ---------------------------------------------------------------------------------------
@@ -665,6 +714,28 @@ def _connection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", metavar="TOKEN", help="its bearer token (default: AEP_TOKEN, then the token file)")
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds between 0 and 3600")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 10:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count between 0 and 10")
+    return value
+
+
+def _sending(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="how long to wait for the ack after each send (default: the window the agent "
+                        f"declares, else {ACK_WINDOW:.0f} s)")
+    p.add_argument("--retries", type=_count, default=RETRIES, metavar="N",
+                   help=f"send the same command again this many times on silence (default {RETRIES})")
+
+
 def add_commands(sub: Any) -> None:
     tail = sub.add_parser("tail", help="follow events live, one line each (or --json)",
                           description="Follow the collector's events live. Resumes where the last tail stopped.")
@@ -697,11 +768,13 @@ def add_commands(sub: Any) -> None:
     how.add_argument("--deny", nargs="?", const="", metavar="REASON", help="refuse a permission, optionally saying why")
     how.add_argument("--text", metavar="TEXT", help="answer in words (never grants a permission unless it names allow)")
     how.add_argument("--values", metavar="JSON", help='fill a form, e.g. \'{"db": "postgres"}\'')
+    _sending(resp)
     _connection(resp)
     can = sub.add_parser("cancel", help="cancel a running agent run (same exit codes as respond)",
                          description="Ask the agent running RUN to stop it (AEP control.cancel).")
     can.add_argument("run", metavar="RUN", help="the run id")
     can.add_argument("--reason", metavar="TEXT", help="why (kept at the capture level of the log)")
+    _sending(can)
     _connection(can)
     st = sub.add_parser("status", help="is a collector running, what listens where, health, wiring",
                         description="Report on the running collector and this user's agent wiring.")
