@@ -94,9 +94,15 @@ class Pipeline:
     """
 
     def __init__(self, name: str, processors: Sequence[Any], stamper: Stamper, health: Health,
-                 durable: Sequence[tuple[str, Any]], queued: Sequence[Any]) -> None:
+                 durable: Sequence[tuple[str, Any]], queued: Sequence[Any],
+                 processor_ids: Sequence[str] | None = None) -> None:
         self.name = name
         self.processors = list(processors)
+        # What ``/healthz`` calls a processor that raised: its config id (the service passes them),
+        # else its own ``component`` or class name. The caller (a receiver) reports the batch's
+        # loss under its own name; this says which step lost it.
+        self.processor_ids = list(processor_ids) if processor_ids is not None else [
+            str(getattr(p, "component", None) or f"processor/{type(p).__name__}") for p in self.processors]
         self.stamper = stamper
         self.health = health
         self.durable = list(durable)
@@ -166,8 +172,16 @@ class Pipeline:
         return events
 
     def _process(self, batch: Batch) -> Batch:
-        for step in self._steps:
-            batch = step(batch)
+        at = 0
+        try:
+            for step in self._steps:
+                batch = step(batch)
+                at += 1
+        except Exception as exc:
+            cid = self.processor_ids[at]
+            self.health.count(cid, "failed")
+            self.health.incident(cid, "processor-failed", f"{type(exc).__name__}: {str(exc)[:300]}")
+            raise
         return batch
 
     def _stamp_into(self, batch: Batch, events: list[Event]) -> None:

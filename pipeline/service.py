@@ -130,18 +130,20 @@ class Service:
                 self.exporters[cid] = self._made("exporters", cid, factory.create, CreateSettings(id=cid), ccfg)
         queues: dict[str, QueuedExporter | SendingQueue] = {}
         for name, spec in cfg.pipelines.items():
-            procs = []
+            procs, pids = [], []
             for pid in spec.processors:
                 factory, pcfg = cfg.processors[pid]
                 proc = self._made("processors", pid, factory.create, CreateSettings(id=pid, pipeline=name), pcfg)
                 self.processors[(name, pid)] = proc
                 procs.append(proc)
+                pids.append(f"processor/{pid}")
             final = final_capture(cfg, spec)
             if final is not None:  # privacy is structural: nothing leaves a pipeline ungated
                 factory, pcfg = final
                 proc = factory.create(CreateSettings(id="capture/final", pipeline=name), pcfg)
                 self.processors[(name, "capture/final")] = proc
                 procs.append(proc)
+                pids.append("processor/capture/final")
             durable, queued = [], []
             for eid in spec.exporters:
                 exp = self.exporters[eid]
@@ -154,7 +156,7 @@ class Service:
                     if q is None:
                         q = queues[eid] = self._queue(eid, exp)
                     queued.append(q)
-            self.pipelines[name] = Pipeline(name, procs, self.stamper, self.health, durable, queued)
+            self.pipelines[name] = Pipeline(name, procs, self.stamper, self.health, durable, queued, pids)
         self.queues = list(queues.values())
         for cid, (factory, rcfg) in cfg.receivers.items():
             feeds = [self.pipelines[n] for n, spec in cfg.pipelines.items() if cid in spec.receivers]

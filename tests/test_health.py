@@ -141,6 +141,8 @@ async def test_healthz_is_503_while_a_hook_error_is_shown_and_200_once_its_windo
                 assert r.status == 503 and body["ok"] is False
                 assert "pipeline-error" in body["problems"]["receiver/claude_code"]
                 assert body["incidents"]["receiver/claude_code"]["pipeline-error"] <= 5
+                # ... and which step lost the batch, by its config id
+                assert body["problems"]["processor/boom"] == {"processor-failed": "RuntimeError: boom"}
             async with s.post(url + "/hook", json={**hook, "prompt": "fine"}) as r:
                 assert r.status == 200
             clock.now += 5
