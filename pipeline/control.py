@@ -415,8 +415,9 @@ class ControlRouter:
                         "data": {} if reason is None else {"reason": reason}}
         if detail and reason is not None:
             draft["data"]["detail"] = detail
-        if command.get("run"):
-            draft["run"] = command["run"]
+        # Not the command's ``run``: the golden acks carry none, even for a run-scoped cancel, and a
+        # rejected cancel's run may never have existed (a consumer would draw a phantom run from
+        # it). Run synthesis still gives the ack the session's open run, as every other event.
         recorded: list[tuple[Any, list[Event]]] = []
         if hold is not None:
             for pipeline, _ in hold.lanes:

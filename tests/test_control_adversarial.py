@@ -324,3 +324,15 @@ async def test_a_cancelled_run_held_on_a_question_is_stopped_not_handed_to_the_a
     assert [e["data"] for e in events if e["type"] == "attention.resolved" and e["subject"] == rid] == [
         {"resolution": "dismissed"}]
     assert len([e for e in events if e["type"] == "run.cancelled"]) == 1
+
+
+async def test_a_refused_cancel_of_a_run_that_never_was_names_no_run(
+        stack: Stack, operator: ControlClient, tmp_path: Path) -> None:
+    # An ack carrying the command's run would put a run that never started into the session's log
+    # (the ack may still carry the session's open run: run synthesis gives it to every event).
+    await stack.post({"session_id": SID, "hook_event_name": "UserPromptSubmit", "prompt": "go"})
+    with pytest.raises(NackError):
+        await operator.send("control.cancel", SID, run="r_never_started", data={"scope": "run"}, retries=0)
+    events = read_jsonl(tmp_path / "logs" / "claude-code" / f"{SID}.jsonl")
+    (nack,) = [e for e in events if e["type"] == "control.rejected"]
+    assert nack["cause"] and not any(e.get("run") == "r_never_started" for e in events)
