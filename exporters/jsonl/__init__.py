@@ -8,6 +8,8 @@ Each event is one line written with a single ``write`` on an ``O_APPEND`` descri
 never sees a torn line followed by more events; a short write's torn fragment is cut back (or
 blanked in place when another appender wrote after it), and a torn last line left by a crash is
 cut off (and kept beside the file) the first time the file is opened.
+An open file that someone deletes or moves away is noticed by a check about once a second (not per
+write) and closed, so the session's next event re-creates the file at its path (``_watch_loop``).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class JsonlExporter:
 
     durable = True  # called inline by the pipeline: on disk before the hook is answered
     takes_lines = True  # export_now accepts the events' lines, serialized once by the pipeline
+    check_interval = 1.0
+    """Seconds between checks that each open file is still at its path (``_watch_loop``)."""
 
     def __init__(self, settings: CreateSettings, config: JsonlConfig) -> None:
         self.id = f"exporter/{settings.id}"
@@ -100,6 +104,7 @@ class JsonlExporter:
         self._dirty: set[int] = set()
         self._syncing: set[int] = set()  # the interval loop's thread is fsyncing these now
         self._task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._paths: dict[tuple[Any, Any], str] = {}
         self._last_path: str | None = None  # the path at the end of _fds (most recently written), if any
         self._born: dict[str, float] = {}
@@ -120,6 +125,7 @@ class JsonlExporter:
             self._fail(exc, str(self.root), f"{self.root}: {exc.strerror}")
         if self.config.fsync == "interval":
             self._task = asyncio.get_running_loop().create_task(self._fsync_loop())
+        self._watch_task = asyncio.get_running_loop().create_task(self._watch_loop())
         if self.config.retention:
             self._closed = asyncio.Queue()
             self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
@@ -375,7 +381,13 @@ class JsonlExporter:
     def _maybe_rotate(self, path: str, fd: int, incoming: int) -> int:
         """Close ``path`` as a rotated file (and reopen it empty) when it is due; the fd to write."""
         cfg = self.config
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if st.st_nlink == 0:
+            # Deleted under us. Rotation pays for this fstat anyway, so here it is caught before the
+            # write, not by the next check (``_watch_loop``) after some events went into the void.
+            self._vanished(path, "deleted", lost=False)
+            return self._open(path)
+        size = st.st_size
         if size == 0:
             return fd
         too_big = cfg.rotate_bytes and size + incoming > cfg.rotate_bytes
@@ -559,11 +571,55 @@ class JsonlExporter:
                 finally:
                     self._syncing = set()
 
+    async def _watch_loop(self) -> None:
+        """Close each open file that was deleted or moved away; the next write re-creates it at its path.
+
+        Checked every ``check_interval`` seconds, not per write (an fstat per event is hot-path cost):
+        what a session writes into a deleted file before the check sees it is lost, and reported.
+        """
+        while True:
+            await asyncio.sleep(self.check_interval)
+            if not self._fds:
+                continue
+            try:
+                # Stat'ed in a thread (a slow file system must not hold the loop) from a copy taken on
+                # the loop; closed on the loop, the only place ``_fds`` changes.
+                suspects = await asyncio.to_thread(_vanished_of, list(self._fds.items()))
+                for path, fd in suspects:
+                    # Asked again here: meanwhile the loop may have closed that fd and reopened the
+                    # path, getting the same number for the new file.
+                    how = _whereabouts(path, fd) if self._fds.get(path) == fd else None
+                    if how is not None:  # with rotation, every write checks first: none went in
+                        rotating = bool(self.config.rotate_bytes or self.config.rotate_age)
+                        self._vanished(path, how, lost=how == "deleted" and not rotating)
+            except Exception:  # never let the check die silently: the next round tries again
+                log.exception("%s: checking the open session files failed", self.id)
+
+    def _vanished(self, path: str, how: Literal["deleted", "moved"], lost: bool) -> None:
+        """``path``'s open file was deleted or moved away: close it (the next write re-creates it)
+        and say so; ``lost``: events may have gone into the deleted file since."""
+        self._close(path)
+        rel = os.path.relpath(path, self.root)
+        if how == "moved":
+            # Its events are where it was moved (a user's mv, logrotate, another collector's
+            # rotation): nothing lost, nothing unhealthy.
+            log.info("%s: %s was moved away while open; the session continues in a new file at its path",
+                     self.id, rel)
+            self.health.count(self.id, "files_moved")
+            return
+        since = ("the events written to it since it was deleted are lost" if lost
+                 else "no event was written to it since")
+        log.warning("%s: %s was deleted while open (%s); the session continues in a new file at its path",
+                    self.id, rel, since)
+        self.health.count(self.id, "files_vanished")
+        self.health.incident(self.id, "file-vanished", f"{rel}: deleted while open; {since}")
+
     async def shutdown(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._watch_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._retention_task is not None and self._closed is not None:
             self._closed.put_nowait(None)  # finish compressing what is queued; the next start sweeps
             try:
@@ -580,6 +636,29 @@ def _fsync_each(fds: set[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.fsync(fd)
+
+
+def _whereabouts(path: str, fd: int) -> Literal["deleted", "moved"] | None:
+    """What became of the file open as ``fd`` at ``path``: ``deleted`` (no name left), ``moved``
+    (``path`` names another file or none), or None while it is there (or when it cannot tell)."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    if st.st_nlink == 0:
+        return "deleted"
+    try:
+        at = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "moved"
+    except OSError:  # e.g. a directory made unreadable: not evidence the file went anywhere
+        return None
+    return None if (at.st_dev, at.st_ino) == (st.st_dev, st.st_ino) else "moved"
+
+
+def _vanished_of(files: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The (path, fd) of ``files`` whose file was deleted or moved away."""
+    return [(path, fd) for path, fd in files if _whereabouts(path, fd) is not None]
 
 
 def repair_torn_tail(path: Path) -> bool:
