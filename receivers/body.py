@@ -5,13 +5,17 @@ than the receiver's limit. A client that sends headers and then stalls (or trick
 time) gets 408 when the time is up; the receivers read the body before a request takes one of the
 ``max_concurrent_requests`` slots, so stalled bodies never starve the hooks that arrive whole.
 This bound is separate from a held hook's hold window, which starts once the body is in.
+At shutdown a server ends the bodies still arriving at once (``BodyDeadlines.end``: 503
+``shutting-down``): no event was accepted from them, so nothing is lost by not waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from aep_collector.pipeline.http_refusals import JsonRefusalRunner  # noqa: F401  (re-exported)
@@ -31,19 +35,62 @@ class BodyError(Exception):
         self.status, self.cause, self.detail, self.extra = status, cause, detail, extra
 
 
-async def read_body(request: web.Request, limit: int, timeout: float) -> bytes:
+UNREAD_BODY = frozenset({"body-timeout", "shutting-down"})
+"""Causes after which the rest of the body was never read: the reply must close the connection
+(``reply_and_close``), or aiohttp would go on reading it first."""
+
+
+class BodyDeadlines:
+    """The deadlines of one server's bodies still arriving, so its shutdown can end them at once.
+
+    Only a body that did not come with its headers arms a deadline (``read_body``), so only those
+    are here; a request whose body is in belongs to the pipeline, and shutdown lets it finish.
+    """
+
+    def __init__(self) -> None:
+        self.armed: set[asyncio.Timeout] = set()
+        self.stopping = False
+
+    def end(self) -> None:
+        """Give up every body still arriving, and any that starts to (``read_body``: 503)."""
+        self.stopping = True
+        now = asyncio.get_running_loop().time()
+        for deadline in self.armed:
+            if not deadline.expired():
+                deadline.reschedule(now)  # it fires on the next loop turn, as if body_timeout had passed
+
+    @contextlib.contextmanager
+    def tracking(self, deadline: asyncio.Timeout) -> Iterator[None]:
+        self.armed.add(deadline)
+        if self.stopping:  # a request on a kept-alive connection, begun after the shutdown did
+            deadline.reschedule(asyncio.get_running_loop().time())
+        try:
+            yield
+        finally:
+            self.armed.discard(deadline)
+
+
+async def read_body(request: web.Request, limit: int, timeout: float,
+                    deadlines: BodyDeadlines | None = None) -> bytes:
     """The whole body, or ``BodyError`` (408 too slow, 413 too large, 400 broken framing,
-    ``client-disconnected`` when the client hung up before sending it)."""
+    ``client-disconnected`` when the client hung up before sending it, 503 ``shutting-down`` when
+    ``deadlines`` were ended while it was still arriving)."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyError(413, "payload-too-large", f"body over {limit} bytes", max_bytes=limit)
     try:
         if request.content.is_eof():
             # The whole body arrived with the headers (a hook's usually does): reading it cannot
-            # wait, so no deadline is armed on the hook's critical path.
+            # wait, so no deadline is armed (or tracked) on the hook's critical path.
             return await request.read()
-        async with asyncio.timeout(timeout):
-            return await request.read()
+        async with asyncio.timeout(timeout) as deadline:
+            if deadlines is None:
+                return await request.read()
+            with deadlines.tracking(deadline):
+                return await request.read()
     except TimeoutError:
+        if deadlines is not None and deadlines.stopping:
+            raise BodyError(503, "shutting-down", "the collector is shutting down; the request body "
+                            "had not arrived whole, so nothing of it was accepted") from None
         raise BodyError(408, "body-timeout", f"request body not received within {timeout:g}s",
                         body_timeout=timeout) from None
     except web.HTTPRequestEntityTooLarge:

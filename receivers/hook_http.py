@@ -25,6 +25,8 @@ from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event, Signal
 from aep_collector.receivers.body import (
     DEFAULT_BODY_TIMEOUT,
+    UNREAD_BODY,
+    BodyDeadlines,
     BodyError,
     JsonRefusalRunner,
     ProtocolLog,
@@ -324,6 +326,7 @@ class HookServer:
         self.runner: web.AppRunner | None = None
         self.port: int | None = None
         self.inflight: set[asyncio.Task[Any]] = set()
+        self.bodies = BodyDeadlines()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes)
@@ -335,6 +338,7 @@ class HookServer:
 
     async def start(self, host: Host) -> None:
         self.host, self.health = host, host.health
+        self.bodies = BodyDeadlines()
         self.deliver = FailOpenDelivery(self.id, self.consumer, self.health, self.config.reply_timeout)
         on_start = getattr(self.surface, "on_start", None)
         if on_start is not None:
@@ -359,6 +363,9 @@ class HookServer:
             for site in list(self.runner.sites):
                 with contextlib.suppress(Exception):
                     await site.stop()
+            # A body still arriving is no hook yet (nothing accepted from it): its client gets 503
+            # now instead of holding the shutdown up to body_timeout.
+            self.bodies.end()
             if self.inflight:
                 await asyncio.wait(list(self.inflight), timeout=self.config.reply_timeout + 1)
             await self.runner.cleanup()
@@ -390,7 +397,7 @@ class HookServer:
             payload = await self._read_json(request)
         except HookError as exc:
             response = self._refuse(exc)
-            return await reply_and_close(request, response) if exc.status == 408 else response
+            return await reply_and_close(request, response) if exc.body["error"] in UNREAD_BODY else response
         if len(self.inflight) >= self.config.max_concurrent_requests:
             # Explicit, counted and visible: never an unbounded pile of waiting agents.
             self.health.count(self.id, "refused")
@@ -475,7 +482,7 @@ class HookServer:
 
     async def _read_json(self, request: web.Request) -> dict[str, Any]:
         try:
-            raw = await read_body(request, self.config.max_body_bytes, self.config.body_timeout)
+            raw = await read_body(request, self.config.max_body_bytes, self.config.body_timeout, self.bodies)
             payload = wire.loads(raw)
         except BodyError as exc:
             raise HookError(exc.status, exc.cause, exc.detail, **exc.extra) from None
