@@ -36,6 +36,7 @@ from aep_collector.pipeline.model import Event
 from aiohttp import web
 
 from .config import RelayServerConfig
+from .match import served_problem
 from .server import Surface
 
 __all__ = ["FACTORY", "RelayServer", "RelayServerConfig", "read_token", "DISCOVERY_FILE"]
@@ -46,6 +47,12 @@ DISCOVERY_FILE = "relay.json"
 TOKEN_FILE = "relay.token"
 MAX_OWNED = 100_000
 """Sessions remembered as ours for command routing (oldest forgotten first)."""
+
+
+def _named(ev: Any, key: str) -> str:
+    """``ev[key]`` for a health detail, whatever its type, at most 64 characters."""
+    value = ev.get(key) if isinstance(ev, dict) else None
+    return (value if isinstance(value, str) else repr(value))[:64]
 
 
 def read_token(path: Path) -> str | None:
@@ -144,14 +151,30 @@ class RelayServer:
             host.health.fail(self.id, "discovery-file", f"cannot write {path}: {exc}")
 
     async def export(self, events: list[Event]) -> None:
+        """Buffer and fan out each event; one the relay cannot serve is left out, counted and shown
+        in ``/healthz``, and the rest of the batch is still delivered."""
         for ev in events:
-            session, agent = ev.get("session"), ev.get("agent")
-            if isinstance(session, str) and isinstance(agent, str) and "seq" in ev:
-                self.owned[session] = agent
+            problem = served_problem(ev)
+            if problem is not None:
+                self._left_out(ev, "invalid-event", problem)
+                continue
+            session = ev.get("session")
+            if session is not None and "seq" in ev:  # served_problem: a str session, a str agent
+                self.owned[session] = ev["agent"]
                 self.owned.move_to_end(session)
                 if len(self.owned) > MAX_OWNED:
                     self.owned.popitem(last=False)
-            self.surface.publish(ev)
+            try:
+                self.surface.publish(ev)
+            except Exception as exc:  # e.g. a plug-in's value that is not JSON: only this event is lost
+                self._left_out(ev, "unservable-event", f"{type(exc).__name__}: {exc}")
+
+    def _left_out(self, ev: Any, cause: str, problem: str) -> None:
+        """Count an event subscribers will not get and raise an incident naming it (logged once per
+        cause while it recurs, by ``Health.incident``); the pipeline's JSONL record, written first, has it."""
+        self.host.health.count(self.id, "dropped")
+        self.host.health.incident(self.id, cause, f"event {_named(ev, 'id')} ({_named(ev, 'type')}) "
+                                                  f"not served to subscribers: {problem[:300]}")
 
     async def shutdown(self) -> None:
         self.surface.close_all()

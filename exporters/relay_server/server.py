@@ -323,7 +323,8 @@ class Surface:
 
     def publish(self, ev: dict[str, Any]) -> None:
         """An event the collector's own pipelines stamped (capped by its capture processor: its
-        claim is honest, so nothing is checked here, on the hot path)."""
+        claim is honest, so it is not checked again here, on the hot path). The exporter has checked
+        the types of what the relay reads (``served_problem``)."""
         text = dumps(ev)
         if "seq" in ev and isinstance(ev.get("session"), str):
             self.buffers.admit(ev, text)
