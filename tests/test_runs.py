@@ -162,3 +162,19 @@ def test_codex_repeated_stop_and_late_tool_give_a_valid_stream(tmp_path):
     stream = StreamValidator()
     for e in events:
         assert envelope_errors(e) + payload_errors(e) + stream.feed(e) == [], e
+
+
+def test_drafts_of_impossible_shapes_pass_without_ending_the_batch() -> None:
+    """A plug-in can hand on a draft whose type, agent or session is not a string (JSON would never
+    make one): it is passed on unplaced, for the stamper to refuse, and the batch goes on."""
+    proc = RunsProcessor()
+    odd = [{"type": ["tool.completed"], "agent": "a", "session": "s"},
+           {"type": 5, "agent": "a", "session": "s"},
+           {"type": "run.finished", "agent": 3, "session": "s", "run": "r9"},
+           {"type": "tool.completed", "agent": "a", "session": ["s"]},
+           {"type": "run.failed", "agent": "a", "session": "s", "run": ["r1"]}]
+    good = [{"type": "run.started", "agent": "a", "session": "s"}, {"type": "tool.completed", "agent": "a", "session": "s"}]
+    out = proc([odd[0], good[0], *odd[1:], good[1]])
+    assert len(out) == 7 and all(any(o is item for o in out) for item in odd)
+    started, completed = out[1], out[-1]
+    assert isinstance(started["run"], str) and completed["run"] == started["run"]  # the run still synthesized

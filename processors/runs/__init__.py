@@ -126,6 +126,8 @@ class RunsProcessor:
 
     def _classify(self, etype: str) -> object:
         """``_AGENT_SCOPED``, True (a run or session boundary) or False (an event inside a run)."""
+        if not isinstance(etype, str):
+            return _AGENT_SCOPED  # not a type this step knows: passed on as it is, never cached
         kind: object = _AGENT_SCOPED if etype.startswith("agent.") else etype in _LIFECYCLE
         if len(self._kinds) < 10_000:  # vendor fallback types are open-ended: a cache, bounded
             self._kinds[etype] = kind
@@ -138,67 +140,73 @@ class RunsProcessor:
         opened, finished = state.open, state.finished
         kinds = self._kinds
         for item in batch:
-            # ``item.get("_runs") == "none"`` with no call when the hint is absent (nearly always).
-            if not isinstance(item, dict):
-                append(item)
-                continue
-            if "_runs" in item and item["_runs"] == "none":
-                # The hint is this step's alone: taken off once honoured, so the stamper sees the
-                # usual draft shape (its fast path) and not a key it must filter out.
-                del item["_runs"]
-                append(item)
-                continue
-            etype = item.get("type", "")
-            lifecycle = kinds.get(etype)
-            if lifecycle is None:
-                lifecycle = self._classify(etype)
-            if lifecycle is _AGENT_SCOPED or "agent" not in item:
-                append(item)
-                continue
-            agent = item["agent"]
-            session = item.get("session") or "unknown"
-            if "_lane" in item:
-                lane = item["_lane"]
-                key = (agent, session, str(lane) if lane else "")
-            else:
-                key = (agent, session, "")
-            current = opened.get(key)  # RunState.get, inlined: this runs for every event
-            if current is not None:
-                opened.move_to_end(key)
-            named = item.get("run")
-            if not lifecycle:  # most events: carry the open run, or lose a finished one
-                if isinstance(named, str):
-                    if (agent, session, named) in finished:
-                        del item["run"]  # late: a session event after the run's terminal
-                elif current is not None:
-                    item["run"] = current
-            elif etype == "run.started":
-                if isinstance(named, str) and (named == current or state.is_finished((agent, session, named))):
-                    # A run starts once: a repeat of an open run or of an ended one is never a new run.
-                    item["type"] = f"x.{_vendor_token(agent)}.run.started_again"
+            try:
+                # ``item.get("_runs") == "none"`` with no call when the hint is absent (nearly always).
+                if not isinstance(item, dict):
                     append(item)
                     continue
-                if current is not None and item.get("_drain") == "cancelled" and current != named:
-                    # A run left open when the next prompt arrives was interrupted.
-                    append({"type": "run.cancelled", "agent": agent, "session": item.get("session"),
-                            "run": current, "data": {}})
-                    state.finish((agent, session, current))
-                run = named or mint_run_id()
-                item["run"] = run
-                state.set(key, run)
-            elif etype in TERMINALS:
-                run = named or current
-                if run is not None:
+                if "_runs" in item and item["_runs"] == "none":
+                    # The hint is this step's alone: taken off once honoured, so the stamper sees the
+                    # usual draft shape (its fast path) and not a key it must filter out.
+                    del item["_runs"]
+                    append(item)
+                    continue
+                etype = item.get("type", "")
+                lifecycle = kinds.get(etype)
+                if lifecycle is None:
+                    lifecycle = self._classify(etype)
+                if lifecycle is _AGENT_SCOPED or "agent" not in item:
+                    append(item)
+                    continue
+                agent = item["agent"]
+                session = item.get("session") or "unknown"
+                if "_lane" in item:
+                    lane = item["_lane"]
+                    key = (agent, session, str(lane) if lane else "")
+                else:
+                    key = (agent, session, "")
+                current = opened.get(key)  # RunState.get, inlined: this runs for every event
+                if current is not None:
+                    opened.move_to_end(key)
+                named = item.get("run")
+                if not lifecycle:  # most events: carry the open run, or lose a finished one
+                    if isinstance(named, str):
+                        if (agent, session, named) in finished:
+                            del item["run"]  # late: a session event after the run's terminal
+                    elif current is not None:
+                        item["run"] = current
+                elif etype == "run.started":
+                    if isinstance(named, str) and (named == current or state.is_finished((agent, session, named))):
+                        # A run starts once: a repeat of an open run or of an ended one is never a new run.
+                        item["type"] = f"x.{_vendor_token(agent)}.run.started_again"
+                        append(item)
+                        continue
+                    if current is not None and item.get("_drain") == "cancelled" and current != named:
+                        # A run left open when the next prompt arrives was interrupted.
+                        append({"type": "run.cancelled", "agent": agent, "session": item.get("session"),
+                                "run": current, "data": {}})
+                        state.finish((agent, session, current))
+                    run = named or mint_run_id()
                     item["run"] = run
-                    if not state.finish((agent, session, run)):
-                        item["type"] = f"x.{_vendor_token(agent)}.{etype}_again"
-                if run == current:
-                    state.close(key)
-            else:  # session.ended
-                state.close_session(agent, session)  # the end of a session is not part of any run
-                if not state.end((agent, session)):
-                    item["type"] = f"x.{_vendor_token(agent)}.session.ended_again"
-            append(item)
+                    state.set(key, run)
+                elif etype in TERMINALS:
+                    run = named or current
+                    if run is not None:
+                        item["run"] = run
+                        if not state.finish((agent, session, run)):
+                            item["type"] = f"x.{_vendor_token(agent)}.{etype}_again"
+                    if run == current:
+                        state.close(key)
+                else:  # session.ended
+                    state.close_session(agent, session)  # the end of a session is not part of any run
+                    if not state.end((agent, session)):
+                        item["type"] = f"x.{_vendor_token(agent)}.session.ended_again"
+                append(item)
+            except (TypeError, AttributeError):
+                # A plug-in's draft with a type, agent or session no JSON decoder would make (a list,
+                # a number): not placed in any run, and not the end of the batch; the stamper and
+                # the capture gate judge it. ``try`` costs nothing in 3.11 until something raises.
+                append(item)
         return out
 
 
