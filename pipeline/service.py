@@ -41,8 +41,9 @@ def final_capture(cfg: ServiceConfig, spec: Any) -> tuple[Any, Any] | None:
 
 STOP_LIMIT = 30.0
 """Seconds one component's ``shutdown`` may take. Above every built-in's own bound (the JSONL
-exporter waits up to 10 s for compression, a hook server up to ``body_timeout`` for a body), so
-only a shutdown that hangs (a plug-in's, say) meets it."""
+exporter waits up to 10 s for compression, a hook server up to ``reply_timeout`` for its hooks in
+flight; bodies still arriving are ended at once), so only a shutdown that hangs (a plug-in's, say)
+meets it."""
 
 
 async def _stop_within(what: str, stop: Callable[[], Any]) -> None:

@@ -194,3 +194,30 @@ async def test_bodies_end_at_once_while_a_hook_in_the_pipeline_is_waited_for(tmp
         in_flight.cancel()
         stop.cancel()
     assert [s.payload["message"] for s in pipeline.consumed] == ["m", "in flight"]
+
+
+async def test_an_otlp_http_body_still_arriving_gets_a_retryable_503_at_shutdown(tmp_path: Path) -> None:
+    """OTLP/HTTP reads bodies the same way: a stalled exporter never holds the stop, and its 503
+    (UNAVAILABLE, Retry-After) tells it to resend what it had not finished sending."""
+    cfg = base_config(tmp_path, receivers={"otlp/vscode": {"profile": "vscode", "body_timeout": HOUR,
+                                                           "http": {"endpoint": "127.0.0.1:0"}}})
+    registry, _ = build_registry(load_plugins=False)
+    service = Service(parse(cfg, registry, "test.yaml"), host_name="test-host")
+    await service.start()
+    receiver = service.receivers["otlp/vscode"]
+    assert receiver.http_port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", receiver.http_port)
+    writer.write(b"POST /v1/logs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 400\r\n\r\n{\"resourceLogs\": [")
+    await writer.drain()
+    await wait_until(lambda: receiver.bodies.armed, "the receiver to wait for the rest of the body")
+    stop = asyncio.create_task(service.shutdown())
+    try:
+        raw = await asyncio.wait_for(reader.read(), DEADLINE)
+        ((status, headers, body),) = http_responses(raw)
+        assert status == 503 and headers["retry-after"] == "1" and headers["connection"].lower() == "close"
+        assert json.loads(body)["code"] == 14 and "shutting down" in json.loads(body)["message"]  # UNAVAILABLE
+        await asyncio.wait_for(stop, DEADLINE)
+    finally:
+        writer.close()
+        stop.cancel()

@@ -27,7 +27,7 @@ from aep_collector.pipeline.pipeline import SLICE, NotDurable
 from aiohttp import web
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 
-from ..body import BodyError, ProtocolLog, read_body, reply_and_close
+from ..body import UNREAD_BODY, BodyDeadlines, BodyError, ProtocolLog, read_body, reply_and_close
 from . import wire
 from .config import OtlpConfig
 from .flatten import flatten_protobuf, flatten_request
@@ -85,11 +85,14 @@ class OtlpReceiver:
         self._consume = getattr(next_consumer, "consume_acked", None) or next_consumer.consume
         self._written: OrderedDict[bytes, tuple[float, frozenset[str]]] = OrderedDict()
         """Digest of a request answered 503 -> (when, the sessions the durable record took)."""
+        self.bodies = BodyDeadlines()
+        """OTLP/HTTP bodies still arriving, ended at shutdown (nothing of them was accepted)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, host: Host) -> None:
         self.health = host.health
+        self.bodies = BodyDeadlines()
         try:
             if self.config.grpc is not None:
                 await self._start_grpc(self.config.grpc.endpoint)
@@ -106,6 +109,9 @@ class OtlpReceiver:
                 await server.stop(grace=2.0)  # in-flight exports finish, new ones are refused
         if self.runner is not None:
             runner, self.runner = self.runner, None
+            # A body still arriving would hold the cleanup up to body_timeout: its client gets a
+            # retryable 503 now, and resends to whichever collector answers next.
+            self.bodies.end()
             with contextlib.suppress(Exception):
                 await runner.cleanup()
 
@@ -295,7 +301,10 @@ class OtlpReceiver:
         except wire.WireError as exc:  # only reading and decoding raise it, never ingest
             self._refused("HTTP", exc, getattr(exc, "cause", ""))
             out = self._status_response(exc.status, exc.code, exc.message, ctype)
-            return await reply_and_close(request, out) if exc.status == 408 else out
+            if exc.status == 503:
+                out.headers["Retry-After"] = "1"
+            # The rest of an unread body would be read before the next request: close instead.
+            return await reply_and_close(request, out) if getattr(exc, "cause", "") in UNREAD_BODY else out
         except PipelineUnavailable as exc:
             # OTLP/HTTP: 503 is retryable; Retry-After paces the exporter's retries.
             out = self._status_response(503, wire.UNAVAILABLE, str(exc), ctype)
@@ -315,10 +324,12 @@ class OtlpReceiver:
             raise wire.WireError(415, wire.INVALID_ARGUMENT,
                                  f"unsupported Content-Encoding {coding!r}: use gzip or none")
         try:
-            body = await read_body(request, limit, self.config.body_timeout)
+            body = await read_body(request, limit, self.config.body_timeout, self.bodies)
         except BodyError as exc:
-            code = wire.RESOURCE_EXHAUSTED if exc.status == 413 else wire.INVALID_ARGUMENT
-            raise BodyWireError(exc.status, code, f"request {exc.detail}", exc.cause) from None
+            code = (wire.RESOURCE_EXHAUSTED if exc.status == 413 else wire.UNAVAILABLE if exc.status == 503
+                    else wire.INVALID_ARGUMENT)
+            message = exc.detail if exc.status == 503 else f"request {exc.detail}"
+            raise BodyWireError(exc.status, code, message, exc.cause) from None
         return wire.gunzip(body, limit) if coding == "gzip" else body
 
     def _status_response(self, status: int, code: int, message: str, ctype: str) -> web.Response:
