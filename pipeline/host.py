@@ -46,10 +46,14 @@ class Health:
         self.clock = clock
         self._until: dict[tuple[str, str], float] = {}  # incident -> clock time it clears
         self._clears: dict[tuple[str, str], Callable[[], bool]] = {}  # condition -> "cause gone?" probe
+        self._quiet: set[tuple[str, str]] = set()  # conditions logged at INFO (``fail(quiet=True)``)
 
     def fail(self, component: str, cause: str, detail: str = "",
-             clears: Callable[[], bool] | None = None) -> None:
-        """Report a condition; ``clears()`` (if given) returning True means its cause is gone."""
+             clears: Callable[[], bool] | None = None, quiet: bool = False) -> None:
+        """Report a condition; ``clears()`` (if given) returning True means its cause is gone.
+
+        ``quiet``: an expected state (not yet connected, at start), unhealthy while it lasts but
+        logged at INFO when it appears and clears, so every normal start does not log an ERROR."""
         with self._lock:
             causes = self.problems.setdefault(component, {})
             fresh = cause not in causes
@@ -59,8 +63,13 @@ class Health:
                 self._clears[(component, cause)] = clears
             else:
                 self._clears.pop((component, cause), None)
+            if quiet:
+                self._quiet.add((component, cause))
+            else:
+                self._quiet.discard((component, cause))
         if fresh:
-            log.error("%s: %s%s", component, cause, f": {detail}" if detail else "")
+            log.log(logging.INFO if quiet else logging.ERROR, "%s: %s%s", component, cause,
+                    f": {detail}" if detail else "")
 
     def incident(self, component: str, cause: str, detail: str = "") -> None:
         """Report something that happened; shown until ``window`` seconds pass without a repeat."""
@@ -81,7 +90,11 @@ class Health:
         with self._lock:
             gone = self._drop(component, cause)
         for c in gone:
-            log.warning("%s: recovered from %s", component, c)
+            if (component, c) in self._quiet:
+                self._quiet.discard((component, c))
+                log.info("%s: no longer %s", component, c)
+            else:
+                log.warning("%s: recovered from %s", component, c)
 
     def _drop(self, component: str, cause: str | None) -> list[str]:
         causes = self.problems.get(component)

@@ -34,6 +34,10 @@ AGENT_HEADER = "Aep-Agent"
 ERROR_HEADER = "Aep-Error"
 MSG_ID_HEADER = "Nats-Msg-Id"
 NO_SESSION = "~"
+CONNECTING = "connecting"
+"""Health cause a component shows from its start until its first connection is up: a client whose
+first attempt is still in flight (a host that drops packets holds it for ``connect_timeout``)
+has reached nothing yet, so ``/healthz`` must not read ok meanwhile."""
 
 log = logging.getLogger("aep.nats")
 
@@ -273,13 +277,23 @@ class Link:
         self.stopped = False
         self._task: asyncio.Task[None] | None = None
 
+    @property
+    def servers(self) -> str:
+        """The configured servers, as shown in logs and ``/healthz``."""
+        return ", ".join(self.conn.servers)
+
+    @property
+    def pending(self) -> str:
+        """The detail of ``CONNECTING``."""
+        return f"not yet connected to NATS at {self.servers} since start"
+
     def start(self, name: str) -> None:
         self._task = asyncio.get_running_loop().create_task(self._connect(), name=name)
 
     async def _connect(self) -> None:
         import nats
 
-        servers = ", ".join(self.conn.servers)
+        servers = self.servers
         opts = self.conn.options(disconnected_cb=self._disconnected, reconnected_cb=self._reconnected,
                                  error_cb=self._error, closed_cb=self._closed)
         attempt = 0
@@ -328,7 +342,7 @@ class Link:
         if self.stopped and self.nc is None:
             raise _LinkClosed("the NATS link is closed")
         if not self.ready.is_set():
-            self._lost(f"cannot reach NATS at {', '.join(self.conn.servers)}: {type(exc).__name__}: {exc}")
+            self._lost(f"cannot reach NATS at {self.servers}: {type(exc).__name__}: {exc}")
 
     async def wait(self, timeout: float) -> Any:
         """The connection, once up; ``ConnectionError`` after ``timeout`` seconds without one."""

@@ -196,3 +196,23 @@ async def test_an_unwritable_directory_clears_on_the_next_write_that_succeeds(tm
     exporter.export_now([ev])
     assert host.health.snapshot()["ok"] is True
     await exporter.shutdown()
+
+
+def test_a_quiet_condition_is_unhealthy_but_logged_as_information(caplog) -> None:
+    """A start-up state (NATS not yet connected) must make /healthz 503 without an ERROR line on
+    every normal start; a real failure of the same component still logs as one."""
+    import logging
+
+    h = Health()
+    with caplog.at_level(logging.INFO, logger="aep.health"):
+        h.fail("exporter/nats", "connecting", "not yet connected", quiet=True)
+        assert h.snapshot()["ok"] is False
+        h.fail("exporter/nats", "nats-down", "refused")
+        h.recover("exporter/nats", "connecting")
+        h.recover("exporter/nats", "nats-down")
+    levels = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert levels == [("INFO", "exporter/nats: connecting: not yet connected"),
+                      ("ERROR", "exporter/nats: nats-down: refused"),
+                      ("INFO", "exporter/nats: no longer connecting"),
+                      ("WARNING", "exporter/nats: recovered from nats-down")]
+    assert h.snapshot()["ok"] is True

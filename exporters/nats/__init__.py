@@ -31,6 +31,7 @@ from aep_collector.pipeline.model import Event
 from aep_collector.pipeline.natsconn import (
     ACCEPTS_HEADER,
     AGENT_HEADER,
+    CONNECTING,
     CONTROL_HEADER,
     ERROR_HEADER,
     MSG_ID_HEADER,
@@ -109,6 +110,8 @@ class NatsExporter:
         collector = self.config.collector or default_collector(host.state_dir)
         self.control_subject = f"{self.config.control_prefix}.{token(collector)}"
         host.health.set_flag(self.id, "nats", False)
+        # Until the first connection is up nothing has reached NATS: /healthz must not read ok.
+        host.health.fail(self.id, CONNECTING, self.link.pending, quiet=True)
         if self.config.control:
             watch = getattr(host.control, "watch", None)
             if watch is not None:
@@ -134,6 +137,7 @@ class NatsExporter:
             await nc.flush(self.config.publish_timeout)
         self._down_logged = False
         self.host.health.recover(self.id, "nats-down")
+        self.host.health.recover(self.id, CONNECTING)
         self.host.health.set_flag(self.id, "nats", True)
         self._route(True)
         log.info("%s: connected to NATS (control subject %s)", self.id, self.control_subject)

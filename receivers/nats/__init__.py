@@ -30,6 +30,7 @@ from aep_collector.pipeline.model import Event
 from aep_collector.pipeline.natsconn import (
     ACCEPTS_HEADER,
     AGENT_HEADER,
+    CONNECTING,
     CONTROL_HEADER,
     ERROR_HEADER,
     Link,
@@ -103,6 +104,8 @@ class NatsReceiver:
 
     async def start(self, host: Host) -> None:
         self.host = host
+        # Until the first connection is up nothing is consumed: /healthz must not read ok.
+        host.health.fail(self.id, CONNECTING, self.link.pending, quiet=True)
         self.link.start(f"nats:{self.id}")
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"consume:{self.id}")
 
@@ -122,6 +125,7 @@ class NatsReceiver:
     async def _up(self, nc: Any) -> None:
         self._down_logged = False
         self.host.health.recover(self.id, "nats-down")
+        self.host.health.recover(self.id, CONNECTING)
         log.info("%s: connected to NATS; consuming %s as %s", self.id, self.config.stream.name,
                  self.config.durable)
 
