@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from aep_collector.pipeline.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body
 from aep_collector.pipeline.wire import dumps, loads
 from aiohttp import WSMsgType, web
 
@@ -437,12 +438,6 @@ class Surface:
         if media not in ("application/json", "application/x-ndjson"):
             return web.json_response({"error": "unsupported-media-type",
                                       "detail": "send application/json or application/x-ndjson"}, status=415)
-        from aep_collector.receivers.body import (  # the receivers' own body rules
-            DEFAULT_BODY_TIMEOUT,
-            BodyError,
-            read_body,
-        )
-
         try:
             body = (await read_body(request, self.cfg.max_body, DEFAULT_BODY_TIMEOUT)).decode("utf-8")
         except BodyError as exc:
