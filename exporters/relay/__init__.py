@@ -9,6 +9,12 @@ A connection opens when its agent's first event arrives, or earlier through ``op
 (e.g. when a receiver registers a control-capable agent, so ``route_live`` is already true when
 its first attention request comes). A connection that has emitted nothing claims no session: the
 relay routes nothing to it until its agent emits.
+
+Health before the first connection: each connection shows ``connecting`` from its start until its
+first hello is answered, so ``/healthz`` never reads ok while an agent's events have never reached
+the relay (a relay that accepts TCP and never answers would otherwise look healthy for
+``connect_timeout`` or ``hello_timeout``). With no connection yet (no agent has emitted or
+registered a control leg) there is nothing to reach and nothing waiting: no condition.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ log = logging.getLogger("aep.exporter.relay")
 
 SHUTDOWN_FLUSH = 2.0
 """Seconds shutdown waits for a live connection to flush its outbox before closing it."""
+CONNECTING = "connecting"
+"""Health cause shown while a connection has not yet completed its first hello (logged at INFO)."""
+SHOWN_AGENTS = 5
+"""Agents named in the ``connecting`` detail; more are counted."""
 
 
 class RelayExporter:
@@ -57,7 +67,7 @@ class RelayExporter:
         host.health.set_flag(self.id, "relay", False)
         self._started = True
         for link in self.links.values():
-            link.start()
+            self._start(link)
         watch = getattr(host.control, "watch", None)
         if watch is not None:
             watch(self.open)  # control-capable agents connect before their first event
@@ -130,8 +140,25 @@ class RelayExporter:
         if link is None:
             link = self.links[agent] = AgentLink(agent, self)
             if self._started:
-                link.start()
+                self._start(link)
         return link
+
+    def _start(self, link: AgentLink) -> None:
+        # Until its first hello is answered nothing of this agent has reached the relay: /healthz
+        # must not read ok meanwhile. An expected state, not a failure, so it logs at INFO.
+        self._problems.setdefault(CONNECTING, set()).add(link.agent)
+        self._show_connecting()
+        link.start()
+
+    def _show_connecting(self) -> None:
+        agents = sorted(self._problems.get(CONNECTING, ()))
+        if not agents:
+            return
+        named = ", ".join(agents[:SHOWN_AGENTS])
+        if len(agents) > SHOWN_AGENTS:
+            named += f" and {len(agents) - SHOWN_AGENTS} more"
+        self.host.health.fail(self.id, CONNECTING, f"not yet connected to the relay at {self.config.shown} "
+                                                   f"for {named}", quiet=True)
 
     async def shutdown(self) -> None:
         self._stopped = True
@@ -145,7 +172,7 @@ class RelayExporter:
         self.host.health.fail(self.id, cause, f"{agent}: {detail}")
 
     def clear(self, agent: str) -> None:
-        """``agent``'s connection completed a hello: its connection problems are over."""
+        """``agent``'s connection completed a hello: its connection problems (``connecting`` too) are over."""
         for cause in list(self._problems):
             self.resolve(agent, cause)
 
@@ -158,6 +185,8 @@ class RelayExporter:
         if not agents:
             del self._problems[cause]
             self.host.health.recover(self.id, cause)
+        elif cause == CONNECTING:
+            self._show_connecting()  # the detail names only those still waiting
 
     def overflowing(self, agent: str, on: bool, detail: str = "") -> None:
         if on:
