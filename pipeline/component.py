@@ -62,7 +62,9 @@ class Exporter(Protocol):
 
     async def start(self, host: Host) -> None: ...
 
-    async def export(self, events: list[Event]) -> None: ...
+    async def export(self, events: list[Event]) -> int | list[Event] | None:
+        """Send ``events``; return how many it left out (or those events), counted by itself under
+        why (``dropped``, ...), so they are not counted ``exported``. None: every one went."""
 
     async def shutdown(self) -> None: ...
 

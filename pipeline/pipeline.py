@@ -12,6 +12,7 @@ from typing import Any
 from .envelope import Stamper, StampError
 from .host import Health
 from .model import Batch, Event, Signal
+from .sending_queue import left_out
 from .wire import dumps_line
 
 log = logging.getLogger("aep.pipeline")
@@ -63,8 +64,11 @@ class QueuedExporter:
             if events is None:
                 return
             try:
-                await self.exporter.export(events)
-                self.health.count(self.id, "exported", len(events))
+                result = await self.exporter.export(events)
+                # What the exporter left out it counted itself (``sending_queue.left_out``).
+                taken = len(events) - left_out(result, len(events))
+                if taken:
+                    self.health.count(self.id, "exported", taken)
             except Exception as exc:  # reported, not fatal: the next batch is tried
                 self.health.count(self.id, "failed", len(events))
                 self.health.incident(self.id, "export-failed", f"{type(exc).__name__}: {exc}")
@@ -232,9 +236,10 @@ class Pipeline:
                     continue
                 if missing is not None and unwritten:
                     missing.update(e.get("session") for e in unwritten)
-                    health.count(cid, "exported", len(events) - len(unwritten))
-                else:
-                    health.count(cid, "exported", len(events))
+                # What it did not write it counted itself (``dropped``); on a hook's path too.
+                written = len(events) - left_out(unwritten, len(events))
+                if written:
+                    health.count(cid, "exported", written)
         queued, queued_lines = events, lines
         if missing and lost is not None:
             lost |= missing

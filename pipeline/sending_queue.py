@@ -9,15 +9,20 @@ receiver dedupes on the AEP event id (AEP-0001 §7.4), which the queue never cha
 
 The exporter API (what an exporter implements to sit behind this queue)::
 
-    async def deliver(self, events: list[Event]) -> None
+    async def deliver(self, events: list[Event]) -> int | list[Event] | None
 
 Return only once the peer has *taken* every event of the batch (acknowledged, flushed, answered
 2xx); raise anything to have the whole batch retried after a backoff (``RetryLater(seconds)`` to
 name the wait, e.g. from ``Retry-After``); raise ``Permanent`` when the batch can never be
 delivered (the peer refused the content itself): it is dropped, counted and logged, and the queue
 moves on. ``deliver`` is never called concurrently for one exporter and batches come in order.
+An exporter that left some events of the batch out on purpose (one it cannot project, one the
+peer can never take, records the peer rejected) counts them itself under the name that says why
+(``dropped``, ``rejected``) and returns how many (an int) or those events (a list, as
+``export_now`` returns the events it did not write); the queue counts only the rest as
+``exported``. ``None`` (what an exporter written before this returns) means every event was taken.
 An exporter without ``deliver`` is driven through ``export(events)`` instead (for those,
-returning counts as delivered). An exporter that hands events to something in this process (no
+returning counts as delivered, read the same way). An exporter that hands events to something in this process (no
 peer that can be away, nothing worth replaying after a restart) sets the class attribute
 ``persistent_queue = False`` and keeps the memory queue (``aep_collector.pipeline.pipeline.QueuedExporter``).
 
@@ -138,6 +143,21 @@ def queue_directory(state_dir: Path, cid: str, config: SendingQueueConfig) -> Pa
 
 
 ExportBatch = Callable[[list[Event]], Awaitable[Any]]
+
+
+def left_out(result: Any, total: int) -> int:
+    """How many of a batch of ``total`` events an exporter's ``deliver`` or ``export`` left out,
+    read from what it returned: an int is that number, a list holds those events; anything else
+    (``None``, whatever a plug-in written before returns) is none. Never more than ``total``."""
+    if isinstance(result, bool):
+        return 0
+    if isinstance(result, int):
+        n = result
+    elif isinstance(result, list):
+        n = len(result)
+    else:
+        return 0
+    return min(max(n, 0), total)
 
 
 def deliver_of(exporter: Any) -> ExportBatch:
@@ -538,8 +558,9 @@ class SendingQueue:
             # /healthz after STALL_AFTER seconds, and clears when that delivery ends either way.
             alarm = asyncio.get_running_loop().call_later(STALL_AFTER, self._stalled, len(events))
             retry_in: float | None = None
+            result: Any = None
             try:
-                await self._deliver(events)
+                result = await self._deliver(events)
             except asyncio.CancelledError:
                 raise
             except Permanent as exc:
@@ -567,7 +588,10 @@ class SendingQueue:
                 await asyncio.sleep(max(0.0, retry_in))
                 continue
             attempt = 0
-            self.health.count(self.id, "exported", len(events))
+            # What the exporter left out it counted itself, under its reason (``dropped``, ...).
+            taken = len(events) - left_out(result, len(events))
+            if taken:
+                self.health.count(self.id, "exported", taken)
             self.health.recover(self.id, "export-failed")
             self._commit(after, consumed)
             self._progress = time.monotonic()
