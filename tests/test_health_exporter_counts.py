@@ -1,21 +1,36 @@
 """``/healthz`` counters say what became of each event an exporter is handed: ``exported`` counts
-only what the peer took; what the exporter left out it counts itself, under its reason."""
+only what the peer took; an event the exporter left out is ``dropped`` (once, however often its
+batch is retried), records the peer rejected are ``rejected``. Real peers on loopback throughout:
+an OTLP/HTTP server, the JSONL record on disk."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+from aep_collector.exporters.otlp import OtlpExporter, OtlpExporterConfig
+from aep_collector.exporters.otlp.wire import records_of
 from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.envelope import Stamper
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.pipeline import Pipeline, QueuedExporter
 from aep_collector.pipeline.sending_queue import SendingQueue, SendingQueueConfig, left_out
+from aiohttp import web
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsPartialSuccess,
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
 
+from tests.conftest import FIXTURES
 from tests.relay_double import wait_until
+
+GOLDEN = [json.loads(line) for line in (FIXTURES / "golden" / "golden.jsonl").read_text().splitlines() if line.strip()]
+OTLP = "exporter/otlp"
 
 
 def queue(tmp_path: Path, cid: str, deliver: Any, health: Health) -> SendingQueue:
@@ -25,6 +40,127 @@ def queue(tmp_path: Path, cid: str, deliver: Any, health: Health) -> SendingQueu
 
 def counts(health: Health, cid: str) -> dict[str, int]:
     return {what: n for (c, what), n in health.counters.items() if c == cid}
+
+
+def no_agent(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k != "agent"}
+
+
+# -- otlp: a real OTLP/HTTP server -----------------------------------------------------------
+
+
+@pytest.fixture
+async def otlp_http():
+    """``/v1/logs`` on 127.0.0.1: takes each request, or answers what ``answers`` holds first;
+    ``rejected`` makes a 2xx a partial success."""
+    state: dict[str, Any] = {"requests": [], "answers": [], "rejected": 0}
+
+    async def v1_logs(request: web.Request) -> web.Response:
+        if state["answers"]:
+            return web.Response(status=state["answers"].pop(0))
+        state["requests"].append(ExportLogsServiceRequest.FromString(await request.read()))
+        answer = ExportLogsServiceResponse()
+        if state["rejected"]:
+            answer.partial_success.CopyFrom(ExportLogsPartialSuccess(rejected_log_records=state["rejected"],
+                                                                     error_message="too old"))
+        return web.Response(body=answer.SerializeToString(), content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/logs", v1_logs)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    state["url"] = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/logs"
+    yield state
+    await runner.cleanup()
+
+
+async def otlp_exporter(url: str) -> tuple[OtlpExporter, Host]:
+    exp = OtlpExporter(CreateSettings(id="otlp"), OtlpExporterConfig(protocol="http", endpoint=url))
+    host = Host()
+    await exp.start(host)
+    return exp, host
+
+
+def sent_ids(server: dict[str, Any]) -> list[str]:
+    return [r["attributes"]["aep.event_id"] for req in server["requests"] for r in records_of(req)]
+
+
+async def test_otlp_behind_the_sending_queue_counts_what_it_left_out_as_dropped_not_exported(tmp_path, otlp_http):
+    exp, host = await otlp_exporter(otlp_http["url"])
+    q = queue(tmp_path, OTLP, exp.deliver, host.health)
+    q.start()
+    try:
+        bad_time = {**GOLDEN[5], "time": "yesterday"}
+        q.put([GOLDEN[3], no_agent(GOLDEN[4]), GOLDEN[13], bad_time, GOLDEN[24]])
+        await wait_until(lambda: not q.pending_events, "the batch delivered")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+    assert sent_ids(otlp_http) == [GOLDEN[3]["id"], GOLDEN[13]["id"], GOLDEN[24]["id"]]
+    assert counts(host.health, OTLP) == {"exported": 3, "dropped": 2}
+    health = host.health.snapshot()
+    assert health["dropped"] == {OTLP: 2}
+    assert "unprojectable" in health["problems"][OTLP]
+
+
+async def test_otlp_counts_a_left_out_event_once_when_its_batch_is_retried(tmp_path, otlp_http):
+    otlp_http["answers"] = [503, 503]
+    exp, host = await otlp_exporter(otlp_http["url"])
+    q = queue(tmp_path, OTLP, exp.deliver, host.health)
+    q.start()
+    try:
+        q.put([GOLDEN[3], no_agent(GOLDEN[4])])
+        await wait_until(lambda: not q.pending_events, "the batch delivered after two 503s")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+    assert not otlp_http["answers"] and sent_ids(otlp_http) == [GOLDEN[3]["id"]]
+    assert counts(host.health, OTLP) == {"retried": 4, "exported": 1, "dropped": 1}
+
+
+async def test_otlp_records_the_receiver_rejected_are_not_counted_exported(tmp_path, otlp_http):
+    otlp_http["rejected"] = 1
+    exp, host = await otlp_exporter(otlp_http["url"])
+    q = queue(tmp_path, OTLP, exp.deliver, host.health)
+    q.start()
+    try:
+        q.put([GOLDEN[3], GOLDEN[13], GOLDEN[24]])
+        await wait_until(lambda: not q.pending_events, "the batch delivered")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+    assert len(sent_ids(otlp_http)) == 3
+    assert counts(host.health, OTLP) == {"exported": 2, "rejected": 1}
+
+
+async def test_otlp_a_batch_with_nothing_to_send_exports_nothing(tmp_path, otlp_http):
+    exp, host = await otlp_exporter(otlp_http["url"])
+    q = queue(tmp_path, OTLP, exp.deliver, host.health)
+    q.start()
+    try:
+        q.put([no_agent(GOLDEN[3]), no_agent(GOLDEN[4])])
+        await wait_until(lambda: not q.pending_events, "the batch settled")
+        q.put([GOLDEN[13]])
+        await wait_until(lambda: not q.pending_events, "the next batch delivered")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+    assert sent_ids(otlp_http) == [GOLDEN[13]["id"]]
+    assert counts(host.health, OTLP) == {"dropped": 2, "exported": 1}
+
+
+async def test_otlp_behind_the_memory_queue_counts_the_same(otlp_http):
+    exp, host = await otlp_exporter(otlp_http["url"])
+    q = QueuedExporter(OTLP, exp, host.health)
+    q.start()
+    try:
+        q.put([GOLDEN[3], no_agent(GOLDEN[4]), GOLDEN[13]])
+    finally:
+        await q.drain(5)
+        await exp.shutdown()
+    assert sent_ids(otlp_http) == [GOLDEN[3]["id"], GOLDEN[13]["id"]]
+    assert counts(host.health, OTLP) == {"exported": 2, "dropped": 1}
 
 
 # -- the pipeline's direct path: the JSONL record on a hook's path ---------------------------

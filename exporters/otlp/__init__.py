@@ -5,7 +5,9 @@ It sits behind the persistent sending queue (``deliver``): a batch becomes one
 ``DEADLINE_EXCEEDED``, ``ABORTED``, ``OUT_OF_RANGE``, ``UNAVAILABLE``, ``DATA_LOSS`` (and
 ``RESOURCE_EXHAUSTED`` when the server sends ``RetryInfo``) and HTTP 429/502/503/504 are retried,
 honouring ``RetryInfo`` / ``Retry-After``; any other refusal drops the batch (counted, logged).
-A partial success (``rejected_log_records``) is counted and logged, never retried.
+A partial success (``rejected_log_records``) is counted and logged, never retried. An event that
+cannot be projected is left out (counted ``dropped``). ``deliver`` returns how many of the batch
+the receiver did not take (left out or rejected), so the queue counts only the rest ``exported``.
 """
 
 from __future__ import annotations
@@ -101,11 +103,13 @@ class OtlpExporter:
         else:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=cfg.timeout), trust_env=False)
 
-    async def export(self, events: list[Event]) -> None:
-        await self.deliver(events)
+    async def export(self, events: list[Event]) -> int:
+        return await self.deliver(events)
 
-    async def deliver(self, events: list[Event]) -> None:
-        """One export request for ``events``; raises to retry, ``Permanent`` to drop (see module doc)."""
+    async def deliver(self, events: list[Event]) -> int:
+        """One export request for ``events``; raises to retry, ``Permanent`` to drop (see module doc).
+
+        Returns how many of ``events`` the receiver did not take: left out here or rejected by it."""
         records = []
         ceiling = self.config.max_capture
         for event in events:
@@ -114,20 +118,25 @@ class OtlpExporter:
                     event = _screened(event, ceiling)
                 records.append(to_otlp(event, ceiling))
             except (KeyError, ValueError, TypeError) as exc:  # not a stamped event: never retried
-                self.health.count(self.id, "dropped")
                 self.health.incident(self.id, "unprojectable", f"{event.get('id')}: {type(exc).__name__}: {exc}")
+        # Counted once the batch is settled: a retried batch would count them again on every attempt.
+        left_out = len(events) - len(records)
         if not records:
-            return
+            self.health.count(self.id, "dropped", left_out)
+            return left_out
         body = request(records)
         if self.config.protocol == "grpc":
             response = await self._grpc(body)
         else:
             response = await self._http(body)
+        if left_out:
+            self.health.count(self.id, "dropped", left_out)
         rejected = response.partial_success.rejected_log_records if response.HasField("partial_success") else 0
         if rejected:
             self.health.count(self.id, "rejected", rejected)
             log.warning("%s: the OTLP receiver rejected %d of %d records: %s", self.id, rejected, len(records),
                         response.partial_success.error_message or "no reason given")
+        return left_out + min(rejected, len(records))
 
     async def _grpc(self, body: Any) -> ExportLogsServiceResponse:
         metadata = tuple((k.lower(), v) for k, v in self.config.headers.items()) or None
