@@ -1,7 +1,7 @@
 """``/healthz`` counters say what became of each event an exporter is handed: ``exported`` counts
 only what the peer took; an event the exporter left out is ``dropped`` (once, however often its
 batch is retried), records the peer rejected are ``rejected``. Real peers on loopback throughout:
-an OTLP/HTTP server, the JSONL record on disk."""
+an OTLP/HTTP server, nats-server, the JSONL record on disk."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import nats
 import pytest
 from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
 from aep_collector.exporters.otlp import OtlpExporter, OtlpExporterConfig
@@ -20,6 +21,7 @@ from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.pipeline import Pipeline, QueuedExporter
 from aep_collector.pipeline.sending_queue import SendingQueue, SendingQueueConfig, left_out
 from aiohttp import web
+from nats.js import api
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsPartialSuccess,
     ExportLogsServiceRequest,
@@ -27,7 +29,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 
 from tests.conftest import FIXTURES
+from tests.nats_support import NatsNode
 from tests.relay_double import wait_until
+from tests.test_nats_exporter import events, make_exporter, stored
 
 GOLDEN = [json.loads(line) for line in (FIXTURES / "golden" / "golden.jsonl").read_text().splitlines() if line.strip()]
 OTLP = "exporter/otlp"
@@ -161,6 +165,104 @@ async def test_otlp_behind_the_memory_queue_counts_the_same(otlp_http):
         await exp.shutdown()
     assert sent_ids(otlp_http) == [GOLDEN[3]["id"], GOLDEN[13]["id"]]
     assert counts(host.health, OTLP) == {"exported": 2, "dropped": 1}
+
+
+# -- nats: a real nats-server ----------------------------------------------------------------
+
+
+@pytest.fixture
+def small_node(tmp_path: Path):
+    """A server whose max_payload is 4 KiB, so an oversize event is cheap to make."""
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 4096\n")
+    n = NatsNode(tmp_path, extra=["-c", str(conf)]).start()
+    yield n
+    n.kill()
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    n = NatsNode(tmp_path).start()
+    yield n
+    n.kill()
+
+
+def padded(stamper: Stamper, session: str, size: int) -> dict[str, Any]:
+    event = stamper.stamp({"type": "progress.status", "agent": "claude-code", "session": session,
+                           "data": {"message": ""}})
+    event["data"]["message"] = "x" * (size - len(json.dumps(event, separators=(",", ":"))))
+    return event
+
+
+@pytest.mark.parametrize("in_flight", [1, 512])
+async def test_nats_events_above_max_payload_are_dropped_not_exported(small_node, tmp_path, in_flight):
+    exp, host = make_exporter(small_node.url, tmp_path, max_in_flight=in_flight)
+    await exp.start(host)
+    q = queue(tmp_path, exp.id, exp.deliver, host.health)
+    q.start()
+    try:
+        stamper = Stamper(tmp_path / "st", "h")
+        before, after = events(stamper, "s", 2), events(stamper, "s", 2)
+        q.put(before + [padded(stamper, "s", 4096 - 20), padded(stamper, "s", 20_000)] + after)
+        await wait_until(lambda: not q.pending_events, "the batch delivered", timeout=30)
+        assert [m.headers["Nats-Msg-Id"] for m in await stored(small_node.url)] == [e["id"] for e in before + after]
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+    assert counts(host.health, exp.id) == {"exported": 4, "dropped": 2}
+    assert host.health.snapshot()["dropped"] == {exp.id: 2}
+
+
+async def test_nats_counts_a_too_large_event_once_when_its_batch_is_retried(small_node, tmp_path):
+    nc = await nats.connect(small_node.url)
+    js = nc.jetstream()
+    # A full stream that refuses new messages: the batch's stored event fails until it is purged.
+    await js.add_stream(api.StreamConfig(name="AEP_EVENTS", subjects=["aep.events.>"], max_msgs=1,
+                                         discard=api.DiscardPolicy.NEW))
+    await js.publish("aep.events.other.x", b"{}")
+    exp, host = make_exporter(small_node.url, tmp_path, max_in_flight=1, publish_timeout=2.0)
+    await exp.start(host)
+    q = queue(tmp_path, exp.id, exp.deliver, host.health)
+    q.start()
+    try:
+        stamper = Stamper(tmp_path / "st", "h")
+        batch = [padded(stamper, "s", 20_000), *events(stamper, "s", 1)]
+        q.put(batch)
+        await wait_until(lambda: host.health.counters.get((exp.id, "retried"), 0) >= 4, "two attempts refused",
+                         timeout=30)
+        await js.purge_stream("AEP_EVENTS")
+        await wait_until(lambda: not q.pending_events, "the batch delivered", timeout=30)
+        assert [m.headers["Nats-Msg-Id"] for m in await stored(small_node.url)] == [batch[1]["id"]]
+    finally:
+        await nc.close()
+        await q.drain(1)
+        await exp.shutdown()
+    got = counts(host.health, exp.id)
+    assert (got["exported"], got["dropped"]) == (1, 1)
+
+
+@pytest.mark.parametrize("in_flight", [1, 512])
+async def test_nats_an_event_above_the_streams_max_msg_size_is_dropped_not_exported(node, tmp_path, in_flight):
+    nc = await nats.connect(node.url)
+    try:
+        await nc.jetstream().add_stream(api.StreamConfig(name="AEP_EVENTS", subjects=["aep.events.>"],
+                                                         max_msg_size=2000))
+    finally:
+        await nc.close()
+    exp, host = make_exporter(node.url, tmp_path, max_in_flight=in_flight, publish_timeout=2.0)
+    await exp.start(host)
+    q = queue(tmp_path, exp.id, exp.deliver, host.health)
+    q.start()
+    try:
+        stamper = Stamper(tmp_path / "st", "h")
+        batch = [*events(stamper, "s", 1), padded(stamper, "s", 5000), *events(stamper, "t", 1)]
+        q.put(batch)
+        await wait_until(lambda: not q.pending_events, "the batch delivered", timeout=30)
+        assert [m.headers["Nats-Msg-Id"] for m in await stored(node.url)] == [batch[0]["id"], batch[2]["id"]]
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+    assert counts(host.health, exp.id) == {"exported": 2, "dropped": 1}
 
 
 # -- the pipeline's direct path: the JSONL record on a hook's path ---------------------------

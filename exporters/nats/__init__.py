@@ -6,7 +6,8 @@ within the stream's duplicate window. A batch is published in order on one conne
 ``deliver`` returns only when JetStream acknowledged every event; a failure raises, and the
 sending queue retries the whole batch (what was stored already is deduped). An event NATS can
 never take (above the server's ``max_payload`` or the stream's ``max_msg_size``) is not published:
-counted as ``dropped`` and shown in ``/healthz``, it must not hold up every event behind it. See
+counted as ``dropped`` and shown in ``/healthz``, it must not hold up every event behind it;
+``deliver`` returns how many it left out, so the queue does not count them ``exported`` too. See
 ``aep_collector.pipeline.natsconn`` for the subjects and headers.
 
 Control across machines: with ``control`` on, the exporter answers requests on its
@@ -50,6 +51,8 @@ log = logging.getLogger("aep.exporter.nats")
 
 Message = tuple[str, bytes, dict[str, str]]
 """Subject, body and headers of one event's NATS message."""
+STORED, DUPLICATE, DROPPED = "stored", "duplicate", "dropped"
+"""What became of one event published synchronously (``NatsExporter._publish``)."""
 
 
 @dataclass
@@ -218,8 +221,10 @@ class NatsExporter:
                                 session if isinstance(session, str) else None)
         return subject, dumps_bytes(event), headers
 
-    async def deliver(self, events: list[Event]) -> None:
-        """Return once JetStream stored (or deduped) every event, in order; raise to have it retried."""
+    async def deliver(self, events: list[Event]) -> int:
+        """Return once JetStream stored (or deduped) every event, in order; raise to have it retried.
+
+        Returns how many events were left out as too large for NATS (each counted ``dropped``)."""
         if self._stopped:
             raise RuntimeError("the nats exporter is shut down")
         timeout = self.config.publish_timeout
@@ -229,23 +234,27 @@ class NatsExporter:
             await self.config.stream.ensure(js)
             self._stream_ok = True
         pending: list[tuple[asyncio.Future[Any], Event, Message]] = []
-        duplicates = 0
+        duplicates = dropped = 0
         try:
             for event in events:
                 message = self._message(event)
                 if self._too_large(nc.max_payload, event, message):
+                    dropped += 1
                     continue
                 if self.config.max_in_flight == 1:
-                    duplicates += await self._publish(js, event, message, timeout)
+                    ack = await self._publish(js, event, message, timeout)
+                    duplicates, dropped = duplicates + (ack == DUPLICATE), dropped + (ack == DROPPED)
                     continue
                 # No wait_stall: with a timeout the client yields per message (a socket write each);
                 # max_in_flight stays below its pending bound (see _up), so nothing blocks.
                 subject, body, headers = message
                 pending.append((await js.publish_async(subject, body, headers=headers), event, message))
                 if len(pending) >= self.config.max_in_flight:
-                    duplicates += await self._settle(js, pending, timeout)
+                    dup, drop = await self._settle(js, pending, timeout)
+                    duplicates, dropped = duplicates + dup, dropped + drop
                     pending = []
-            duplicates += await self._settle(js, pending, timeout)
+            dup, drop = await self._settle(js, pending, timeout)
+            duplicates, dropped = duplicates + dup, dropped + drop
         except BaseException:
             self._stream_ok = False  # a stream deleted meanwhile is created again by the retry
             for fut, _, _ in pending:
@@ -253,13 +262,17 @@ class NatsExporter:
             raise
         if duplicates:
             self.host.health.count(self.id, "deduplicated", duplicates)
+        if dropped:  # counted once the batch is settled, not again on each retry of it
+            self.host.health.count(self.id, "dropped", dropped)
+        return dropped
 
     async def _settle(self, js: Any, pending: list[tuple[asyncio.Future[Any], Event, Message]],
-                      timeout: float) -> int:
+                      timeout: float) -> tuple[int, int]:
+        """Wait for the acks of ``pending``: (how many JetStream had already, how many it refused as too large)."""
         if not pending:
-            return 0
+            return 0, 0
         await asyncio.wait([fut for fut, _, _ in pending], timeout=timeout)
-        duplicates = 0
+        duplicates = dropped = 0
         for fut, event, message in pending:
             if fut.done():
                 ack = fut.result()  # a refused publish raises here: the batch is retried
@@ -269,11 +282,12 @@ class NatsExporter:
             # refusal raises inside its reply handler): the same message again, synchronously,
             # brings the refusal itself, or a timeout; a first copy stored after all is deduped.
             fut.cancel()
-            duplicates += await self._publish(js, event, message, timeout)
-        return duplicates
+            ack = await self._publish(js, event, message, timeout)
+            duplicates, dropped = duplicates + (ack == DUPLICATE), dropped + (ack == DROPPED)
+        return duplicates, dropped
 
-    async def _publish(self, js: Any, event: Event, message: Message, timeout: float) -> int:
-        """One event, acknowledged; 1 when JetStream had it already, 0 otherwise (or dropped)."""
+    async def _publish(self, js: Any, event: Event, message: Message, timeout: float) -> str:
+        """One event, acknowledged: ``STORED``, ``DUPLICATE`` (JetStream had it already) or ``DROPPED``."""
         from nats.js.errors import APIError
 
         subject, body, headers = message
@@ -282,9 +296,9 @@ class NatsExporter:
         except APIError as exc:
             if exc.err_code == 10054:  # "message size exceeds maximum allowed": the stream's max_msg_size
                 self._drop(event, f"{len(body)} bytes, above the stream's max_msg_size")
-                return 0
+                return DROPPED
             raise
-        return int(bool(ack.duplicate))
+        return DUPLICATE if ack.duplicate else STORED
 
     def _too_large(self, max_payload: int, event: Event, message: Message) -> bool:
         """An event NATS can never take: retrying it would hold up every event behind it for good."""
@@ -298,17 +312,16 @@ class NatsExporter:
         return True
 
     def _drop(self, event: Event, why: str) -> None:
-        self.host.health.count(self.id, "dropped")
+        """Show an event NATS can never take; ``deliver`` counts it once the batch is settled."""
         self.host.health.incident(self.id, "event-too-large",
                                   f"event {event.get('id')} ({event.get('type')}) not published: {why}")
 
-    async def export(self, events: list[Event]) -> None:
+    async def export(self, events: list[Event]) -> int:
         """For the memory queue: deliver, retrying with backoff until delivered or shut down."""
         attempt = 0
         while True:
             try:
-                await self.deliver(events)
-                return
+                return await self.deliver(events)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
