@@ -31,7 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.body import DEFAULT_BODY_TIMEOUT, BodyError, read_body
+from aep_collector.pipeline.body import (
+    DEFAULT_BODY_TIMEOUT,
+    UNREAD_BODY,
+    BodyDeadlines,
+    BodyError,
+    read_body,
+    reply_and_close,
+)
 from aep_collector.pipeline.wire import dumps, loads
 from aiohttp import WSMsgType, web
 
@@ -250,10 +257,13 @@ class Surface:
         self.started = time.monotonic()
         self.shed_total = 0
         self.last: dict[str, dict[str, Any]] = {}
+        self.bodies = BodyDeadlines()
+        """``POST /events`` bodies still arriving, ended at shutdown (nothing of them was ingested)."""
 
     # -- app ------------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
+        self.bodies = BodyDeadlines()  # built at each start: a restarted role is no longer stopping
         app = web.Application(client_max_size=self.cfg.max_body)
         app.router.add_get("/events", self.discovery)
         app.router.add_get("/.well-known/aep", self.discovery)
@@ -427,7 +437,7 @@ class Surface:
 
     # -- HTTP ingest ------------------------------------------------------------------------------
 
-    async def post(self, request: web.Request) -> web.Response:
+    async def post(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("AEP-Version") != VERSION:  # AEP-0003 §3.2: before everything else
             return web.json_response({"versions": [VERSION]}, status=426)
         if not self.authorized(request):
@@ -439,9 +449,13 @@ class Surface:
             return web.json_response({"error": "unsupported-media-type",
                                       "detail": "send application/json or application/x-ndjson"}, status=415)
         try:
-            body = (await read_body(request, self.cfg.max_body, DEFAULT_BODY_TIMEOUT)).decode("utf-8")
+            body = (await read_body(request, self.cfg.max_body, DEFAULT_BODY_TIMEOUT, self.bodies)).decode("utf-8")
         except BodyError as exc:
-            return web.json_response({"error": exc.cause, "detail": exc.detail, **exc.extra}, status=exc.status)
+            refusal = web.json_response({"error": exc.cause, "detail": exc.detail, **exc.extra}, status=exc.status)
+            if exc.status == 503:  # shutting down: nothing was ingested, the emitter resends (AEP-0003 §3.2)
+                refusal.headers["Retry-After"] = "1"
+            # The rest of an unread body would be read before the connection is let go: close instead.
+            return await reply_and_close(request, refusal) if exc.cause in UNREAD_BODY else refusal
         except UnicodeDecodeError:
             return web.json_response({"error": "invalid-json", "detail": "the body is not UTF-8"}, status=400)
         lines = [body] if media == "application/json" else [x for x in body.split("\n") if x.strip()]
@@ -747,6 +761,9 @@ class Surface:
                 stream.outlet.put(": ping\n\n")
 
     def close_all(self) -> None:
+        """End every stream and socket, and every ingest body still arriving: its emitter gets a
+        retryable 503 now instead of holding the stop until aiohttp's ``shutdown_timeout``."""
+        self.bodies.end()
         for stream in list(self.streams):
             stream.outlet.closed = False
             stream.outlet.end("shutdown")
