@@ -28,6 +28,9 @@ class RelayConfig:
     ping_interval: float = 25.0
     ack_window_ms: int = 10000
     """Declared in the hello's control block (AEP-0004 §3): how long a sender waits for our ack."""
+    command_queue: int = 100
+    """Inbound commands held per agent connection while the control router is busy with an earlier
+    one; one that finds it full is answered ``control.rejected`` ``busy`` instead of waiting."""
     instance: str | None = None
     """``identity.instance`` of every hello; default ``<hostname>/<pid>``."""
 
@@ -71,6 +74,8 @@ class RelayConfig:
                 raise ValueError(f"{name} must be positive")
         if self.ack_window_ms < 1:
             raise ValueError("ack_window_ms must be at least 1")
+        if self.command_queue < 1:
+            raise ValueError("command_queue must be at least 1")
 
     @property
     def shown(self) -> str:

@@ -9,6 +9,11 @@ still in flight back at the head of the outbox; the relay dedupes the resend on 
 Session claims: the relay routes a command to the connection that emitted the session's events
 (AEP-0003 §3.5.3), so a fresh connection re-sends the latest event of every session it had claimed
 and has nothing newer queued for: an idle session (a held permission request) stays routable.
+
+Inbound commands wait in a bounded queue for the control router, which takes them one at a time (a
+gateway's router waits on the edge that holds the session). A command that finds the queue full is
+answered ``control.rejected`` ``busy`` at once (AEP-0004 §3, §7: every command gets its ack), so a
+relay sending commands faster than they are taken cannot grow the collector's memory.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import contextlib
 import json
 import logging
 import ssl
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +48,12 @@ outstanding (one at a time), so a write the relay does not read always has a pin
 MAX_FRAME = 16 * 1024 * 1024
 WRITE_BYTES = 1 << 20
 """A flush stops adding frames to one socket write past this many characters (flow control between)."""
+COMMAND_CHARS = MAX_FRAME
+"""Characters of command frames a link holds for the router at most, beside ``command_queue``: a
+queue of maximal frames would otherwise hold ``command_queue`` x 16 MiB. An empty queue takes any."""
+BUSY_DETAIL = "the collector is taking commands slower than they arrive; try again"
+BUSY_REMEMBERED = 1024
+"""``busy`` acks a link keeps while its command queue stays full, to re-send to a copy of the command."""
 
 
 def compact(frame: dict[str, Any]) -> str:
@@ -96,7 +107,14 @@ class AgentLink:
         self._ws: ClientConnection | None = None
         self._task: asyncio.Task[None] | None = None
         self._worker: asyncio.Task[None] | None = None
-        self._commands: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._commands: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue(cfg.command_queue)
+        """Inbound commands (with their frame's length) waiting for the router, in arrival order."""
+        self._command_chars = 0
+        self._queued_ids: Counter[tuple[Any, Any]] = Counter()
+        """``(source, id)`` of each queued command: a copy arriving meanwhile is answered by its decision."""
+        self._busy_episode = 0
+        self._busy_acks: OrderedDict[tuple[str, str], list[tuple[Any, list[Event]]]] = OrderedDict()
+        """The ``busy`` acks of this overflow episode: a copy of such a command gets the same ack again."""
         self._wake = asyncio.Event()
         self._closing = False
         self._rehello = False
@@ -502,7 +520,14 @@ class AgentLink:
             kind = frame.get("type")
             if is_event(frame):
                 if is_command(str(kind)):
-                    self._commands.put_nowait(frame)
+                    if self._commands.full() or (self._command_chars + len(raw) > COMMAND_CHARS
+                                                 and not self._commands.empty()):
+                        await self._busy(frame)
+                    else:
+                        self._commands.put_nowait((frame, len(raw)))
+                        self._command_chars += len(raw)
+                        self._queued_ids[_command_key(frame)] += 1
+                        self._busy_acks.pop(_command_key(frame), None)  # taken now: the router decides it afresh
                 else:
                     self._once(f"event-{kind}", f"ignored a {kind} event the relay sent to an emitter connection")
             elif kind == "ping":
@@ -554,7 +579,17 @@ class AgentLink:
     async def _submit_loop(self) -> None:
         """Hands inbound commands to the control router in arrival order, off the reading path."""
         while True:
-            command = await self._commands.get()
+            command, size = await self._commands.get()
+            self._command_chars -= size
+            key = _command_key(command)
+            self._queued_ids[key] -= 1
+            if self._queued_ids[key] <= 0:
+                del self._queued_ids[key]
+            if self._busy_episode and self._commands.empty():
+                log.warning("%s: command queue for %s drained; %d commands were turned away while it was full",
+                            self.owner.id, self.agent, self._busy_episode)
+                self._busy_episode = 0
+                self._busy_acks.clear()  # forgotten: a retry with the same id is decided afresh
             control = self.owner.host.control
             submit = getattr(control, "submit", None)
             if submit is None:
@@ -565,6 +600,41 @@ class AgentLink:
                 await submit(command, self.agent)
             except Exception as exc:  # the router's fault is reported; the link keeps going
                 self.owner.host.health.incident(self.owner.id, "submit-failed", f"{type(exc).__name__}: {exc}")
+
+    async def _busy(self, command: dict[str, Any]) -> None:
+        """A command the queue has no room for: answered ``busy`` now, never dropped unanswered."""
+        health, cid = self.owner.host.health, self.owner.id
+        key = _command_key(command)
+        if all(isinstance(k, str) for k in key) and key in self._queued_ids:
+            return  # a copy of a queued command: AEP-0004 §3, its one forthcoming ack answers both
+        recorded = self._busy_acks.get(key)
+        if recorded is not None:  # AEP-0004 §3: one decision per command, re-sent byte-identical
+            for pipeline, events in recorded:
+                pipeline.deliver(events, redelivery=True)
+            return
+        try:
+            outcome, recorded = await answer_busy(self.owner.host.control, command, self.agent)
+        except Exception as exc:  # the router's fault is reported; the link keeps reading
+            outcome = f"{type(exc).__name__}: {exc}"
+        if outcome == "known":  # the router re-sent its recorded ack, or is still deciding
+            return
+        self._busy_episode += 1
+        if outcome == "busy" and recorded:
+            self._busy_acks[key] = recorded
+            if len(self._busy_acks) > BUSY_REMEMBERED:
+                self._busy_acks.popitem(last=False)
+            health.count(cid, "commands-busy")
+        else:
+            health.count(cid, "commands-unanswered")
+            self._once("busy-unanswered", f"a {command.get('type')} command found the command queue full and "
+                                          f"could not be answered: {outcome} (counted as commands-unanswered)")
+        if self._busy_episode == 1:
+            log.warning("%s: command queue for %s is full (%d commands wait for the control router); "
+                        "answering busy until it has room", cid, self.agent, self._commands.qsize())
+        health.incident(cid, "command-overflow",
+                        f"{self.agent}: {self._commands.qsize()} commands wait for the control router; "
+                        f"{self._busy_episode} that arrived since it filled were turned away, each "
+                        f"answered busy where an ack could be addressed")
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -641,6 +711,48 @@ async def _send_all(ws: ClientConnection, texts: list[str]) -> None:
                 transport.write(b"".join(chunks))
             else:
                 protocol.writes[:0] = chunks
+
+
+def _command_key(command: dict[str, Any]) -> tuple[Any, Any]:
+    return command.get("source"), command.get("id")
+
+
+async def answer_busy(control: Any, command: dict[str, Any],
+                      agent: str) -> tuple[str, list[tuple[Any, list[Event]]] | None]:
+    """Answer ``command`` ``control.rejected`` ``busy`` through the control router, sequenced in its
+    session like every ack. Returns the outcome with the ack's lanes (pipeline, events): ``busy``,
+    ``known`` (the router has decided it, or is deciding it: its one decision answers this copy
+    too) or why it could not be answered.
+
+    What ``ControlRouter._forward`` does for an edge it cannot reach, kept out of the router's
+    queue: the router does not remember the decision (the link keeps it while its queue stays
+    full), so a retry with the same id is decided afresh once there is room (AEP-0004 §3 lets a
+    target forget a command). The router offers no public call for it.
+    """
+    cid, source, session = command.get("id"), command.get("source"), command.get("session")
+    if not (isinstance(cid, str) and cid and isinstance(source, str) and source
+            and isinstance(session, str) and session):
+        return "it has no id, source or session to address an ack to", None
+    decisions = getattr(control, "decisions", None)
+    decide = getattr(control, "_ack", None)
+    if not isinstance(decisions, dict) or decide is None:
+        return "no control router that can answer it", None
+    key = (source, cid)
+    if key in decisions:
+        # AEP-0004 §3: a redelivery gets the recorded ack again, byte-identical (none while deciding).
+        for pipeline, events in decisions[key] or []:
+            pipeline.deliver(events, redelivery=True)
+        return "known", None
+    owner = getattr(control, "causes", {}).get((agent, session, cid))
+    if owner is not None and owner != source:
+        return "its id is already used in this session by another sender", None
+    try:
+        await decide(key, command, agent, None, "busy", BUSY_DETAIL)
+    finally:
+        recorded = decisions.pop(key, None)
+    if not any(events for _, events in recorded or []):
+        return "no pipeline took the ack", None
+    return "busy", recorded
 
 
 async def _answers_ping(ws: ClientConnection) -> bool:
