@@ -155,3 +155,30 @@ async def test_in_the_service_behind_the_sending_queue(tmp_path, sink):
         await wait_until(lambda: sum(len(json.loads(b)) for b in sink["bodies"]) >= len(written), "every event")
     sent = [from_cloudevent(ce) for b in sink["bodies"] for ce in json.loads(b)]
     assert sent == written and not sink["answers"]
+
+
+async def test_an_unprojectable_event_is_left_out_once_and_the_rest_goes(tmp_path, sink):
+    """An event without an id (a damaged queue line) raised out of ``deliver``: the sending queue
+    retried the whole batch for good and nothing behind it went out. Now it is left out, shown as
+    ``unprojectable`` and counted ``dropped`` once, however often its batch is retried."""
+    from aep_collector.pipeline.sending_queue import SendingQueue, SendingQueueConfig
+
+    cid = "exporter/cloudevents"
+    damaged = {k: v for k, v in GOLDEN[1].items() if k != "id"}
+    exp = await make(endpoint=sink["url"], max_capture="full")
+    health = exp.health
+    sink["answers"] = [(503, {})]  # the first attempt is retried
+    q = SendingQueue(cid, tmp_path / "q", SendingQueueConfig(backoff_initial=0.01, backoff_max=0.02, fsync="never"),
+                     exp.deliver, health)
+    q.start()
+    try:
+        q.put([GOLDEN[0], damaged, GOLDEN[2]])
+        await wait_until(lambda: not q.pending_events, "the batch delivered after a 503")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+    assert not sink["answers"] and [json.loads(b) for b in sink["bodies"]] == [[PINS[0], PINS[2]]]
+    assert {what: n for (c, what), n in health.counters.items() if c == cid} == {
+        "retried": 3, "exported": 2, "dropped": 1}
+    snapshot = health.snapshot()
+    assert snapshot["dropped"] == {cid: 1} and "unprojectable" in snapshot["problems"][cid]

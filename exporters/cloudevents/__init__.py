@@ -79,18 +79,31 @@ class CloudEventsExporter:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.config.timeout),
                                               trust_env=False)
 
-    async def export(self, events: list[Event]) -> None:
-        await self.deliver(events)
+    async def export(self, events: list[Event]) -> int:
+        return await self.deliver(events)
 
-    async def deliver(self, events: list[Event]) -> None:
-        ces = [dumps_bytes(to_cloudevent(capped(e, self.config.max_capture))) for e in events]
-        if not ces:
-            return
-        if self.config.mode == "batched":
-            await self._post(b"[" + b",".join(ces) + b"]", BATCH)
-        else:
-            for body in ces:  # a failure retries the whole batch: the receiver dedupes the copies
-                await self._post(body, STRUCTURED)
+    async def deliver(self, events: list[Event]) -> int:
+        """POST ``events``; how many were left out as not CloudEvents-projectable (counted ``dropped``)."""
+        ces = []
+        for event in events:
+            try:
+                ces.append(dumps_bytes(to_cloudevent(capped(event, self.config.max_capture))))
+            except (KeyError, ValueError, TypeError) as exc:
+                # Not a stamped event (a damaged queue line): retrying cannot mend it, and raising
+                # would have the queue retry the whole batch for good, holding up every later one.
+                ident = event.get("id") if isinstance(event, dict) else None
+                self.health.incident(self.id, "unprojectable", f"{ident}: {type(exc).__name__}: {exc}")
+        left_out = len(events) - len(ces)
+        if ces:
+            if self.config.mode == "batched":
+                await self._post(b"[" + b",".join(ces) + b"]", BATCH)
+            else:
+                for body in ces:  # a failure retries the whole batch: the receiver dedupes the copies
+                    await self._post(body, STRUCTURED)
+        # Counted once the batch is settled: a retried batch would count them again on every attempt.
+        if left_out:
+            self.health.count(self.id, "dropped", left_out)
+        return left_out
 
     async def _post(self, body: bytes, content_type: str) -> None:
         assert self._session is not None
