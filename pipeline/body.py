@@ -21,6 +21,11 @@ from aiohttp import web
 DEFAULT_BODY_TIMEOUT = 10.0
 
 
+def validate_body_timeout(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError("body_timeout must be a positive number of seconds")
+
+
 class BodyError(Exception):
     """A body that could not be read: HTTP status, a short cause and a detail for the JSON reply.
 

@@ -24,6 +24,7 @@ from aep_collector.pipeline.body import (  # noqa: F401  (re-exported)
     BodyError,
     read_body,
     reply_and_close,
+    validate_body_timeout,
 )
 from aep_collector.pipeline.http_refusals import JsonRefusalRunner  # noqa: F401  (re-exported)
 
@@ -54,8 +55,3 @@ class ProtocolLog(logging.LoggerAdapter):
             self.exception(msg, *args, **kwargs)
         else:
             self.logger.debug(msg, *args, **kwargs)
-
-
-def validate_body_timeout(value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError("body_timeout must be a positive number of seconds")

@@ -23,7 +23,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aep_collector.exporters.relay_server import RelayServer, RelayServerConfig
-from aep_collector.exporters.relay_server import server as surface
 from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.host import Host
 
@@ -53,8 +52,9 @@ def request_head(length: int, media: str) -> bytes:
             f"Content-Length: {length}\r\n\r\n").encode("ascii")
 
 
-async def relay_role(tmp_path: Path) -> RelayServer:
-    relay = RelayServer(CreateSettings(id="relay_server"), RelayServerConfig(endpoint="127.0.0.1:0", token=TOKEN))
+async def relay_role(tmp_path: Path, **cfg: Any) -> RelayServer:
+    relay = RelayServer(CreateSettings(id="relay_server"),
+                        RelayServerConfig(endpoint="127.0.0.1:0", token=TOKEN, **cfg))
     await relay.start(Host(state_dir=tmp_path))
     return relay
 
@@ -119,10 +119,8 @@ async def test_an_ingest_body_that_arrived_in_pieces_before_the_stop_is_ingested
         await asyncio.wait_for(relay.shutdown(), DEADLINE)
 
 
-async def test_an_ingest_body_past_its_timeout_gets_408_and_the_connection_is_closed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(surface, "DEFAULT_BODY_TIMEOUT", 0.2)
-    relay = await relay_role(tmp_path)
+async def test_an_ingest_body_past_its_timeout_gets_408_and_the_connection_is_closed(tmp_path: Path) -> None:
+    relay = await relay_role(tmp_path, body_timeout=0.2)  # the relay role's own key, as the receivers have
     try:
         body = json.dumps(event(0)).encode()
         reader, writer = await partly_sent(relay, body, "application/json", 10)
@@ -136,3 +134,9 @@ async def test_an_ingest_body_past_its_timeout_gets_408_and_the_connection_is_cl
         assert not relay.surface.buffers.sessions
     finally:
         await asyncio.wait_for(relay.shutdown(), DEADLINE)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "10"])
+def test_a_body_timeout_that_is_not_a_positive_number_is_a_config_error(bad: Any) -> None:
+    with pytest.raises(ValueError, match="body_timeout must be a positive number of seconds"):
+        RelayServerConfig(body_timeout=bad).validate()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aep_collector.pipeline.body import DEFAULT_BODY_TIMEOUT, validate_body_timeout
+
 
 @dataclass
 class RelayServerConfig:
@@ -27,6 +29,8 @@ class RelayServerConfig:
     """Bytes one ``POST /events`` may carry (413 beyond)."""
     max_batch: int = 10000
     """Events one NDJSON batch may carry (413 beyond, nothing ingested)."""
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
+    """Seconds one ``POST /events`` body may take to arrive whole (408 beyond), as for the receivers."""
     soft_limit: int = 1024 * 1024
     """Bytes queued for one subscriber beyond which its debug/info events are shed."""
     hard_limit: int = 8 * 1024 * 1024
@@ -51,6 +55,7 @@ class RelayServerConfig:
         for name in ("buffer", "max_sessions", "max_from", "max_subscriptions", "max_body", "max_batch", "soft_limit", "ack_window_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        validate_body_timeout(self.body_timeout)
         if self.hard_limit < self.soft_limit:
             raise ValueError("hard_limit must be at least soft_limit")
         if self.ping_interval <= 0:

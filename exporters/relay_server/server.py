@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aep_collector.pipeline.body import (
-    DEFAULT_BODY_TIMEOUT,
     UNREAD_BODY,
     BodyDeadlines,
     BodyError,
@@ -449,7 +448,7 @@ class Surface:
             return web.json_response({"error": "unsupported-media-type",
                                       "detail": "send application/json or application/x-ndjson"}, status=415)
         try:
-            body = (await read_body(request, self.cfg.max_body, DEFAULT_BODY_TIMEOUT, self.bodies)).decode("utf-8")
+            body = (await read_body(request, self.cfg.max_body, self.cfg.body_timeout, self.bodies)).decode("utf-8")
         except BodyError as exc:
             refusal = web.json_response({"error": exc.cause, "detail": exc.detail, **exc.extra}, status=exc.status)
             if exc.status == 503:  # shutting down: nothing was ingested, the emitter resends (AEP-0003 §3.2)
