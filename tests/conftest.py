@@ -60,3 +60,25 @@ async def operator(request: pytest.FixtureRequest, relay: RelayDouble) -> AsyncI
     await client.connect()
     yield client
     await client.close()
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    """A single nats-server with JetStream on 127.0.0.1 and a free port, killed afterwards."""
+    from tests.nats_support import NatsNode
+
+    n = NatsNode(tmp_path).start()
+    yield n
+    n.kill()
+
+
+@pytest.fixture
+def small_node(tmp_path: Path):
+    """A nats-server whose max_payload is 4 KiB, so an oversize event is cheap to make."""
+    from tests.nats_support import NatsNode
+
+    conf = tmp_path / "small.conf"
+    conf.write_text("max_payload: 4096\n")
+    n = NatsNode(tmp_path, extra=["-c", str(conf)]).start()
+    yield n
+    n.kill()

@@ -101,3 +101,17 @@ def cluster(root: Path, size: int = 3, name: str = "aep") -> list[NatsNode]:
     for node in nodes:
         node.wait_ready(60.0)
     return nodes
+
+
+async def stream_with_max_msg_size(url: str, size: int) -> None:
+    """Create the edge's stream (``AEP_EVENTS`` on ``aep.events.>``) ahead of it, capped at ``size``
+    bytes a message: the exporter then meets a stream that refuses its larger events."""
+    import nats
+    from nats.js import api
+
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().add_stream(api.StreamConfig(name="AEP_EVENTS", subjects=["aep.events.>"],
+                                                         max_msg_size=size))
+    finally:
+        await nc.close()

@@ -29,8 +29,9 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 
 from tests.conftest import FIXTURES
-from tests.nats_support import NatsNode
+from tests.nats_support import stream_with_max_msg_size
 from tests.relay_double import wait_until
+from tests.test_nats_adversarial import padded
 from tests.test_nats_exporter import events, make_exporter, stored
 
 GOLDEN = [json.loads(line) for line in (FIXTURES / "golden" / "golden.jsonl").read_text().splitlines() if line.strip()]
@@ -170,30 +171,6 @@ async def test_otlp_behind_the_memory_queue_counts_the_same(otlp_http):
 # -- nats: a real nats-server ----------------------------------------------------------------
 
 
-@pytest.fixture
-def small_node(tmp_path: Path):
-    """A server whose max_payload is 4 KiB, so an oversize event is cheap to make."""
-    conf = tmp_path / "small.conf"
-    conf.write_text("max_payload: 4096\n")
-    n = NatsNode(tmp_path, extra=["-c", str(conf)]).start()
-    yield n
-    n.kill()
-
-
-@pytest.fixture
-def node(tmp_path: Path):
-    n = NatsNode(tmp_path).start()
-    yield n
-    n.kill()
-
-
-def padded(stamper: Stamper, session: str, size: int) -> dict[str, Any]:
-    event = stamper.stamp({"type": "progress.status", "agent": "claude-code", "session": session,
-                           "data": {"message": ""}})
-    event["data"]["message"] = "x" * (size - len(json.dumps(event, separators=(",", ":"))))
-    return event
-
-
 @pytest.mark.parametrize("in_flight", [1, 512])
 async def test_nats_events_above_max_payload_are_dropped_not_exported(small_node, tmp_path, in_flight):
     exp, host = make_exporter(small_node.url, tmp_path, max_in_flight=in_flight)
@@ -243,12 +220,7 @@ async def test_nats_counts_a_too_large_event_once_when_its_batch_is_retried(smal
 
 @pytest.mark.parametrize("in_flight", [1, 512])
 async def test_nats_an_event_above_the_streams_max_msg_size_is_dropped_not_exported(node, tmp_path, in_flight):
-    nc = await nats.connect(node.url)
-    try:
-        await nc.jetstream().add_stream(api.StreamConfig(name="AEP_EVENTS", subjects=["aep.events.>"],
-                                                         max_msg_size=2000))
-    finally:
-        await nc.close()
+    await stream_with_max_msg_size(node.url, 2000)
     exp, host = make_exporter(node.url, tmp_path, max_in_flight=in_flight, publish_timeout=2.0)
     await exp.start(host)
     q = queue(tmp_path, exp.id, exp.deliver, host.health)

@@ -18,30 +18,13 @@ from aep_collector.pipeline.natsconn import Link, NatsConnection
 from nats.js import api
 
 from tests.helpers import running
-from tests.nats_support import NatsNode, free_port
+from tests.nats_support import NatsNode, free_port, stream_with_max_msg_size
 from tests.relay_double import wait_until
 from tests.test_nats_exporter import events, make_exporter, stored
 from tests.test_nats_fleet import CC, TOKEN, Operator, gateway, history
 
 EXPORTER = "exporter/nats"
 RECEIVER = "receiver/nats"
-
-
-@pytest.fixture
-def small_node(tmp_path: Path):
-    """A server whose max_payload is 4 KiB, so an oversize event is cheap to make."""
-    conf = tmp_path / "small.conf"
-    conf.write_text("max_payload: 4096\n")
-    n = NatsNode(tmp_path, extra=["-c", str(conf)]).start()
-    yield n
-    n.kill()
-
-
-@pytest.fixture
-def node(tmp_path: Path):
-    n = NatsNode(tmp_path).start()
-    yield n
-    n.kill()
 
 
 def padded(stamper: Stamper, session: str, size: int) -> dict[str, Any]:
@@ -80,12 +63,7 @@ async def test_an_event_above_max_payload_is_dropped_visibly_and_the_rest_is_del
 @pytest.mark.parametrize("in_flight", [1, 512])
 async def test_an_event_above_the_streams_max_msg_size_is_dropped_not_retried_for_ever(
         node: NatsNode, tmp_path: Path, in_flight: int) -> None:
-    nc = await nats.connect(node.url)
-    try:
-        await nc.jetstream().add_stream(api.StreamConfig(name="AEP_EVENTS", subjects=["aep.events.>"],
-                                                         max_msg_size=2000))
-    finally:
-        await nc.close()
+    await stream_with_max_msg_size(node.url, 2000)
     exp, host = make_exporter(node.url, tmp_path, max_in_flight=in_flight, publish_timeout=2.0)
     await exp.start(host)
     try:

@@ -40,13 +40,6 @@ from tests.relay_double import wait_until
 CC = "claude-code"
 
 
-@pytest.fixture
-def node(tmp_path: Path):
-    n = NatsNode(tmp_path).start()
-    yield n
-    n.kill()
-
-
 def make_exporter(url: str, tmp_path: Path, **overrides: Any) -> tuple[NatsExporter, Host]:
     stream = NatsStream(**overrides.pop("stream", {}))
     cfg = NatsExporterConfig(connection=NatsConnection(servers=[url], reconnect_wait=0.1),
