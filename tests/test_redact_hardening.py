@@ -19,7 +19,7 @@ from aep_collector.processors.capture import CaptureConfig, CaptureProcessor, ce
 from aep_collector.processors.capture import redact as rd
 from aep_collector.processors.capture.redact import PII, SECRET, Redactor
 from aep_collector.processors.mapping import MappingProcessor
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 R = Redactor(home="/home/operator")
@@ -143,6 +143,11 @@ def _covered(pattern: re.Pattern[str], text: str) -> set[int]:
 
 @settings(max_examples=400)
 @given(_TEXTS)
+# Found by this test: read from the escape, the token swallowed the second scheme word and left its
+# credential whole; bounded too eagerly, it left a token that runs on into a scheme word.
+@example("\\nBearer " + "A1b2/" * 8 + "Bearer example.com")
+@example("Bearer homeBearer ")
+@example("\\nBearer ab/Bearer example.com")
 def test_every_character_an_old_pattern_matched_is_still_matched(text: str) -> None:
     for name, (old, new) in _OLD.items():
         assert _covered(old, text) <= _covered(new, text), name

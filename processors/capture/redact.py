@@ -61,7 +61,15 @@ def _may_hold_shape(value: str) -> bool:
 # A JSON escape before the run (`\nwJalr…`) bounds it too: its letter is not part of the key.
 _AWS_SECRET = re.compile(r"(?:(?<![A-Za-z0-9/+_-])|" + _JSON_ESCAPE + r")[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=_-])")
 # RFC 6750: the scheme is case-insensitive; 8+ token chars keep prose ("the bearer of good news").
-_AUTH_SCHEME = re.compile(r"(?:\b|" + _JSON_ESCAPE + r")(Bearer|Basic|Token)(\s+)[A-Za-z0-9\-._~+/]{8,}=*", re.IGNORECASE)
+# Group 1 is set when the scheme stands right after an escape (`\nBearer …`), where the word-boundary
+# spelling never started a match: such a token then ends before a scheme word that starts a
+# credential of its own (`…/Bearer example.com`), or the match fails there, so it never swallows
+# the start of a match the boundary spelling makes (the second credential would be left whole).
+_AUTH_TOKEN = r"[A-Za-z0-9\-._~+/]"
+_AUTH_SCHEME = re.compile(
+    r"(?:\b|(" + _JSON_ESCAPE + r"))(Bearer|Basic|Token)(\s+)"
+    r"(?(1)(?:(?!(?<=[-._~+/])(?:Bearer|Basic|Token)\s+" + _AUTH_TOKEN + r"{8})" + _AUTH_TOKEN + r"){8,}"
+    r"|" + _AUTH_TOKEN + r"{8,})=*", re.IGNORECASE)
 # user:password@host inside URLs.
 _URL_CREDENTIALS = re.compile(r"(://[^/\s:@]+:)[^/\s@]+@")
 _KEY_WORDS = (
@@ -202,7 +210,7 @@ class Redactor:
         if _may_hold_shape(out):
             out = _TOKEN_SHAPES.sub(SECRET, out)
         out = _AWS_SECRET.sub(_aws_secret, out)
-        out = _AUTH_SCHEME.sub(lambda m: f"{m.group(1)}{m.group(2)}{SECRET}", out)
+        out = _AUTH_SCHEME.sub(lambda m: f"{m.group(2)}{m.group(3)}{SECRET}", out)
         out = _URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{SECRET}@", out)
         out = _ASSIGNMENT.sub(_assignment, out)
         for secret in self.secret_values:
