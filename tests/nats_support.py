@@ -53,6 +53,26 @@ class NatsNode:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self, wait: bool = True) -> NatsNode:
+        first = self.proc is None and not self.store.exists() and self.cluster is None  # routes name its ports
+        for attempt in range(3):
+            self._spawn()
+            if not wait:
+                return self
+            try:
+                self.wait_ready()
+                return self
+            except RuntimeError as exc:
+                # free_port's port may be taken by someone else before the server binds it (an
+                # outgoing connection draws from the same range): a first start tries new ports.
+                if not (first and "address already in use" in str(exc).lower()) or attempt == 2:
+                    raise
+                self.kill()
+                self.port, self.monitor = free_port(), free_port()
+                if self.cluster_port is not None:
+                    self.cluster_port = free_port()
+        return self
+
+    def _spawn(self) -> None:
         args = [binary(), "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor),
                 "-n", self.name, "-js", "-sd", str(self.store), *self.extra]
         if self.cluster:
@@ -60,9 +80,6 @@ class NatsNode:
                      "--routes", ",".join(f"nats://127.0.0.1:{p}" for p in self.routes)]
         with self.logfile.open("ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        if wait:
-            self.wait_ready()
-        return self
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Until ``/healthz`` says the server and its JetStream (in a cluster: its meta group) are up."""
