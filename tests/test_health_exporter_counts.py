@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
 from aep_collector.exporters.otlp import OtlpExporter, OtlpExporterConfig
 from aep_collector.exporters.otlp.wire import records_of
+from aep_collector.exporters.relay import RelayConfig, RelayExporter
 from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.envelope import Stamper
 from aep_collector.pipeline.host import Health, Host
@@ -30,7 +32,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 
 from tests.conftest import FIXTURES
 from tests.nats_support import stream_with_max_msg_size
-from tests.relay_double import wait_until
+from tests.relay_double import RelayDouble, wait_until
 from tests.test_nats_adversarial import padded
 from tests.test_nats_exporter import events, make_exporter, stored
 
@@ -302,3 +304,116 @@ async def test_the_memory_queue_reads_an_exports_return_the_same_way():
     await q.drain(5)
     await asyncio.sleep(0)
     assert health.counters == {("exporter/p", "exported"): 1}
+
+
+# -- relay: the relay double on loopback -----------------------------------------------------
+
+RELAY = "exporter/relay"
+RELAY_TOKEN = "relay-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def relay_exporter(endpoint: str, **overrides: Any) -> tuple[RelayExporter, Host]:
+    options = {"token": RELAY_TOKEN, "backoff_initial": 0.02, "backoff_max": 0.1, "instance": "test/1", **overrides}
+    exp = RelayExporter(CreateSettings(id="relay"), RelayConfig(endpoint=endpoint, **options))
+    host = Host()
+    await exp.start(host)
+    return exp, host
+
+
+def relay_ids(relay: RelayDouble) -> list[str]:
+    return [e["id"] for e in relay.received]
+
+
+async def test_relay_behind_the_memory_queue_counts_an_event_without_agent_dropped_not_exported():
+    relay = RelayDouble(RELAY_TOKEN)
+    await relay.start()
+    exp, host = await relay_exporter(relay.ws_url)
+    q = QueuedExporter(RELAY, exp, host.health)
+    q.start()
+    try:
+        q.put([GOLDEN[3], no_agent(GOLDEN[4]), GOLDEN[13]])
+        await wait_until(lambda: len(relay.received) == 2, "both events with an agent at the relay")
+    finally:
+        await q.drain(5)
+        await exp.shutdown()
+        await relay.stop()
+    assert relay_ids(relay) == [GOLDEN[3]["id"], GOLDEN[13]["id"]]
+    assert counts(host.health, RELAY) == {"exported": 2, "dropped": 1}
+    assert "no-agent" in host.health.snapshot()["problems"][RELAY]
+
+
+async def test_relay_behind_the_sending_queue_counts_an_event_without_agent_dropped_not_exported(tmp_path):
+    relay = RelayDouble(RELAY_TOKEN)
+    await relay.start()
+    exp, host = await relay_exporter(relay.ws_url)
+    q = queue(tmp_path, RELAY, exp.deliver, host.health)
+    q.start()
+    try:
+        q.put([GOLDEN[3], no_agent(GOLDEN[4]), GOLDEN[13]])
+        await wait_until(lambda: not q.pending_events, "the batch delivered")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+        await relay.stop()
+    assert relay_ids(relay) == [GOLDEN[3]["id"], GOLDEN[13]["id"]]
+    assert counts(host.health, RELAY) == {"exported": 2, "dropped": 1}
+
+
+async def test_relay_counts_an_event_without_agent_once_when_its_batch_is_retried(tmp_path):
+    """The relay is away and the agent's outbox is full of events ``export`` queued: the delivered
+    batch's event is pushed out of it (``drop_newest``), so the batch is retried until the relay is
+    back. Neither that event (its batch waits on disk) nor the one without an agent is counted
+    dropped on every attempt."""
+    relay = RelayDouble(RELAY_TOKEN, port=free_port())
+    exp, host = await relay_exporter(relay.ws_url, outbox_size=2, overflow="drop_newest")
+    q = queue(tmp_path, RELAY, exp.deliver, host.health)
+    try:
+        await exp.export([GOLDEN[3], GOLDEN[13]])  # fills the outbox while the relay is away
+        q.start()
+        q.put([GOLDEN[24], no_agent(GOLDEN[4])])
+        await wait_until(lambda: host.health.counters.get((RELAY, "retried"), 0) >= 2, "the batch retried")
+        await relay.start()
+        await wait_until(lambda: not q.pending_events, "the batch delivered once the relay is back")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+        await relay.stop()
+    assert GOLDEN[24]["id"] in relay_ids(relay)
+    got = counts(host.health, RELAY)
+    assert got.pop("retried") >= 2
+    assert got == {"exported": 1, "dropped": 1}
+
+
+async def test_relay_events_exported_after_shutdown_are_dropped_not_exported():
+    relay = RelayDouble(RELAY_TOKEN)
+    await relay.start()
+    exp, host = await relay_exporter(relay.ws_url)
+    await exp.shutdown()
+    q = QueuedExporter(RELAY, exp, host.health)
+    q.start()
+    try:
+        q.put([GOLDEN[3], no_agent(GOLDEN[4])])
+    finally:
+        await q.drain(5)
+        await relay.stop()
+    assert relay.received == []
+    assert counts(host.health, RELAY) == {"dropped": 2}
+
+
+async def test_relay_switched_off_counts_nothing_exported():
+    exp, host = await relay_exporter("")
+    q = QueuedExporter(RELAY, exp, host.health)
+    q.start()
+    try:
+        q.put([GOLDEN[3], no_agent(GOLDEN[4])])
+    finally:
+        await q.drain(5)
+        await exp.shutdown()
+    assert counts(host.health, RELAY) == {}
+    assert "dropped" not in host.health.snapshot()

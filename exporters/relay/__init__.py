@@ -72,42 +72,33 @@ class RelayExporter:
         if watch is not None:
             watch(self.open)  # control-capable agents connect before their first event
 
-    async def export(self, events: list[Event]) -> None:
-        """Queue each event on its own agent's connection; returns at once."""
-        by_agent: dict[str, list[Event]] = {}
-        for event in events:
-            agent = event.get("agent")
-            if not isinstance(agent, str) or not agent:
-                self.host.health.count(self.id, "dropped")
-                self.host.health.incident(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
-                continue
-            by_agent.setdefault(agent, []).append(event)
+    async def export(self, events: list[Event]) -> int:
+        """Queue each event on its own agent's connection; returns at once, with how many of
+        ``events`` it left out (counted ``dropped``) so the memory queue counts only the rest."""
         if not self.config.enabled:
-            return
+            return len(events)  # switched off: nothing sent, nothing lost, so neither counter
+        by_agent, no_agent = self._by_agent(events)
         if self._stopped:
             n = sum(map(len, by_agent.values()))
             if n:
-                self.host.health.count(self.id, "dropped", n)
                 log.warning("%s: %d events exported after shutdown were not sent", self.id, n)
-            return
-        for agent, batch in by_agent.items():
-            self._link(agent).enqueue(batch)
+            no_agent += n
+        else:
+            for agent, batch in by_agent.items():
+                self._link(agent).enqueue(batch)
+        if no_agent:
+            self.host.health.count(self.id, "dropped", no_agent)
+        return no_agent
 
-    async def deliver(self, events: list[Event]) -> None:
+    async def deliver(self, events: list[Event]) -> int:
         """The sending queue's call: returns once the relay confirmed every event (a ``pong`` after
-        it), however long the relay is away; raises if one was lost, so the batch is retried."""
+        it), however long the relay is away; raises if one was lost, so the batch is retried.
+        Returns how many of ``events`` it left out (no agent: counted ``dropped`` once it settles)."""
         if not self.config.enabled:
-            return
+            return len(events)
         if self._stopped:
             raise RuntimeError("the relay exporter is shut down")
-        by_agent: dict[str, list[Event]] = {}
-        for event in events:
-            agent = event.get("agent")
-            if not isinstance(agent, str) or not agent:
-                self.host.health.count(self.id, "dropped")
-                self.host.health.incident(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
-                continue
-            by_agent.setdefault(agent, []).append(event)
+        by_agent, no_agent = self._by_agent(events)
         tickets = []
         for agent, batch in by_agent.items():
             ticket = Ticket(len(batch))
@@ -124,6 +115,24 @@ class RelayExporter:
         lost = sum(t.lost for t in tickets)
         if lost:
             raise RuntimeError(f"{lost} events were dropped from the relay outbox before delivery")
+        # Counted once the batch settled: a retried batch would count them again on every attempt.
+        if no_agent:
+            self.host.health.count(self.id, "dropped", no_agent)
+        return no_agent
+
+    def _by_agent(self, events: list[Event]) -> tuple[dict[str, list[Event]], int]:
+        """``events`` grouped by agent, in order, and how many have no agent (shown as an incident)."""
+        by_agent: dict[str, list[Event]] = {}
+        no_agent = 0
+        for event in events:
+            agent = event.get("agent")
+            if not isinstance(agent, str) or not agent:
+                no_agent += 1
+                continue
+            by_agent.setdefault(agent, []).append(event)
+        if no_agent:
+            self.host.health.incident(self.id, "no-agent", "an event without an agent cannot be sent to a relay")
+        return by_agent, no_agent
 
     @property
     def persistent_queue(self) -> bool:

@@ -663,7 +663,11 @@ class AgentLink:
             return
         settle(items, delivered=False)
         cfg = self.owner.config
-        self.owner.host.health.count(self.owner.id, "dropped", len(items))
+        # Events of a ``deliver`` call are not lost: their batch waits in the sending queue on
+        # disk and is retried whole, so counting them here would count them dropped, then exported.
+        lost = sum(1 for item in items if item.ticket is None)
+        if lost:
+            self.owner.host.health.count(self.owner.id, "dropped", lost)
         for item in items:
             if item.session is not None and self.latest.get(item.session) is item:
                 del self.latest[item.session]  # never resurrect a dropped event as a claim
