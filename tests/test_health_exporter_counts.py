@@ -17,6 +17,7 @@ from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
 from aep_collector.exporters.otlp import OtlpExporter, OtlpExporterConfig
 from aep_collector.exporters.otlp.wire import records_of
 from aep_collector.exporters.relay import RelayConfig, RelayExporter
+from aep_collector.exporters.relay_server import RelayServer, RelayServerConfig
 from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.envelope import Stamper
 from aep_collector.pipeline.host import Health, Host
@@ -417,3 +418,26 @@ async def test_relay_switched_off_counts_nothing_exported():
         await exp.shutdown()
     assert counts(host.health, RELAY) == {}
     assert "dropped" not in host.health.snapshot()
+
+
+# -- relay_server: the relay role on loopback ------------------------------------------------
+
+
+async def test_relay_role_events_it_cannot_serve_are_dropped_not_exported(tmp_path):
+    """One mistyped event (``invalid-event``) and one it cannot encode (``unservable-event``) go
+    through the memory queue with good ones: only the good ones count as exported."""
+    cfg = RelayServerConfig(endpoint="127.0.0.1:0", token=RELAY_TOKEN)
+    role = RelayServer(CreateSettings(id="relay_server"), cfg)
+    host = Host(state_dir=tmp_path)
+    await role.start(host)
+    q = QueuedExporter(role.id, role, host.health)
+    q.start()
+    try:
+        mistyped = {**GOLDEN[4], "seq": "5"}
+        unencodable = {**GOLDEN[5], "data": {"tags": {"a", "b"}}}
+        q.put([GOLDEN[3], mistyped, GOLDEN[13], unencodable])
+    finally:
+        await q.drain(5)
+        await role.shutdown()
+    assert counts(host.health, role.id) == {"exported": 2, "dropped": 2}
+    assert {"invalid-event", "unservable-event"} <= set(host.health.snapshot()["problems"][role.id])

@@ -150,13 +150,16 @@ class RelayServer:
         except OSError as exc:
             host.health.fail(self.id, "discovery-file", f"cannot write {path}: {exc}")
 
-    async def export(self, events: list[Event]) -> None:
+    async def export(self, events: list[Event]) -> int:
         """Buffer and fan out each event; one the relay cannot serve is left out, counted and shown
-        in ``/healthz``, and the rest of the batch is still delivered."""
+        in ``/healthz``, and the rest of the batch is still delivered. Returns how many it left
+        out, so the memory queue counts only the rest ``exported``."""
+        left_out = 0
         for ev in events:
             problem = served_problem(ev)
             if problem is not None:
                 self._left_out(ev, "invalid-event", problem)
+                left_out += 1
                 continue
             session = ev.get("session")
             if session is not None and "seq" in ev:  # served_problem: a str session, a str agent
@@ -168,6 +171,8 @@ class RelayServer:
                 self.surface.publish(ev)
             except Exception as exc:  # e.g. a plug-in's value that is not JSON: only this event is lost
                 self._left_out(ev, "unservable-event", f"{type(exc).__name__}: {exc}")
+                left_out += 1
+        return left_out
 
     def _left_out(self, ev: Any, cause: str, problem: str) -> None:
         """Count an event subscribers will not get and raise an incident naming it (logged once per
