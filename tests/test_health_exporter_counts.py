@@ -331,6 +331,14 @@ def relay_ids(relay: RelayDouble) -> list[str]:
     return [e["id"] for e in relay.received]
 
 
+async def through_memory_queue(cid: str, exporter: Any, health: Health, events: list[dict[str, Any]]) -> None:
+    """``events`` through the memory queue to ``exporter``, drained."""
+    q = QueuedExporter(cid, exporter, health)
+    q.start()
+    q.put(events)
+    await q.drain(5)
+
+
 async def test_relay_behind_the_memory_queue_counts_an_event_without_agent_dropped_not_exported():
     relay = RelayDouble(RELAY_TOKEN)
     await relay.start()
@@ -396,12 +404,9 @@ async def test_relay_events_exported_after_shutdown_are_dropped_not_exported():
     await relay.start()
     exp, host = await relay_exporter(relay.ws_url)
     await exp.shutdown()
-    q = QueuedExporter(RELAY, exp, host.health)
-    q.start()
     try:
-        q.put([GOLDEN[3], no_agent(GOLDEN[4])])
+        await through_memory_queue(RELAY, exp, host.health, [GOLDEN[3], no_agent(GOLDEN[4])])
     finally:
-        await q.drain(5)
         await relay.stop()
     assert relay.received == []
     assert counts(host.health, RELAY) == {"dropped": 2}
@@ -409,12 +414,9 @@ async def test_relay_events_exported_after_shutdown_are_dropped_not_exported():
 
 async def test_relay_switched_off_counts_nothing_exported():
     exp, host = await relay_exporter("")
-    q = QueuedExporter(RELAY, exp, host.health)
-    q.start()
     try:
-        q.put([GOLDEN[3], no_agent(GOLDEN[4])])
+        await through_memory_queue(RELAY, exp, host.health, [GOLDEN[3], no_agent(GOLDEN[4])])
     finally:
-        await q.drain(5)
         await exp.shutdown()
     assert counts(host.health, RELAY) == {}
     assert "dropped" not in host.health.snapshot()
@@ -430,14 +432,11 @@ async def test_relay_role_events_it_cannot_serve_are_dropped_not_exported(tmp_pa
     role = RelayServer(CreateSettings(id="relay_server"), cfg)
     host = Host(state_dir=tmp_path)
     await role.start(host)
-    q = QueuedExporter(role.id, role, host.health)
-    q.start()
+    mistyped = {**GOLDEN[4], "seq": "5"}
+    unencodable = {**GOLDEN[5], "data": {"tags": {"a", "b"}}}
     try:
-        mistyped = {**GOLDEN[4], "seq": "5"}
-        unencodable = {**GOLDEN[5], "data": {"tags": {"a", "b"}}}
-        q.put([GOLDEN[3], mistyped, GOLDEN[13], unencodable])
+        await through_memory_queue(role.id, role, host.health, [GOLDEN[3], mistyped, GOLDEN[13], unencodable])
     finally:
-        await q.drain(5)
         await role.shutdown()
     assert counts(host.health, role.id) == {"exported": 2, "dropped": 2}
     assert {"invalid-event", "unservable-event"} <= set(host.health.snapshot()["problems"][role.id])
