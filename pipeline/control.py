@@ -67,6 +67,12 @@ def elicitation_key(elicitation_id: str | None, server: str | None) -> str:
     """The key an MCP elicitation, its result and an operator's answer share: its id, else its server's name."""
     return elicitation_id or server or "elicitation"
 
+BUSY_DETAIL = "the collector is taking commands slower than they arrive; try again"
+"""The detail of a ``busy`` answer to a command that found a transport's command queue full."""
+
+Lanes = list[tuple[Any, list[Event]]]
+"""A command's recorded ack: ``(pipeline, ack events)`` for each pipeline the ack went through."""
+
 Forward = Callable[[Event, str], Awaitable["list[Event] | None"]]
 """Sends a command to the collector that holds its session; returns that collector's acks, or
 ``None`` when it could not be reached."""
@@ -280,12 +286,47 @@ class ControlRouter:
         if not (isinstance(cid, str) and cid and isinstance(source, str) and source):
             await self._submit(command, agent)  # malformed: counted and dropped as any other
             return []
-        key = (source, cid)
-        await self._ack(key, command, agent, None, "busy",
-                        "the collector holding this session cannot be reached now; try again")
         # Not remembered: a retransmission tries that collector again.
-        recorded = self.decisions.pop(key, None)
+        recorded = await self._busy_unremembered((source, cid), command, agent,
+                                                 "the collector holding this session cannot be reached now; try again")
         return [e for _, events in recorded or [] for e in events]
+
+    async def busy(self, command: Event, agent: str, detail: str = BUSY_DETAIL) -> tuple[str, Lanes | None]:
+        """Answer ``command`` ``control.rejected`` ``busy`` now, outside the router's queue (a
+        transport whose command queue is full), sequenced in its session like every ack.
+
+        Returns the outcome with the ack's lanes: ``busy``; ``known`` (already decided, its recorded
+        ack re-sent byte-identical, or still being decided: its one decision answers this copy too);
+        or why no ack could be made. As ``_forward`` does for an edge it cannot reach, the decision
+        is not remembered (the caller keeps it while its queue stays full), so a retry with the same
+        id is decided afresh once there is room (AEP-0004 §3 lets a target forget a command).
+        """
+        cid, source, session = command.get("id"), command.get("source"), command.get("session")
+        if not (isinstance(cid, str) and cid and isinstance(source, str) and source
+                and isinstance(session, str) and session):
+            return "it has no id, source or session to address an ack to", None
+        key = (source, cid)
+        if key in self.decisions:
+            # AEP-0004 §3: a redelivery gets the recorded ack again, byte-identical (none while deciding).
+            for pipeline, events in self.decisions[key] or []:
+                pipeline.deliver(events, redelivery=True)
+            return "known", None
+        owner = self.causes.get((agent, session, cid))
+        if owner is not None and owner != source:
+            return "its id is already used in this session by another sender", None
+        recorded = await self._busy_unremembered(key, command, agent, detail)
+        if not any(events for _, events in recorded or []):
+            return "no pipeline took the ack", None
+        return "busy", recorded
+
+    async def _busy_unremembered(self, key: tuple[str, str], command: Event, agent: str,
+                                 detail: str) -> Lanes | None:
+        """A ``busy`` ack for ``command``, its decision forgotten at once; returns its lanes."""
+        try:
+            await self._ack(key, command, agent, None, "busy", detail)
+        finally:
+            recorded = self.decisions.pop(key, None)
+        return recorded
 
     async def _submit(self, command: Event, target_agent: str) -> None:
         cid, source, session = command.get("id"), command.get("source"), command.get("session")

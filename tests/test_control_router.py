@@ -484,3 +484,28 @@ async def test_one_command_id_from_two_senders_gets_one_decision_in_the_session(
     await env.router.submit(elsewhere, "claude-code")
     other_file = read_jsonl(env.tmp_path / "logs" / "claude-code" / "sess-2.jsonl")
     assert [(e["type"], e["cause"]) for e in other_file] == [("control.rejected", first["id"])]
+
+
+async def test_busy_answers_once_now_and_forgets_so_a_retry_is_decided_afresh(env):
+    """``ControlRouter.busy``: what a transport whose command queue is full calls."""
+    rid_task = asyncio.create_task(env.post(permission()))
+    (rid,) = await env.held()
+    c = respond(rid, option="allow")
+    outcome, lanes = await env.router.busy(c, "claude-code")
+    assert outcome == "busy"
+    (ack,) = [e for _, events in lanes for e in events]
+    assert ack["type"] == "control.rejected" and ack["cause"] == c["id"] and ack["data"]["reason"] == "busy"
+    assert (c["source"], c["id"]) not in env.router.decisions  # not remembered: the retry is decided
+    await env.router.submit(dict(c), "claude-code")
+    status, _ = await asyncio.wait_for(rid_task, 10)
+    assert status == 200
+    # Decided now: a copy arriving while a queue is full gets the recorded ack, no second decision.
+    assert await env.router.busy(dict(c), "claude-code") == ("known", None)
+    types = [e["type"] for e in env.jsonl() if e.get("cause") == c["id"]]
+    assert types.count("control.rejected") == 1 and types.count("control.accepted") == 1
+    # A second sender reusing that id in the session, and a command with no session, get no ack.
+    other = dict(c, source="aep://elsewhere/operator")
+    outcome, lanes = await env.router.busy(other, "claude-code")
+    assert lanes is None and "another sender" in outcome
+    outcome, lanes = await env.router.busy({k: v for k, v in c.items() if k != "session"}, "claude-code")
+    assert lanes is None and "no id, source or session" in outcome

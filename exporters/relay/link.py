@@ -51,7 +51,6 @@ WRITE_BYTES = 1 << 20
 COMMAND_CHARS = MAX_FRAME
 """Characters of command frames a link holds for the router at most, beside ``command_queue``: a
 queue of maximal frames would otherwise hold ``command_queue`` x 16 MiB. An empty queue takes any."""
-BUSY_DETAIL = "the collector is taking commands slower than they arrive; try again"
 BUSY_REMEMBERED = 1024
 """``busy`` acks a link keeps while its command queue stays full, to re-send to a copy of the command."""
 
@@ -613,7 +612,11 @@ class AgentLink:
                 pipeline.deliver(events, redelivery=True)
             return
         try:
-            outcome, recorded = await answer_busy(self.owner.host.control, command, self.agent)
+            busy = getattr(self.owner.host.control, "busy", None)
+            if busy is None:
+                outcome, recorded = "no control router that can answer it", None
+            else:
+                outcome, recorded = await busy(command, self.agent)
         except Exception as exc:  # the router's fault is reported; the link keeps reading
             outcome = f"{type(exc).__name__}: {exc}"
         if outcome == "known":  # the router re-sent its recorded ack, or is still deciding
@@ -719,44 +722,6 @@ async def _send_all(ws: ClientConnection, texts: list[str]) -> None:
 
 def _command_key(command: dict[str, Any]) -> tuple[Any, Any]:
     return command.get("source"), command.get("id")
-
-
-async def answer_busy(control: Any, command: dict[str, Any],
-                      agent: str) -> tuple[str, list[tuple[Any, list[Event]]] | None]:
-    """Answer ``command`` ``control.rejected`` ``busy`` through the control router, sequenced in its
-    session like every ack. Returns the outcome with the ack's lanes (pipeline, events): ``busy``,
-    ``known`` (the router has decided it, or is deciding it: its one decision answers this copy
-    too) or why it could not be answered.
-
-    What ``ControlRouter._forward`` does for an edge it cannot reach, kept out of the router's
-    queue: the router does not remember the decision (the link keeps it while its queue stays
-    full), so a retry with the same id is decided afresh once there is room (AEP-0004 §3 lets a
-    target forget a command). The router offers no public call for it.
-    """
-    cid, source, session = command.get("id"), command.get("source"), command.get("session")
-    if not (isinstance(cid, str) and cid and isinstance(source, str) and source
-            and isinstance(session, str) and session):
-        return "it has no id, source or session to address an ack to", None
-    decisions = getattr(control, "decisions", None)
-    decide = getattr(control, "_ack", None)
-    if not isinstance(decisions, dict) or decide is None:
-        return "no control router that can answer it", None
-    key = (source, cid)
-    if key in decisions:
-        # AEP-0004 §3: a redelivery gets the recorded ack again, byte-identical (none while deciding).
-        for pipeline, events in decisions[key] or []:
-            pipeline.deliver(events, redelivery=True)
-        return "known", None
-    owner = getattr(control, "causes", {}).get((agent, session, cid))
-    if owner is not None and owner != source:
-        return "its id is already used in this session by another sender", None
-    try:
-        await decide(key, command, agent, None, "busy", BUSY_DETAIL)
-    finally:
-        recorded = decisions.pop(key, None)
-    if not any(events for _, events in recorded or []):
-        return "no pipeline took the ack", None
-    return "busy", recorded
 
 
 async def _answers_ping(ws: ClientConnection) -> bool:
