@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +69,8 @@ def elicitation_key(elicitation_id: str | None, server: str | None) -> str:
 
 BUSY_DETAIL = "the collector is taking commands slower than they arrive; try again"
 """The detail of a ``busy`` answer to a command that found a transport's command queue full."""
+BUSY_REMEMBERED = 1024
+"""``busy`` acks kept while a command queue stays full, to re-send to a copy of the command."""
 
 Lanes = list[tuple[Any, list[Event]]]
 """A command's recorded ack: ``(pipeline, ack events)`` for each pipeline the ack went through."""
@@ -481,3 +483,91 @@ class ControlRouter:
         self.closed = True
         for hold in list({id(h): h for h in self.holds.values()}.values()):
             hold.settle(Outcome("shutdown"))
+
+
+def command_key(command: Event) -> tuple[Any, Any]:
+    """What the router dedupes a command on: ``(source, id)``."""
+    return command.get("source"), command.get("id")
+
+
+class BusyAnswers:
+    """The bookkeeping of a transport's bounded command queue (commands waiting for the router).
+
+    A command that finds the queue full is answered ``busy`` at once through
+    ``ControlRouter.busy`` (AEP-0004 §3, §7: every command gets its ack, never dropped unanswered),
+    counted ``commands-busy`` (``commands-unanswered`` when no ack can be addressed) and shown as
+    the incident ``command-overflow``. A copy of a queued command gets no answer of its own (its one
+    forthcoming decision answers both); a copy arriving while the queue stays full gets the same
+    busy ack again; once the queue drains busy is forgotten, so a retry is decided afresh.
+    The transport says what enters (``queued``) and leaves (``taken``) its queue.
+    """
+
+    def __init__(self, health: Health, component: str, label: str, logger: logging.Logger) -> None:
+        self.health, self.component, self.label, self.log = health, component, label, logger
+        self.queued_ids: Counter[tuple[Any, Any]] = Counter()
+        """``(source, id)`` of each queued command: a copy arriving meanwhile is answered by its decision."""
+        self.episode = 0
+        """Commands turned away since the queue last filled."""
+        self.acks: OrderedDict[tuple[Any, Any], Lanes] = OrderedDict()
+        """The ``busy`` acks of this overflow episode: a copy of such a command gets the same ack again."""
+        self._unanswered_logged = False
+
+    def queued(self, command: Event) -> None:
+        """``command`` entered the queue: the router decides it afresh."""
+        key = command_key(command)
+        self.queued_ids[key] += 1
+        self.acks.pop(key, None)
+
+    def taken(self, command: Event, empty: bool) -> None:
+        """``command`` left the queue; ``empty``: nothing waits any more, so the overflow is over."""
+        key = command_key(command)
+        self.queued_ids[key] -= 1
+        if self.queued_ids[key] <= 0:
+            del self.queued_ids[key]
+        if self.episode and empty:
+            self.log.warning("%s: command queue for %s drained; %d commands were turned away while it was full",
+                             self.component, self.label, self.episode)
+            self.episode = 0
+            self.acks.clear()  # forgotten: a retry with the same id is decided afresh
+
+    async def answer(self, control: Any, command: Event, agent: str, waiting: int) -> None:
+        """Answer ``command``, which found the queue full (``waiting`` commands in it), ``busy`` now."""
+        key = command_key(command)
+        if all(isinstance(k, str) for k in key) and key in self.queued_ids:
+            return  # a copy of a queued command: AEP-0004 §3, its one forthcoming ack answers both
+        recorded = self.acks.get(key)
+        if recorded is not None:  # AEP-0004 §3: one decision per command, re-sent byte-identical
+            for pipeline, events in recorded:
+                pipeline.deliver(events, redelivery=True)
+            return
+        outcome: str
+        try:
+            busy = getattr(control, "busy", None)
+            if busy is None:
+                outcome, recorded = "no control router that can answer it", None
+            else:
+                outcome, recorded = await busy(command, agent)
+        except Exception as exc:  # the router's fault is reported; the transport keeps reading
+            outcome = f"{type(exc).__name__}: {exc}"
+        if outcome == "known":  # the router re-sent its recorded ack, or is still deciding
+            return
+        self.episode += 1
+        if outcome == "busy" and recorded:
+            self.acks[key] = recorded
+            if len(self.acks) > BUSY_REMEMBERED:
+                self.acks.popitem(last=False)
+            self.health.count(self.component, "commands-busy")
+        else:
+            self.health.count(self.component, "commands-unanswered")
+            if not self._unanswered_logged:
+                self._unanswered_logged = True
+                self.log.warning("%s: %s: a %s command found the command queue full and could not be answered: "
+                                 "%s (counted as commands-unanswered)", self.component, self.label,
+                                 command.get("type"), outcome)
+        if self.episode == 1:
+            self.log.warning("%s: command queue for %s is full (%d commands wait for the control router); "
+                             "answering busy until it has room", self.component, self.label, waiting)
+        self.health.incident(self.component, "command-overflow",
+                             f"{self.label}: {waiting} commands wait for the control router; "
+                             f"{self.episode} that arrived since it filled were turned away, each "
+                             f"answered busy where an ack could be addressed")

@@ -23,10 +23,11 @@ import contextlib
 import json
 import logging
 import ssl
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from aep_collector.pipeline.control import BusyAnswers
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event
 from websockets.asyncio.client import ClientConnection, connect
@@ -51,8 +52,6 @@ WRITE_BYTES = 1 << 20
 COMMAND_CHARS = MAX_FRAME
 """Characters of command frames a link holds for the router at most, beside ``command_queue``: a
 queue of maximal frames would otherwise hold ``command_queue`` x 16 MiB. An empty queue takes any."""
-BUSY_REMEMBERED = 1024
-"""``busy`` acks a link keeps while its command queue stays full, to re-send to a copy of the command."""
 
 
 def compact(frame: dict[str, Any]) -> str:
@@ -109,11 +108,8 @@ class AgentLink:
         self._commands: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue(cfg.command_queue)
         """Inbound commands (with their frame's length) waiting for the router, in arrival order."""
         self._command_chars = 0
-        self._queued_ids: Counter[tuple[Any, Any]] = Counter()
-        """``(source, id)`` of each queued command: a copy arriving meanwhile is answered by its decision."""
-        self._busy_episode = 0
-        self._busy_acks: OrderedDict[tuple[str, str], list[tuple[Any, list[Event]]]] = OrderedDict()
-        """The ``busy`` acks of this overflow episode: a copy of such a command gets the same ack again."""
+        self._busy = BusyAnswers(owner.host.health, owner.id, agent, log)
+        """Answers ``busy`` what finds ``_commands`` full; knows what is queued and what it answered."""
         self._wake = asyncio.Event()
         self._closing = False
         self._rehello = False
@@ -139,6 +135,7 @@ class AgentLink:
     # -- the exporter's side ---------------------------------------------------------------
 
     def start(self) -> None:
+        self._busy.health = self.owner.host.health  # a link made before the exporter started had none
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name=f"relay:{self.agent}")
         self._worker = loop.create_task(self._submit_loop(), name=f"relay-commands:{self.agent}")
@@ -521,12 +518,11 @@ class AgentLink:
                 if is_command(str(kind)):
                     if self._commands.full() or (self._command_chars + len(raw) > COMMAND_CHARS
                                                  and not self._commands.empty()):
-                        await self._busy(frame)
+                        await self._busy.answer(self.owner.host.control, frame, self.agent, self._commands.qsize())
                     else:
                         self._commands.put_nowait((frame, len(raw)))
                         self._command_chars += len(raw)
-                        self._queued_ids[_command_key(frame)] += 1
-                        self._busy_acks.pop(_command_key(frame), None)  # taken now: the router decides it afresh
+                        self._busy.queued(frame)
                 else:
                     self._once(f"event-{kind}", f"ignored a {kind} event the relay sent to an emitter connection")
             elif kind == "ping":
@@ -580,15 +576,7 @@ class AgentLink:
         while True:
             command, size = await self._commands.get()
             self._command_chars -= size
-            key = _command_key(command)
-            self._queued_ids[key] -= 1
-            if self._queued_ids[key] <= 0:
-                del self._queued_ids[key]
-            if self._busy_episode and self._commands.empty():
-                log.warning("%s: command queue for %s drained; %d commands were turned away while it was full",
-                            self.owner.id, self.agent, self._busy_episode)
-                self._busy_episode = 0
-                self._busy_acks.clear()  # forgotten: a retry with the same id is decided afresh
+            self._busy.taken(command, self._commands.empty())
             control = self.owner.host.control
             submit = getattr(control, "submit", None)
             if submit is None:
@@ -599,45 +587,6 @@ class AgentLink:
                 await submit(command, self.agent)
             except Exception as exc:  # the router's fault is reported; the link keeps going
                 self.owner.host.health.incident(self.owner.id, "submit-failed", f"{type(exc).__name__}: {exc}")
-
-    async def _busy(self, command: dict[str, Any]) -> None:
-        """A command the queue has no room for: answered ``busy`` now, never dropped unanswered."""
-        health, cid = self.owner.host.health, self.owner.id
-        key = _command_key(command)
-        if all(isinstance(k, str) for k in key) and key in self._queued_ids:
-            return  # a copy of a queued command: AEP-0004 §3, its one forthcoming ack answers both
-        recorded = self._busy_acks.get(key)
-        if recorded is not None:  # AEP-0004 §3: one decision per command, re-sent byte-identical
-            for pipeline, events in recorded:
-                pipeline.deliver(events, redelivery=True)
-            return
-        try:
-            busy = getattr(self.owner.host.control, "busy", None)
-            if busy is None:
-                outcome, recorded = "no control router that can answer it", None
-            else:
-                outcome, recorded = await busy(command, self.agent)
-        except Exception as exc:  # the router's fault is reported; the link keeps reading
-            outcome = f"{type(exc).__name__}: {exc}"
-        if outcome == "known":  # the router re-sent its recorded ack, or is still deciding
-            return
-        self._busy_episode += 1
-        if outcome == "busy" and recorded:
-            self._busy_acks[key] = recorded
-            if len(self._busy_acks) > BUSY_REMEMBERED:
-                self._busy_acks.popitem(last=False)
-            health.count(cid, "commands-busy")
-        else:
-            health.count(cid, "commands-unanswered")
-            self._once("busy-unanswered", f"a {command.get('type')} command found the command queue full and "
-                                          f"could not be answered: {outcome} (counted as commands-unanswered)")
-        if self._busy_episode == 1:
-            log.warning("%s: command queue for %s is full (%d commands wait for the control router); "
-                        "answering busy until it has room", cid, self.agent, self._commands.qsize())
-        health.incident(cid, "command-overflow",
-                        f"{self.agent}: {self._commands.qsize()} commands wait for the control router; "
-                        f"{self._busy_episode} that arrived since it filled were turned away, each "
-                        f"answered busy where an ack could be addressed")
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -718,10 +667,6 @@ async def _send_all(ws: ClientConnection, texts: list[str]) -> None:
                 transport.write(b"".join(chunks))
             else:
                 protocol.writes[:0] = chunks
-
-
-def _command_key(command: dict[str, Any]) -> tuple[Any, Any]:
-    return command.get("source"), command.get("id")
 
 
 async def _answers_ping(ws: ClientConnection) -> bool:
