@@ -25,11 +25,13 @@ import secrets
 import socket
 import sys
 from collections import OrderedDict
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from aep_collector.pipeline.atomic import atomic_write
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.control import BusyAnswers
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.http_refusals import JsonRefusalRunner
 from aep_collector.pipeline.model import Event
@@ -101,6 +103,8 @@ class RelayServer:
         self._runner: web.AppRunner | None = None
         self._beat: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        """Commands handed to the control router and not yet decided: at most ``command_queue``."""
+        self._busy = BusyAnswers(self.host.health, self.id, "WebSocket consumers", log)
         self.port = 0
         self.discovery_path: Path | None = None
 
@@ -108,6 +112,7 @@ class RelayServer:
 
     async def start(self, host: Host) -> None:
         self.host = host
+        self._busy.health = host.health
         if not self.token:
             self.token_path = Path(self.config.token_file).expanduser() if self.config.token_file \
                 else Path(host.state_dir) / TOKEN_FILE
@@ -204,13 +209,26 @@ class RelayServer:
     def owner_of(self, session: str) -> str | None:
         return self.owned.get(session)
 
-    def submit(self, cmd: dict[str, Any], agent: str) -> None:
-        submit = getattr(self.host.control, "submit", None)
+    def submit(self, cmd: dict[str, Any], agent: str) -> Coroutine[Any, Any, None] | None:
+        """Hand ``cmd`` to the control router off the reading path. With ``command_queue`` commands
+        still undecided it is answered ``busy`` instead: returned is that answer, for the reader to
+        await before its next frame, so a consumer sending commands faster than they are decided
+        waits in its socket rather than in this process's memory."""
+        control = self.host.control
+        submit = getattr(control, "submit", None)
         if submit is None:
-            return
+            return None
+        if len(self._tasks) >= self.config.command_queue:
+            return self._busy.answer(control, cmd, agent, len(self._tasks))
+        self._busy.queued(cmd)
         task = asyncio.get_running_loop().create_task(submit(cmd, agent))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda done: self._decided(done, cmd))
+        return None
+
+    def _decided(self, task: asyncio.Task[None], cmd: dict[str, Any]) -> None:
+        self._tasks.discard(task)
+        self._busy.taken(cmd, not self._tasks)
 
     def accepts_union(self) -> list[str]:
         control = self.host.control

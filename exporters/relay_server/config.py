@@ -43,6 +43,9 @@ class RelayServerConfig:
     than the collector's own gating would."""
     ack_window_ms: int = 10000
     """Declared for the collector's own agents in the roster (AEP-0004 §3)."""
+    command_queue: int = 100
+    """Commands from consumers waiting for the control router at once; one that finds this many
+    waiting is answered ``control.rejected`` ``busy`` instead (AEP-0004 §3, §7)."""
 
     def __post_init__(self) -> None:
         if self.token is not None and not self.token.strip():
@@ -52,7 +55,8 @@ class RelayServerConfig:
         host, _, port = self.endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) < 65536:
             raise ValueError(f"endpoint must be host:port such as 127.0.0.1:8787, got {self.endpoint!r}")
-        for name in ("buffer", "max_sessions", "max_from", "max_subscriptions", "max_body", "max_batch", "soft_limit", "ack_window_ms"):
+        for name in ("buffer", "max_sessions", "max_from", "max_subscriptions", "max_body", "max_batch", "soft_limit", "ack_window_ms",
+                     "command_queue"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         validate_body_timeout(self.body_timeout)

@@ -27,7 +27,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,6 +216,8 @@ class Conn:
     hello: dict[str, Any] | None = None
     subs: dict[str, Sub] = field(default_factory=dict)
     claims: dict[str, None] = field(default_factory=dict)
+    busy: Coroutine[Any, Any, None] | None = None
+    """A command's ``busy`` answer (the router's queue was full), awaited before the next frame is read."""
 
     @property
     def role(self) -> str:
@@ -416,7 +418,12 @@ class Surface:
                 return
             target.outlet.put(text)  # forwarded byte-identically (AEP-0004 §4 rule 5)
         else:
-            self.owner.submit(cmd, target)
+            busy = self.owner.submit(cmd, target)
+            if busy is not None:
+                if sender is not None:
+                    sender.busy = busy  # awaited by its reader: the consumer waits, not our memory
+                else:  # commands arrive only on a WebSocket (POST refuses them); never unanswered
+                    asyncio.get_running_loop().create_task(busy)
         self.fan_out(cmd, text, _foreign_claim(cmd))
 
     def roster(self) -> list[dict[str, Any]]:
@@ -612,6 +619,9 @@ class Surface:
                         log.exception("relay role: a WebSocket frame could not be handled")
                         conn.send({"type": "error", "code": "internal",
                                    "detail": "the relay could not handle this frame; see its log"})
+                    if conn.busy is not None:
+                        busy, conn.busy = conn.busy, None
+                        await busy
                 elif msg.type == WSMsgType.BINARY:
                     conn.send({"type": "error", "code": "binary-unsupported"})
                     conn.outlet.end("1003")
