@@ -440,3 +440,23 @@ async def test_relay_role_events_it_cannot_serve_are_dropped_not_exported(tmp_pa
         await role.shutdown()
     assert counts(host.health, role.id) == {"exported": 2, "dropped": 2}
     assert {"invalid-event", "unservable-event"} <= set(host.health.snapshot()["problems"][role.id])
+
+
+async def test_relay_a_delivered_batch_larger_than_the_outbox_goes_through(tmp_path):
+    """A sending-queue batch of one agent larger than ``outbox_size`` overflowed the agent's outbox
+    on its own, so it was retried for good and nothing after it was delivered."""
+    relay = RelayDouble(RELAY_TOKEN)
+    await relay.start()
+    exp, host = await relay_exporter(relay.ws_url, outbox_size=3)
+    q = queue(tmp_path, RELAY, exp.deliver, host.health)
+    batch = [{**GOLDEN[3], "id": f"01RELAYBIGBATCH{n:011d}", "seq": n} for n in range(8)]
+    q.start()
+    try:
+        q.put(batch)
+        await wait_until(lambda: not q.pending_events, "the batch delivered", timeout=10)
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+        await relay.stop()
+    assert relay_ids(relay) == [e["id"] for e in batch]
+    assert counts(host.health, RELAY) == {"exported": 8}

@@ -100,9 +100,20 @@ class RelayExporter:
             raise RuntimeError("the relay exporter is shut down")
         by_agent, no_agent = self._by_agent(events)
         tickets = []
+        cap = self.config.outbox_size
         for agent, batch in by_agent.items():
-            ticket = Ticket(len(batch))
             link = self._link(agent)
+            while len(batch) > cap:
+                # More than the outbox holds would overflow it on its own, and the retry would
+                # too, for good: such a batch goes an outbox at a time, each confirmed first.
+                ticket = Ticket(cap)
+                link.enqueue(batch[:cap], ticket, wake=False)
+                await link.send_now()
+                await ticket.done
+                if ticket.lost:
+                    raise RuntimeError(f"{ticket.lost} events were dropped from the relay outbox before delivery")
+                batch = batch[cap:]
+            ticket = Ticket(len(batch))
             link.enqueue(batch, ticket, wake=False)
             await link.send_now()  # from this task while the link's writer is idle: no wake-up
             tickets.append(ticket)
