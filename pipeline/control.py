@@ -502,8 +502,10 @@ class BusyAnswers:
     The transport says what enters (``queued``) and leaves (``taken``) its queue.
     """
 
-    def __init__(self, health: Health, component: str, label: str, logger: logging.Logger) -> None:
-        self.health, self.component, self.label, self.log = health, component, label, logger
+    def __init__(self, owner: Any, label: str, logger: logging.Logger) -> None:
+        # The owning component (its ``id`` and ``host``), read at each use: its host is replaced
+        # when it starts, after this was made.
+        self.owner, self.label, self.log = owner, label, logger
         self.queued_ids: Counter[tuple[Any, Any]] = Counter()
         """``(source, id)`` of each queued command: a copy arriving meanwhile is answered by its decision."""
         self.episode = 0
@@ -526,11 +528,11 @@ class BusyAnswers:
             del self.queued_ids[key]
         if self.episode and empty:
             self.log.warning("%s: command queue for %s drained; %d commands were turned away while it was full",
-                             self.component, self.label, self.episode)
+                             self.owner.id, self.label, self.episode)
             self.episode = 0
             self.acks.clear()  # forgotten: a retry with the same id is decided afresh
 
-    async def answer(self, control: Any, command: Event, agent: str, waiting: int) -> None:
+    async def answer(self, command: Event, agent: str, waiting: int) -> None:
         """Answer ``command``, which found the queue full (``waiting`` commands in it), ``busy`` now."""
         key = command_key(command)
         if all(isinstance(k, str) for k in key) and key in self.queued_ids:
@@ -542,7 +544,7 @@ class BusyAnswers:
             return
         outcome: str
         try:
-            busy = getattr(control, "busy", None)
+            busy = getattr(self.owner.host.control, "busy", None)
             if busy is None:
                 outcome, recorded = "no control router that can answer it", None
             else:
@@ -556,18 +558,18 @@ class BusyAnswers:
             self.acks[key] = recorded
             if len(self.acks) > BUSY_REMEMBERED:
                 self.acks.popitem(last=False)
-            self.health.count(self.component, "commands-busy")
+            self.owner.host.health.count(self.owner.id, "commands-busy")
         else:
-            self.health.count(self.component, "commands-unanswered")
+            self.owner.host.health.count(self.owner.id, "commands-unanswered")
             if not self._unanswered_logged:
                 self._unanswered_logged = True
                 self.log.warning("%s: %s: a %s command found the command queue full and could not be answered: "
-                                 "%s (counted as commands-unanswered)", self.component, self.label,
+                                 "%s (counted as commands-unanswered)", self.owner.id, self.label,
                                  command.get("type"), outcome)
         if self.episode == 1:
             self.log.warning("%s: command queue for %s is full (%d commands wait for the control router); "
-                             "answering busy until it has room", self.component, self.label, waiting)
-        self.health.incident(self.component, "command-overflow",
+                             "answering busy until it has room", self.owner.id, self.label, waiting)
+        self.owner.host.health.incident(self.owner.id, "command-overflow",
                              f"{self.label}: {waiting} commands wait for the control router; "
                              f"{self.episode} that arrived since it filled were turned away, each "
                              f"answered busy where an ack could be addressed")

@@ -108,7 +108,7 @@ class AgentLink:
         self._commands: asyncio.Queue[tuple[dict[str, Any], int]] = asyncio.Queue(cfg.command_queue)
         """Inbound commands (with their frame's length) waiting for the router, in arrival order."""
         self._command_chars = 0
-        self._busy = BusyAnswers(owner.host.health, owner.id, agent, log)
+        self._busy = BusyAnswers(owner, agent, log)
         """Answers ``busy`` what finds ``_commands`` full; knows what is queued and what it answered."""
         self._wake = asyncio.Event()
         self._closing = False
@@ -135,7 +135,6 @@ class AgentLink:
     # -- the exporter's side ---------------------------------------------------------------
 
     def start(self) -> None:
-        self._busy.health = self.owner.host.health  # a link made before the exporter started had none
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name=f"relay:{self.agent}")
         self._worker = loop.create_task(self._submit_loop(), name=f"relay-commands:{self.agent}")
@@ -518,7 +517,7 @@ class AgentLink:
                 if is_command(str(kind)):
                     if self._commands.full() or (self._command_chars + len(raw) > COMMAND_CHARS
                                                  and not self._commands.empty()):
-                        await self._busy.answer(self.owner.host.control, frame, self.agent, self._commands.qsize())
+                        await self._busy.answer(frame, self.agent, self._commands.qsize())
                     else:
                         self._commands.put_nowait((frame, len(raw)))
                         self._command_chars += len(raw)

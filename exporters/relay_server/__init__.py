@@ -104,7 +104,7 @@ class RelayServer:
         self._beat: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         """Commands handed to the control router and not yet decided: at most ``command_queue``."""
-        self._busy = BusyAnswers(self.host.health, self.id, "WebSocket consumers", log)
+        self._busy = BusyAnswers(self, "WebSocket consumers", log)
         self.port = 0
         self.discovery_path: Path | None = None
 
@@ -112,7 +112,6 @@ class RelayServer:
 
     async def start(self, host: Host) -> None:
         self.host = host
-        self._busy.health = host.health
         if not self.token:
             self.token_path = Path(self.config.token_file).expanduser() if self.config.token_file \
                 else Path(host.state_dir) / TOKEN_FILE
@@ -214,12 +213,11 @@ class RelayServer:
         still undecided it is answered ``busy`` instead: returned is that answer, for the reader to
         await before its next frame, so a consumer sending commands faster than they are decided
         waits in its socket rather than in this process's memory."""
-        control = self.host.control
-        submit = getattr(control, "submit", None)
+        submit = getattr(self.host.control, "submit", None)
         if submit is None:
             return None
         if len(self._tasks) >= self.config.command_queue:
-            return self._busy.answer(control, cmd, agent, len(self._tasks))
+            return self._busy.answer(cmd, agent, len(self._tasks))
         self._busy.queued(cmd)
         task = asyncio.get_running_loop().create_task(submit(cmd, agent))
         self._tasks.add(task)
