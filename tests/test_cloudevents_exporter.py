@@ -14,7 +14,7 @@ from aep_collector.pipeline.sending_queue import Permanent, RetryLater
 from aiohttp import web
 
 from tests.conftest import FIXTURES, corpus
-from tests.helpers import running
+from tests.helpers import running, serve
 from tests.relay_double import wait_until
 
 
@@ -75,10 +75,8 @@ async def sink():
 
     app = web.Application()
     app.router.add_post("/ce", post)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    state["url"] = f"http://127.0.0.1:{runner.addresses[0][1]}/ce"
+    runner, port = await serve(app)
+    state["url"] = f"http://127.0.0.1:{port}/ce"
     yield state
     await runner.cleanup()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 
 from tests.conftest import FIXTURES
-from tests.nats_support import stream_with_max_msg_size
+from tests.helpers import serve
+from tests.nats_support import free_port, stream_with_max_msg_size
 from tests.relay_double import RelayDouble, wait_until
 from tests.test_nats_adversarial import padded
 from tests.test_nats_exporter import events, make_exporter, stored
@@ -75,10 +75,8 @@ async def otlp_http():
 
     app = web.Application()
     app.router.add_post("/v1/logs", v1_logs)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    state["url"] = f"http://127.0.0.1:{runner.addresses[0][1]}/v1/logs"
+    runner, port = await serve(app)
+    state["url"] = f"http://127.0.0.1:{port}/v1/logs"
     yield state
     await runner.cleanup()
 
@@ -311,12 +309,6 @@ async def test_the_memory_queue_reads_an_exports_return_the_same_way():
 
 RELAY = "exporter/relay"
 RELAY_TOKEN = "relay-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def relay_exporter(endpoint: str, **overrides: Any) -> tuple[RelayExporter, Host]:
