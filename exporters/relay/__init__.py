@@ -77,18 +77,18 @@ class RelayExporter:
         ``events`` it left out (counted ``dropped``) so the memory queue counts only the rest."""
         if not self.config.enabled:
             return len(events)  # switched off: nothing sent, nothing lost, so neither counter
-        by_agent, no_agent = self._by_agent(events)
+        by_agent, left_out = self._by_agent(events)  # those without an agent, so far
         if self._stopped:
             n = sum(map(len, by_agent.values()))
             if n:
                 log.warning("%s: %d events exported after shutdown were not sent", self.id, n)
-            no_agent += n
+            left_out += n
         else:
             for agent, batch in by_agent.items():
                 self._link(agent).enqueue(batch)
-        if no_agent:
-            self.host.health.count(self.id, "dropped", no_agent)
-        return no_agent
+        if left_out:
+            self.host.health.count(self.id, "dropped", left_out)
+        return left_out
 
     async def deliver(self, events: list[Event]) -> int:
         """The sending queue's call: returns once the relay confirmed every event (a ``pong`` after
