@@ -254,3 +254,25 @@ async def test_line_breaks_in_an_event_never_split_its_sse_chunk(tmp_path: Path,
             assert [x.split(":", 1)[0] for x in lines] == ["event", "data"]  # no id: it cannot be one line
             assert "\r" not in chunk and json.loads(lines[1][6:])["session"] == session
             sub.close()
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "bEaReR"])
+async def test_the_bearer_scheme_is_matched_whatever_its_case(tmp_path: Path, scheme: str) -> None:
+    # RFC 7235 §2.1: the auth-scheme is case-insensitive; only the token itself is compared exactly.
+    async with running(config(tmp_path)) as service:
+        url = service.exporters["relay_server"].url
+        auth = {"Authorization": f"{scheme} {TOKEN}"}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}/stream", params={"live": "0"}, headers=auth) as r:
+                assert r.status == 200 and (await r.text()) == ": replay-complete\n\n"
+            async with http.post(f"{url}/events", data=json.dumps(ev("case", 0)),
+                                 headers={**auth, "AEP-Version": "0.1", "Content-Type": "application/json"}) as r:
+                assert r.status == 202
+            async with http.get(f"{url}/healthz", headers=auth) as r:
+                assert (await r.json())["sessions"] == 1
+            ws = await http.ws_connect(f"{url}/socket", headers=auth)
+            await hello(ws, "consumer")
+            await ws.close()
+            wrong = {"Authorization": f"{scheme} {TOKEN.upper()}"}
+            async with http.get(f"{url}/stream", params={"live": "0"}, headers=wrong) as r:
+                assert r.status == 401

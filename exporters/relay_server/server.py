@@ -286,7 +286,8 @@ class Surface:
 
     def authorized(self, request: web.Request) -> bool:
         header = request.headers.get("Authorization", "")
-        offered = header[7:] if header.startswith("Bearer ") else request.query.get("access_token", "")
+        # RFC 7235 §2.1: the scheme is case-insensitive ("bearer" is Bearer); the token is not.
+        offered = header[7:] if header[:7].lower() == "bearer " else request.query.get("access_token", "")
         # surrogatepass: a header's non-UTF-8 bytes arrive as lone surrogates; they must compare
         # (unequal, in constant time), not raise.
         return hmac.compare_digest(offered.encode("utf-8", "surrogatepass"),
