@@ -247,6 +247,17 @@ def slim(body: bytes, limit: int) -> bytes:
         raise Failed(f"oversized payload is not JSON: {exc}") from None
     if not isinstance(payload, dict):
         raise Failed("oversized payload is not a JSON object")
+    return slim_payload(payload, limit)
+
+
+def slim_payload(payload: "dict[str, object]", limit: int) -> bytes:
+    """``slim`` on a payload already decoded; ``payload`` itself loses the dropped keys (the
+    receiver slims a body it was sent whole, the same way)."""
+    import json
+
+    out = json.dumps(payload, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    if len(out) <= limit:  # only its spelling was over (whitespace, escapes): nothing to drop
+        return out
     sizes = {key: len(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
              for key, value in payload.items()
              if isinstance(value, dict | list) or (isinstance(value, str) and len(value) > SLIM_KEEP)}

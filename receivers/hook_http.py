@@ -23,6 +23,8 @@ from aep_collector.pipeline.component import Consumer, CreateSettings
 from aep_collector.pipeline.config import parse_endpoint
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event, Signal
+from aep_collector.pipeline.shim import Failed as ShimFailed
+from aep_collector.pipeline.shim import slim_payload
 from aep_collector.receivers.body import (
     DEFAULT_BODY_TIMEOUT,
     UNREAD_BODY,
@@ -65,6 +67,9 @@ def _never() -> bool:
     return False
 
 JSON = "application/json"
+SLIM_AT_ONCE = 2
+"""Bodies over ``max_body_bytes`` read at once per receiver: each may be ``max_slim_bytes``, so this
+bounds their memory; past it such a body gets the 413 it got before slimming existed."""
 
 
 @dataclass
@@ -74,7 +79,11 @@ class HookReceiverConfig:
     endpoint: str = "127.0.0.1:0"
     """``host:port`` to listen on; loopback by default (hooks carry prompts and commands)."""
     max_body_bytes: int = 1 << 20
-    """Larger request bodies are refused with 413."""
+    """The largest body passed on whole; a larger one is slimmed (``max_slim_bytes``) or refused (413)."""
+    max_slim_bytes: int = 16 << 20
+    """A body over ``max_body_bytes`` and up to this is read whole and slimmed to ``max_body_bytes``
+    (its bulkiest top-level values dropped, as the shim does), so its event still arrives; 0 refuses
+    every body over ``max_body_bytes`` with 413. The reference ingest's cap."""
     reply_timeout: float = 5.0
     """Seconds the pipeline may take before the vendor gets its neutral reply anyway."""
     max_concurrent_requests: int = 512
@@ -88,6 +97,8 @@ class HookReceiverConfig:
         parse_endpoint(self.endpoint, path="endpoint")
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be positive")
+        if self.max_slim_bytes < 0:
+            raise ValueError("max_slim_bytes must be 0 (off) or a number of bytes")
         if self.reply_timeout <= 0:
             raise ValueError("reply_timeout must be positive")
         validate_body_timeout(self.body_timeout)
@@ -327,6 +338,7 @@ class HookServer:
         self.port: int | None = None
         self.inflight: set[asyncio.Task[Any]] = set()
         self.bodies = BodyDeadlines()
+        self.slimming = 0  # bodies over max_body_bytes being read at once (each up to max_slim_bytes)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes)
@@ -481,8 +493,20 @@ class HookServer:
             return {}
 
     async def _read_json(self, request: web.Request) -> dict[str, Any]:
+        limit, cap = self.config.max_body_bytes, self.config.max_slim_bytes
+        length = request.content_length
         try:
-            raw = await read_body(request, self.config.max_body_bytes, self.config.body_timeout, self.bodies)
+            if cap > limit and (length is None or length > limit) and self.slimming < SLIM_AT_ONCE:
+                # Maybe over the limit: read it under the larger cap (a clone carries aiohttp's own
+                # cap for this request only), a bounded number at a time.
+                self.slimming += 1
+                try:
+                    raw = await read_body(request.clone(client_max_size=cap), cap, self.config.body_timeout,
+                                          self.bodies)
+                finally:
+                    self.slimming -= 1
+            else:
+                raw = await read_body(request, limit, self.config.body_timeout, self.bodies)
             payload = wire.loads(raw)
         except BodyError as exc:
             raise HookError(exc.status, exc.cause, exc.detail, **exc.extra) from None
@@ -490,4 +514,25 @@ class HookServer:
             raise HookError(400, "invalid-json", str(exc)) from None
         if not isinstance(payload, dict):
             raise HookError(400, "invalid-payload", f"expected a JSON object, got {type(payload).__name__}")
+        if len(raw) > limit:
+            self._slim(payload, len(raw))
         return payload
+
+    def _slim(self, payload: dict[str, Any], size: int) -> None:
+        """``payload`` (``size`` bytes as sent) cut to ``max_body_bytes`` in place, as the shim would
+        have sent it after a 413: a tool's huge output must not cost the session its event. What
+        was dropped is counted (``slimmed``) and logged; a payload that cannot fit is a 413."""
+        limit = self.config.max_body_bytes
+        if len(payload) == 1 and "batch" in payload:  # a batch's items are not slimmed one by one
+            raise HookError(413, "payload-too-large", f"batch body of {size} bytes over {limit} bytes; "
+                            "send its items in smaller batches", max_bytes=limit)
+        keys = list(payload)
+        try:
+            slim_payload(payload, limit)
+        except ShimFailed as exc:
+            raise HookError(413, "payload-too-large", f"body of {size} bytes over {limit} bytes, "
+                            f"and {exc}", max_bytes=limit) from None
+        dropped = [key for key in keys if key not in payload]
+        self.health.count(self.id, "slimmed")
+        log.warning("%s: a %d-byte hook body was over max_body_bytes (%d); passed on without %s",
+                    self.id, size, limit, ", ".join(dropped) or "nothing (only its spelling was over)")

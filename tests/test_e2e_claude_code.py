@@ -111,7 +111,7 @@ def test_claude_code_session_end_to_end(tmp_path):
 
 def test_bad_requests_get_clear_errors_and_the_daemon_keeps_serving(tmp_path):
     cfg = base_config(tmp_path)
-    cfg["receivers"]["claude_code"]["max_body_bytes"] = 2048
+    cfg["receivers"]["claude_code"].update(max_body_bytes=2048, max_slim_bytes=0)  # no slimming: 413
     with collector(cfg, tmp_path) as c:
         port = c.ports["receiver/claude_code"]
         status, body = post(port, b"{not json")

@@ -350,7 +350,8 @@ async def test_huge_stdin_is_neutral_and_drained(scripted: Scripted) -> None:
 @pytest.fixture
 async def live(tmp_path: Path) -> Any:
     registry, _ = build_registry(load_plugins=False)
-    cfg = base_config(tmp_path, receivers={"antigravity": {"endpoint": "127.0.0.1:0", "max_body_bytes": 4096},
+    cfg = base_config(tmp_path, receivers={"antigravity": {"endpoint": "127.0.0.1:0", "max_body_bytes": 4096,
+                                                           "max_slim_bytes": 0},  # the shim slims
                                            "codex": {"endpoint": "127.0.0.1:0"}})
     async with running(cfg, registry) as service:
         yield service, tmp_path
@@ -383,7 +384,8 @@ async def test_live_a_tool_output_over_the_body_limit_still_completes_the_tool(t
     and never its completion. Sent again without the output, it completes, with no result digest
     (a digest of a cut output would be wrong)."""
     registry, _ = build_registry(load_plugins=False)
-    cfg = base_config(tmp_path, receivers={"codex": {"endpoint": "127.0.0.1:0", "max_body_bytes": 65536}})
+    cfg = base_config(tmp_path, receivers={"codex": {"endpoint": "127.0.0.1:0", "max_body_bytes": 65536,
+                                                     "max_slim_bytes": 0}})  # the shim slims
     async with running(cfg, registry) as service:
         url = f"http://127.0.0.1:{service.receivers['codex'].port}"
         call = {"session_id": "s-big", "turn_id": "t1", "tool_name": "shell", "tool_use_id": "call_1"}
