@@ -113,6 +113,20 @@ def read_file_events(path: str) -> Iterator[dict[str, Any]]:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}", USAGE) from None
 
 
+EXHAUSTED = ": replay-exhausted "
+"""The comment a relay sends before replaying a session it no longer holds from the asked position
+(AEP-0003 §3.3): ``{session} {earliest epoch}:{earliest seq}``."""
+
+
+def exhausted(rest: str) -> None:
+    """Tell the operator a resume skipped events the collector no longer holds (AEP-0003 §5: the
+    consumer should go to a history store), instead of carrying on as if nothing was missed."""
+    session, _, earliest = rest.rpartition(" ")
+    print(printable(f"warning: the collector no longer holds every event of session {session} after the "
+                    f"position resumed from; it goes on from {earliest} (the ones before are in the "
+                    "session's JSONL log)"), file=sys.stderr, flush=True)
+
+
 async def sse_events(t: Target, flt: dict[str, Any], from_: Any = None, live: bool = True,
                      ) -> AsyncIterator[dict[str, Any]]:
     """Events from the relay role's SSE stream (replay first when ``from_`` is given)."""
@@ -139,6 +153,8 @@ async def sse_events(t: Target, flt: dict[str, Any], from_: Any = None, live: bo
                         yield json.loads(line[5:].strip())
                     except ValueError:
                         continue
+                elif line.startswith(EXHAUSTED):
+                    exhausted(line[len(EXHAUSTED):])
     except aiohttp.ClientError as exc:
         raise _unreachable(t, exc) from None
 
