@@ -201,6 +201,7 @@ class SendingQueue:
         """Causes ``put`` raised for a failed append (``enospc``, ...); the next append that
         succeeds recovers them."""
         self._stall_shown = False
+        self._read_failing = False  # the worker's last read raised (``queue-read-failed`` shown)
         self._torn_seen: set[int] = set()
         """Segments whose torn last line the reader already counted (a retried read sees it again)."""
         self._progress = time.monotonic()
@@ -321,8 +322,13 @@ class SendingQueue:
     def _unlink(self, n: int) -> None:
         if self._read is not None and self._read[0] == n:
             self._close_read()
-        with contextlib.suppress(FileNotFoundError):
+        try:
             self._path(n).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # left on disk, behind the cursor: the next start deletes it
+            log.warning("%s: cannot delete %s (%s); it is deleted at the next start", self.id, self._path(n),
+                        exc.strerror or exc)
         with contextlib.suppress(ValueError):
             self.segments.remove(n)
         self.sizes.pop(n, None)
@@ -436,16 +442,18 @@ class SendingQueue:
         events: list[Event] = []
         consumed = 0
         while len(events) < self.config.batch_size:
-            if seg not in self.sizes:
-                break
-            size = self.sizes[seg]
-            if off >= size:
+            size = self.sizes.get(seg)
+            if size is None or off >= size:  # read to its end, or found missing (``_missing``)
                 later = [n for n in self.segments if n > seg]
                 if not later:
                     break
                 seg, off = later[0], 0
                 continue
-            buf = self._pread(seg, min(_READ_CHUNK, size - off), off)
+            try:
+                buf = self._pread(seg, min(_READ_CHUNK, size - off), off)
+            except FileNotFoundError:
+                self._missing(seg, off)
+                continue
             long_line = len(buf) == _READ_CHUNK and b"\n" not in buf
             if long_line:
                 buf = self._read_line(seg, off, size, buf)
@@ -485,6 +493,18 @@ class SendingQueue:
         detail = f"{self._path(seg)}: skipped a torn line of {size - off} bytes at its end (offset {off})"
         log.warning("%s: %s", self.id, detail)
         self.health.incident(self.id, "torn-line", detail)
+
+    def _missing(self, seg: int, off: int) -> None:
+        """Segment ``seg`` is gone from disk (a cleanup tool, a hand), read up to ``off``: what it
+        held after that cannot be delivered. Reported, and delivery goes on with the next segment;
+        the newest one is first replaced, so later appends go to a file the reader can open."""
+        if seg == self.segments[-1]:
+            self._roll()
+        detail = (f"{self._path(seg)} was deleted with {self.sizes[seg] - off} undelivered bytes; "
+                  "delivery goes on with the next segment (the JSONL log has those events)")
+        self._unlink(seg)
+        log.warning("%s: %s", self.id, detail)
+        self.health.incident(self.id, "segment-missing", detail)
 
     def _read_line(self, seg: int, off: int, size: int, head: bytes) -> bytes:
         """The line at ``off`` of segment ``seg``, of which the chunk ``head`` holds no newline:
@@ -546,8 +566,22 @@ class SendingQueue:
                 with contextlib.suppress(OSError):
                     self.open()
                 continue
-            events, after, consumed = self.read_batch()
+            try:
+                events, after, consumed = self.read_batch()
+            except OSError as exc:  # EMFILE, EIO, ...: reported and retried, never the worker's end
+                self._read_failing = True
+                self.health.fail(self.id, "queue-read-failed", f"{self.directory}: {exc.strerror or exc}")
+                await asyncio.sleep(_backoff(attempt, self.config.backoff_initial, self.config.backoff_max))
+                attempt += 1
+                continue
+            if self._read_failing:
+                self._read_failing = False
+                self.health.recover(self.id, "queue-read-failed")
             if not consumed:
+                if after != self.cursor:  # only past a segment found missing: nothing to deliver there
+                    self._commit(after, 0)
+                    continue
+                self.pending_events = 0  # caught up (a missing segment's lines were never counted off)
                 self._wake.clear()
                 await self._wake.wait()
                 continue

@@ -394,3 +394,99 @@ async def test_a_retry_after_of_years_is_capped(tmp_path, monkeypatch):
         await wait_until(lambda: q.pending_events == 0, "delivered")
     finally:
         q.close()
+
+
+# -- what the disk does while the worker runs --------------------------------------------------
+
+
+class Away:
+    """A deliver function for a peer that is away until ``back`` is set."""
+
+    def __init__(self) -> None:
+        self.got: list[dict] = []
+        self.back = False
+
+    async def deliver(self, events: list[dict]) -> None:
+        if not self.back:
+            raise ConnectionError("peer away")
+        self.got += events
+
+
+@pytest.mark.parametrize("which", ["older", "newest"])
+async def test_a_segment_deleted_while_running_is_reported_and_delivery_goes_on(tmp_path, caplog, which):
+    """A segment removed under the running queue (a cleanup tool, a hand): the worker's read of it
+    raised, the worker task died, and nothing was delivered again until a restart, with /healthz
+    still ok. What that segment held is gone; the rest is delivered and the loss is reported."""
+    peer, health = Away(), Health()
+    q = make(tmp_path, peer, health, segment_bytes=4096)  # type: ignore[arg-type]
+    q.start()
+    try:
+        for i in range(N):
+            q.put([ev(i, pad=400)])
+        names = segment_files(tmp_path)
+        assert len(names) >= 4
+        gone = names[1] if which == "older" else names[-1]
+        lost = set(queued_ids(tmp_path, [gone]))
+        (tmp_path / "q" / gone).unlink()
+        peer.back = True
+        await wait_until(lambda: "segment-missing" in str(health.snapshot()), "the missing segment reported")
+        for i in range(N, N + 5):  # accepted after the loss: delivered too
+            q.put([ev(i, pad=400)])
+        wanted = [f"e{i:06d}" for i in range(N + 5) if f"e{i:06d}" not in lost]
+        await wait_until(lambda: ids(peer.got) == wanted, "every event of the segments still on disk, in order")
+        await wait_until(lambda: q.pending_events == 0, "nothing counted as waiting once all is delivered")
+        assert not q._task.done()
+        assert any(gone in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    finally:
+        await q.drain(0)
+
+
+async def test_a_read_that_fails_is_reported_retried_and_cleared(tmp_path, monkeypatch, caplog):
+    """A read error (EMFILE, EIO) used to end the worker task for good, silently."""
+    peer, health = Peer(), Health()
+    q = make(tmp_path, peer, health)
+    real = q._pread
+    failures = [OSError(24, "Too many open files")] * 3
+
+    def pread(seg: int, n: int, off: int) -> bytes:
+        if failures:
+            raise failures.pop()
+        return real(seg, n, off)
+
+    monkeypatch.setattr(q, "_pread", pread)
+    q.start()
+    try:
+        q.put([ev(1), ev(2)])
+        await wait_until(lambda: ids(peer.got) == ["e000001", "e000002"], "delivered once reads work again")
+        assert not failures
+        assert any("queue-read-failed" in r.getMessage() for r in caplog.records)
+        assert "queue-read-failed" not in str(health.snapshot())
+        assert not q._task.done()
+    finally:
+        await q.drain(0)
+
+
+async def test_a_delivered_segment_that_cannot_be_deleted_does_not_stop_delivery(tmp_path, monkeypatch, caplog):
+    """Deleting a delivered segment can fail (a read-only remount, EACCES); that raise used to end
+    the worker task for good. The segment stays on disk behind the cursor, said in the log."""
+    real = sending_queue.Path.unlink
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        if self.suffix == ".seg":
+            raise PermissionError(13, "Permission denied", str(self))
+        real(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(sending_queue.Path, "unlink", unlink)
+    peer = Peer()
+    q = make(tmp_path, peer, segment_bytes=4096, batch_size=3)
+    q.start()
+    try:
+        for i in range(N):
+            q.put([ev(i, pad=400)])
+            await asyncio.sleep(0)
+        await wait_until(lambda: len(peer.got) == N, "every event delivered past the segments left on disk")
+        assert ids(peer.got) == [f"e{i:06d}" for i in range(N)]
+        assert not q._task.done()
+        assert any("cannot delete" in r.getMessage() for r in caplog.records)
+    finally:
+        await q.drain(0)
