@@ -221,6 +221,24 @@ def test_codex_tool_completed_duration_is_coerced_only_when_it_is_a_count(durati
     assert d["data"].get("duration_ms") == expect
 
 
+@pytest.mark.parametrize("duration", ["\u00b2", "\u0661\u0662", "9" * 5000, "9223372036854775808"],
+                         ids=["superscript", "arabic-indic", "5000-digits", "over-int64"])
+@pytest.mark.parametrize("agent,attrs", [
+    ("codex-otel", {"event.name": "codex.tool_result", "conversation.id": "c1", "tool_name": "shell",
+                    "success": "true"}),
+    ("vscode-otel", {"event.name": "copilot_chat.tool.call", "gen_ai.tool.name": "readFile", "success": True}),
+], ids=["codex", "vscode"])
+def test_a_duration_that_is_no_int64_count_is_left_out_not_a_mapping_failure(
+        agent: str, attrs: dict[str, Any], duration: str) -> None:
+    # str.isdigit() takes "\u00b2" (int() refuses it), int() refuses 4300+ digits: the record became
+    # an error.raised in the unknown session instead of its tool.completed.
+    processor = MappingProcessor()
+    flat = {"resource": {"session.id": "s1"}, "attributes": {**attrs, "duration_ms": duration}}
+    (d,) = processor([Signal(agent=agent, name=attrs["event.name"], payload=flat, mode="primary", session="s1")])
+    assert processor.failures == 0
+    assert (d["type"], d["session"]) == ("tool.completed", "s1") and "duration_ms" not in d["data"]
+
+
 def test_codex_tool_output_is_carried_as_result_with_digest() -> None:
     attrs = {"event.name": "codex.tool_result", "tool_name": "shell", "success": "true", "output": "ok"}
     (d,) = codex_otel.map_record(codex(attrs), "primary")

@@ -38,6 +38,7 @@ MODES = (COMPANION, PRIMARY)
 _SEVERITY_BUCKETS = ((1, 8, "debug"), (9, 9, "info"), (10, 12, "notice"), (13, 16, "warning"),
                      (17, 20, "error"), (21, 24, "critical"))
 _HEX = re.compile(r"^[0-9a-f]+$")
+_INT64_MAX = 2**63 - 1  # the largest OTel int attribute: a count past it is no count
 
 PrimaryRule = Callable[[dict[str, Any]], "list[Event] | None"]
 """Primary-mode mapping of one record's attributes: core drafts, ``[]`` (emit nothing) or
@@ -128,15 +129,22 @@ def parse_bool(value: Any) -> bool | None:
 
 
 def parse_count(value: Any) -> int | None:
-    """A non-negative integer from a native int or a decimal string (``"412"``); else None."""
+    """A non-negative int64 from a native int or a decimal string (``"412"``); else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
+        return value if 0 <= value <= _INT64_MAX else None
     if isinstance(value, float) and math.isfinite(value) and value >= 0 and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+        return int(value) if value <= _INT64_MAX else None
+    if isinstance(value, str):
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses, and int() refuses
+        # more than 4300 digits; either raised and lost the whole record's mapping.
+        digits = value.strip()
+        if digits.isascii() and digits.isdigit():
+            digits = digits.lstrip("0") or "0"
+            if len(digits) <= 19:
+                number = int(digits)
+                return number if number <= _INT64_MAX else None
     return None
 
 
