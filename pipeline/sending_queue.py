@@ -202,6 +202,8 @@ class SendingQueue:
         succeeds recovers them."""
         self._stall_shown = False
         self._read_failing = False  # the worker's last read raised (``queue-read-failed`` shown)
+        self._bad_lines: list[tuple[int, int]] = []
+        """(segment, offset) of each line the last read could not decode, reported when it is committed."""
         self._torn_seen: set[int] = set()
         """Segments whose torn last line the reader already counted (a retried read sees it again)."""
         self._progress = time.monotonic()
@@ -441,6 +443,7 @@ class SendingQueue:
             return [], (seg, off), 0  # all read (the worker's look after each delivery)
         events: list[Event] = []
         consumed = 0
+        bad = self._bad_lines = []  # read again after a failed delivery: reported once, when committed
         while len(events) < self.config.batch_size:
             size = self.sizes.get(seg)
             if size is None or off >= size:  # read to its end, or found missing (``_missing``)
@@ -463,13 +466,13 @@ class SendingQueue:
                 if nl < 0:
                     break
                 line = buf[pos:nl]
-                pos = nl + 1
                 consumed += 1
                 event = _decode(line)
                 if isinstance(event, dict):
                     events.append(event)
-                else:  # cannot happen with our own writes; counted rather than wedging the queue
-                    self.health.count(self.id, "corrupt")
+                else:  # cannot happen with our own writes; reported (``_commit``) rather than wedging the queue
+                    bad.append((seg, off + pos))
+                pos = nl + 1
             if pos == 0:
                 if seg == self.segments[-1]:
                     break  # no whole line in range: an append is under way
@@ -540,6 +543,13 @@ class SendingQueue:
             self._read = None
 
     def _commit(self, cursor: tuple[int, int], consumed: int) -> None:
+        if self._bad_lines:
+            bad, self._bad_lines = self._bad_lines, []
+            self.health.count(self.id, "corrupt", len(bad))
+            detail = (f"{len(bad)} line(s) cannot be read back as events and were skipped, the first at offset "
+                      f"{bad[0][1]} of {self._path(bad[0][0])}")
+            log.warning("%s: %s", self.id, detail)
+            self.health.incident(self.id, "corrupt-line", detail)
         self.cursor = cursor
         self.pending_events = max(0, self.pending_events - consumed)
         if self._cursor_fd is not None:

@@ -490,3 +490,27 @@ async def test_a_delivered_segment_that_cannot_be_deleted_does_not_stop_delivery
         assert any("cannot delete" in r.getMessage() for r in caplog.records)
     finally:
         await q.drain(0)
+
+
+async def test_a_corrupt_line_is_counted_once_however_often_its_batch_is_retried(tmp_path, caplog):
+    """The reader counted a line it cannot decode at every read, and a batch is read again at every
+    retry: with the peer away, one bad line on disk climbed the `corrupt` count without end."""
+    q = make(tmp_path, Peer())
+    q.open()
+    q.put([ev(1)])
+    with open(tmp_path / "q" / segment_files(tmp_path)[-1], "ab") as fh:
+        fh.write(b"\x00\x00 not json\n")
+    q.put([ev(2)])
+    q.close()
+    peer, health = Away(), Health()
+    again = make(tmp_path, peer, health)  # type: ignore[arg-type]
+    again.start()
+    try:
+        await wait_until(lambda: health.counters.get(("exporter/t", "retried"), 0) >= 3 * 2, "three tries")
+        peer.back = True
+        await wait_until(lambda: ids(peer.got) == ["e000001", "e000002"], "the events around the bad line")
+        assert health.counters[("exporter/t", "corrupt")] == 1
+        assert "corrupt-line" in str(health.snapshot())
+        assert any("cannot be read back" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+    finally:
+        await again.drain(0)
