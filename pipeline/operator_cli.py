@@ -146,6 +146,7 @@ async def sse_events(t: Target, flt: dict[str, Any], from_: Any = None, live: bo
                 raise CliError("the collector refused the token (401): check AEP_TOKEN or --token", UNREACHABLE)
             if r.status != 200:
                 raise CliError(f"the collector answered {r.status}: {(await r.text())[:200]}", USAGE)
+            last = ""  # the relay's last comment: why the stream ends, when it says
             async for raw in r.content:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 if line.startswith("data:"):
@@ -155,8 +156,19 @@ async def sse_events(t: Target, flt: dict[str, Any], from_: Any = None, live: bo
                         continue
                 elif line.startswith(EXHAUSTED):
                     exhausted(line[len(EXHAUSTED):])
+                elif line.startswith(":") and line != ": ping":
+                    last = line
     except aiohttp.ClientError as exc:
         raise _unreachable(t, exc) from None
+    # A live stream never ends on its own, and a replay ends with its marker: any other end means
+    # the events stop here, which a script reading the output must not take for success.
+    if last == ": shutting-down":
+        raise CliError(f"the collector at {t.url} is stopping: the stream ended", UNREACHABLE)
+    if live:
+        raise CliError(f"the collector at {t.url} ended the stream (it disconnects a consumer that falls "
+                       "too far behind); run the command again to resume", UNREACHABLE)
+    if last != ": replay-complete":
+        raise CliError(f"the collector at {t.url} ended its replay before it was complete", UNREACHABLE)
 
 
 async def history(t: Target, flt: dict[str, Any]) -> list[dict[str, Any]]:

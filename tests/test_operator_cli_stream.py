@@ -1,5 +1,5 @@
 """``tail`` as a long-running operator process against the collector's relay role, in real processes:
-what it says when the collector no longer holds what it resumes from.
+what it says when the collector no longer holds what it resumes from, and when the collector stops.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
-from tests.helpers import running
+from tests.helpers import running, serve
 from tests.test_relay_server import TOKEN, config
 from tests.test_relay_server_hardening import ev, ndjson, post
 
@@ -61,3 +62,48 @@ async def test_a_resume_past_what_the_collector_still_holds_is_told_not_skipped_
     assert "evict" in warning and "0:15" in warning, warning
     assert "Traceback" not in warning
 
+
+async def test_a_collector_that_stops_under_a_tail_ends_it_with_an_error(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as service:
+        url = service.exporters["relay_server"].url
+        proc = await tail(url, tmp_path, "--no-resume")
+        async with aiohttp.ClientSession() as http:
+            while not service.exporters["relay_server"].surface.streams:  # the tail attached
+                await asyncio.sleep(0.05)
+            assert (await post(http, url, ndjson([ev("stop", 0)])))[0] == 202
+            assert [e["id"] for e in await lines(proc, 1)] == ["stop-0"]
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 4, err
+    message = err.decode()
+    assert message.startswith("error: ") and "stopping" in message and "Traceback" not in message
+
+
+
+async def test_a_stream_the_relay_ends_without_saying_why_is_not_taken_for_success(tmp_path: Path) -> None:
+    """A relay that ends a live stream (it dropped a consumer that fell behind) or a replay before its
+    ``: replay-complete`` (it went away mid-replay): what was printed is not all there is."""
+    one = ev("cut", 0)
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(f"event: {one['type']}\ndata: {json.dumps(one)}\nid: cut:0:0\n\n".encode())
+        await resp.write_eof()  # a clean end, no marker
+        return resp
+
+    app = web.Application()
+    app.router.add_get("/stream", stream)
+    runner, port = await serve(app)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        proc = await tail(url, tmp_path, "--no-resume")
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert [json.loads(x)["id"] for x in out.decode().splitlines()] == ["cut-0"]
+        assert proc.returncode == 4 and err.decode().startswith("error: ") and "ended the stream" in err.decode()
+        timeline = await asyncio.create_subprocess_exec(
+            str(EXE), "timeline", "cut", "--url", url, "--token", TOKEN, env=env(tmp_path),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _, err = await asyncio.wait_for(timeline.communicate(), 30)
+        assert timeline.returncode == 4 and "before it was complete" in err.decode(), err
+    finally:
+        await runner.cleanup()
