@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import fnmatch
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import time
@@ -294,6 +296,24 @@ def save_cursor(seen: dict[str, tuple[int, int]]) -> None:
         pass  # resuming is a convenience; tailing goes on without it
 
 
+def _stop_on_signals() -> list[int]:
+    """End the running command cleanly on SIGTERM or SIGHUP (a supervisor, ``timeout``, a closed
+    terminal), as on Ctrl-C, so its ``finally`` runs; returned is the signal taken, once one is."""
+    task, loop, stopped = asyncio.current_task(), asyncio.get_running_loop(), []
+
+    def stop(signum: int) -> None:
+        stopped.append(signum)
+        if task is not None:
+            task.cancel()
+
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):  # no handlers on this loop
+                loop.add_signal_handler(signum, stop, int(signum))
+    return stopped
+
+
 async def cmd_tail(args: argparse.Namespace) -> int:
     flt, glob = tail_filter(args)
     colour = sys.stdout.isatty() and not args.json and "NO_COLOR" not in os.environ
@@ -309,6 +329,7 @@ async def cmd_tail(args: argparse.Namespace) -> int:
         cursor = load_cursor()
         seen = {p["session"]: (p.get("epoch", 0), p.get("seq", -1)) for p in cursor}
         from_ = [p for p in cursor if "session" not in flt or p["session"] == flt["session"]] or None
+    stopped = _stop_on_signals()
     try:
         async for ev in sse_events(t, flt, from_):
             if isinstance(ev.get("session"), str) and isinstance(ev.get("seq"), int):
@@ -316,6 +337,10 @@ async def cmd_tail(args: argparse.Namespace) -> int:
                 seen[ev["session"]] = seen.pop(ev["session"])  # most recent last
             if glob is None or fnmatch.fnmatchcase(str(ev.get("type", "")), glob):
                 emit(ev, args.json, colour)
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        return 128 + stopped[0]
     finally:
         if not args.no_resume:
             save_cursor(seen)

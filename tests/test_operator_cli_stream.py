@@ -1,5 +1,6 @@
 """``tail`` as a long-running operator process against the collector's relay role, in real processes:
-what it says when the collector no longer holds what it resumes from, and when the collector stops.
+what it says when the collector no longer holds what it resumes from, when the collector stops, and
+where it resumes after being ended by a signal other than Ctrl-C.
 """
 
 from __future__ import annotations
@@ -107,3 +108,17 @@ async def test_a_stream_the_relay_ends_without_saying_why_is_not_taken_for_succe
         assert timeline.returncode == 4 and "before it was complete" in err.decode(), err
     finally:
         await runner.cleanup()
+
+
+async def test_a_tail_ended_by_sigterm_or_sighup_keeps_its_cursor(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as service:
+        url = service.exporters["relay_server"].url
+        async with aiohttp.ClientSession() as http:
+            for k, sig in enumerate((signal.SIGTERM, signal.SIGHUP)):
+                assert (await post(http, url, ndjson([ev("term", k)])))[0] == 202
+                proc = await tail(url, tmp_path, "--all" if k == 0 else "--session=term")
+                assert [e["seq"] for e in await lines(proc, 1)] == [k]
+                proc.send_signal(sig)
+                await asyncio.wait_for(proc.wait(), 30)
+                assert proc.returncode == 128 + sig
+                assert cursor(tmp_path) == [{"session": "term", "epoch": 0, "seq": k}]
