@@ -385,6 +385,26 @@ def test_malformed_attributes_are_refused_alike() -> None:
         alike(body_with(attribute, record_extra=field(6, flat)))
 
 
+def test_a_lone_surrogate_in_any_string_field_is_u_fffd_alike() -> None:
+    # protobufjs writes a lone UTF-16 surrogate as its own 3 bytes (not UTF-8): each string field
+    # holding one reads as U+FFFD on both paths, as a "\\ud800" escape does in OTLP/JSON.
+    lone = "\ud800".encode("utf-8", "surrogatepass")
+    kv = field(1, b"k" + lone) + field(2, field(1, b"v" + lone))
+    resource = field(1, field(1, b"session.id") + field(2, field(1, b"s" + lone)))
+    scope = field(1, b"n" + lone) + field(2, b"1" + lone)
+    record = (field(6, kv) + field(6, field(1, b"m") + field(2, field(6, field(1, kv))))
+              + field(12, b"e" + lone) + field(3, b"t" + lone))
+    body = field(1, field(1, resource) + field(2, field(1, scope) + field(2, record)))
+    assert alike(body)[0] == "read"
+    (flat,) = flatten_protobuf(body)
+    u = "\ufffd"
+    assert flat == {"resource": {"session.id": f"s{u}"}, "scope": {"name": f"n{u}", "version": f"1{u}"},
+                    "attributes": {f"k{u}": f"v{u}", "m": {f"k{u}": f"v{u}"}, "event.name": f"e{u}"},
+                    "severity_text": f"t{u}"}
+    for broken in (b"\xff", b"\xed\xa0", lone[:2] + b"x"):  # not UTF-8 in any reading: still refused
+        assert alike(body_with(field(1, b"k") + field(2, field(1, b"v" + broken))))[:3] == ("refused", 400, 3)
+
+
 def test_attribute_field_with_another_wire_type_alike() -> None:
     # LogRecord field 6 as a varint or fixed64: both message classes keep it as an unknown field.
     for extra in (b"\x30\x01", b"\x31" + bytes(8), b"\x35" + bytes(4)):

@@ -19,7 +19,7 @@ from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Signal
 from aep_collector.processors.capture import CapturePolicy, cap_draft
 from aep_collector.processors.mapping import codex_otel, vscode_otel
-from aep_collector.receivers.otlp import OtlpConfig, OtlpReceiver
+from aep_collector.receivers.otlp import OtlpConfig, OtlpReceiver, wire
 from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry._logs import SeverityNumber
@@ -380,6 +380,34 @@ async def test_bad_grpc_input_gets_its_status_and_the_receiver_keeps_serving(
                 await channel.unary_unary(EXPORT)(body, compression=compression)
         assert err.value.code() == code
         await assert_still_serving(receiver, sink)
+
+
+# -- strings a JavaScript protobuf encoder writes --------------------------------------------------
+
+
+def js_encoded(raw: bytes) -> bytes:
+    """A one-record export request whose tool result is the string bytes ``raw``, taken as they are."""
+    body = wire.parse_json(js_body([{"event.name": "copilot_chat.tool.call", "gen_ai.tool.name": "readFile",
+                                     "gen_ai.tool.call.result": "#" * len(raw)}])).SerializeToString()
+    assert body.count(b"#" * len(raw)) == 1
+    return body.replace(b"#" * len(raw), raw)
+
+
+async def test_a_lone_surrogate_in_a_protobuf_string_is_u_fffd_and_the_batch_is_kept() -> None:
+    # As the OTLP/JSON path treats a lone "\ud83d" escape (README "Answers"): refusing the body
+    # would lose every record of the batch for one broken character, and 400 is never retried.
+    # protobufjs writes a lone UTF-16 surrogate (a string cut mid-pair) as its own 3 bytes.
+    body = js_encoded("cut at \ud83d".encode("utf-8", "surrogatepass"))
+    async with running("vscode") as (receiver, sink, host):
+        status, _, reply, _ = await post(receiver.http_port, body)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{receiver.grpc_port}") as channel:
+            grpc_reply = await channel.unary_unary(EXPORT)(body)
+        # Bytes that are no UTF-8 in any reading are still refused.
+        bad_status, _, bad_reply, _ = await post(receiver.http_port, js_encoded(b"a stray byte: \xff"))
+        assert ("receiver/otlp/vscode", "refused") in host.health.counters
+    assert (status, reply, grpc_reply) == (200, b"", b"")
+    assert [s.payload["attributes"]["gen_ai.tool.call.result"] for s in sink.signals] == ["cut at \ufffd"] * 2
+    assert (bad_status, status_of(bad_reply, PROTOBUF).code) == (400, 3)
 
 
 # -- a failing pipeline ----------------------------------------------------------------------------

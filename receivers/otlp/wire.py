@@ -10,7 +10,8 @@ from typing import Any
 
 from aep_collector.pipeline.wire import DecodeError as JsonDecodeError
 from aep_collector.pipeline.wire import loads, scrub_text
-from google.protobuf import json_format
+from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
+from google.protobuf.descriptor import FieldDescriptor, FileDescriptor
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
@@ -66,13 +67,78 @@ def gunzip(body: bytes, limit: int) -> bytes:
 
 
 def parse_protobuf(body: bytes) -> ExportLogsServiceRequest:
-    """A binary ``ExportLogsServiceRequest``."""
+    """A binary ``ExportLogsServiceRequest``; a lone surrogate encoded in a string becomes U+FFFD."""
     request = ExportLogsServiceRequest()
     try:
         request.ParseFromString(body)
     except (DecodeError, RecursionError, ValueError) as exc:
-        raise WireError(400, INVALID_ARGUMENT, f"body is not an OTLP ExportLogsServiceRequest: {exc}") from None
+        # Only a refused body pays for this: most refusals are not about UTF-8 at all.
+        repaired = _lone_surrogates_replaced(body)
+        if repaired is None:
+            raise WireError(400, INVALID_ARGUMENT, f"body is not an OTLP ExportLogsServiceRequest: {exc}") from None
+        request = ExportLogsServiceRequest.FromString(repaired)  # every string is UTF-8 now
     return request
+
+
+def _lenient_class() -> tuple[type[Message], frozenset[str]]:
+    """``ExportLogsServiceRequest`` with every ``string`` field read as ``bytes`` (no UTF-8 check),
+    and the full names of those fields. Built in a private pool, as ``flatten._view_class``."""
+    pool = descriptor_pool.DescriptorPool()
+    text: set[str] = set()
+
+    def add(file: FileDescriptor, done: set[str]) -> None:
+        for dependency in file.dependencies:
+            add(dependency, done)
+        if file.name in done:
+            return
+        done.add(file.name)
+        proto = descriptor_pb2.FileDescriptorProto.FromString(file.serialized_pb)
+        messages = [(f"{proto.package}.{m.name}", m) for m in proto.message_type]
+        while messages:
+            name, message = messages.pop()
+            messages += [(f"{name}.{n.name}", n) for n in message.nested_type]
+            for field in message.field:
+                if field.type == descriptor_pb2.FieldDescriptorProto.TYPE_STRING:
+                    field.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                    text.add(f"{name}.{field.name}")
+        pool.Add(proto)
+
+    add(ExportLogsServiceRequest.DESCRIPTOR.file, set())
+    name = ExportLogsServiceRequest.DESCRIPTOR.full_name
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(name)), frozenset(text)
+
+
+_LENIENT, _TEXT_FIELDS = _lenient_class()
+
+
+def _lone_surrogates_replaced(body: bytes) -> bytes | None:
+    """``body`` with each lone surrogate encoded in a string field (ED A0 80..ED BF BF, what a
+    JavaScript protobuf encoder writes for a broken UTF-16 string) replaced by U+FFFD, as the JSON
+    decoder does with a lone ``\\ud800`` escape; None if the body has other faults (bad UTF-8 too)."""
+    try:
+        message = _LENIENT.FromString(body)
+        _replace_in(message)
+    except (DecodeError, RecursionError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    return message.SerializeToString()
+
+
+def _replace_in(message: Message) -> None:
+    for field, value in message.ListFields():
+        repeated = field.is_repeated
+        if field.full_name in _TEXT_FIELDS:
+            if repeated:
+                value[:] = [_as_text(v) for v in value]
+            else:
+                setattr(message, field.name, _as_text(value))
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            for item in (value if repeated else (value,)):
+                _replace_in(item)
+
+
+def _as_text(raw: bytes) -> bytes:
+    # surrogatepass decodes an encoded surrogate and still refuses every other invalid sequence.
+    return scrub_text(raw.decode("utf-8", "surrogatepass")).encode("utf-8")
 
 
 def _hex_ids_to_base64(doc: dict[str, Any], max_records: int | None = None) -> None:
