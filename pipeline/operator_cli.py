@@ -477,12 +477,14 @@ def declared_window(entries: Any, session: str) -> float | None:
     return None
 
 
-async def send_command(t: Target, cmd: dict[str, Any], window: float | None = None, retries: int = RETRIES) -> int:
+async def send_command(t: Target, cmd: dict[str, Any], window: float | None = None, retries: int = RETRIES,
+                       hint: str | None = None) -> int:
     """Send one command over the WebSocket and report its ack: accepted, rejected, or a refusal.
 
     Subscribes to the acks before sending, then waits the target's declared ack window (``window``
     overrides it), sending the same command again (same id: the target decides once) up to
-    ``retries`` times before giving up (AEP-0004 §3: silence past the window is a local timeout)."""
+    ``retries`` times before giving up (AEP-0004 §3: silence past the window is a local timeout).
+    ``hint`` is printed after an ``invalid`` rejection whose ``detail`` did not reach us."""
     import aiohttp
 
     def silence() -> CliError:
@@ -552,6 +554,8 @@ async def send_command(t: Target, cmd: dict[str, Any], window: float | None = No
                 elif kind == "control.rejected" and frame.get("cause") == cmd["id"]:
                     data = frame.get("data") or {}
                     reason, detail = data.get("reason", "?"), data.get("detail", "")
+                    if not detail and reason == "invalid" and hint:  # the detail is gated redacted (§3)
+                        detail = hint
                     print(printable(f"rejected: {reason}" + (f" ({detail})" if detail else "")), file=sys.stderr)
                     return REJECTED
     except (aiohttp.ClientError, OSError) as exc:
@@ -597,7 +601,24 @@ async def cmd_respond(args: argparse.Namespace) -> int:
         raise CliError(f"request {args.request} is already resolved", NOT_FOUND)
     cmd = _command("control.attention.respond", request["session"], subject=args.request, cause=args.request,
                    capture=_capture_of(answer), data={"answer": answer})
-    return await send_command(t, cmd, args.timeout, args.retries)
+    return await send_command(t, cmd, args.timeout, args.retries, answer_hint(request, answer))
+
+
+def answer_hint(request: dict[str, Any], answer: dict[str, Any]) -> str | None:
+    """What ``request`` takes, said from its own payload, for an answer the agent refused as
+    ``invalid``: the agent's reason is gated ``redacted`` and the default ceiling drops it."""
+    data = raw if isinstance(raw := request.get("data"), dict) else {}
+    fields = _items(data.get("fields"))
+    if fields:
+        values = answer.get("values")
+        if not isinstance(values, dict):
+            return "this request is a form: answer it with --values; `aep-collector pending` lists its fields"
+        missing = [str(f.get("id")) for f in fields if f.get("required") and str(f.get("id")) not in values]
+        if missing:
+            return f"required field(s) left out of --values: {', '.join(missing)}"
+        return "a value is not one this request's fields take (see `aep-collector pending`)"
+    options = [str(o.get("id")) for o in _items(data.get("options"))]
+    return f"this request's options: {', '.join(options)}" if options else None
 
 
 async def cmd_cancel(args: argparse.Namespace) -> int:

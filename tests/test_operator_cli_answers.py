@@ -1,0 +1,62 @@
+"""``respond`` with an answer the agent's receiver refuses as ``invalid``, against the collector's own
+relay role and a held Claude Code question, in real processes. The ack's ``detail`` is gated
+``redacted`` (AEP-0004 §3) and the default ceiling is ``metadata``, so it never reaches the
+operator: the CLI says itself what the request takes, from the request it already read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+
+from tests.helpers import running
+from tests.test_relay_server import TOKEN, config
+
+EXE = Path(sys.executable).with_name("aep-collector")
+SID = "cli-answers-1"
+FORM = {"session_id": SID, "hook_event_name": "PermissionRequest", "tool_name": "AskUserQuestion",
+        "tool_use_id": "toolu_q", "tool_input": {"questions": [
+            {"question": "Which DB?", "header": "DB", "multiSelect": False,
+             "options": [{"label": "Postgres"}, {"label": "SQLite"}]},
+            {"question": "Which region?", "header": "Region", "multiSelect": False,
+             "options": [{"label": "eu"}, {"label": "us"}]}]}}
+
+
+async def cli(url: str, tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(EXE), *args, "--url", url, "--token", TOKEN, "--retries", "0",
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_an_answer_refused_invalid_says_what_the_request_takes(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as service:
+        url = service.exporters["relay_server"].url
+        hook = f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
+        async with aiohttp.ClientSession() as http:
+            watching = await http.get(f"{url}/stream", headers={"Authorization": f"Bearer {TOKEN}"})
+            await http.post(hook, json={"session_id": SID, "hook_event_name": "SessionStart", "source": "startup"})
+            held = asyncio.create_task(http.post(hook, json=FORM))
+            while not service.host.control.holds:
+                await asyncio.sleep(0.05)
+            (rid,) = {h.ids[0] for h in service.host.control.holds.values()}
+
+            code, _, err = await cli(url, tmp_path, "respond", rid, "--allow")
+            assert code == 1 and err.startswith("rejected: invalid"), err
+            assert "--values" in err, err  # a form is answered with --values, not an option
+            code, _, err = await cli(url, tmp_path, "respond", rid, "--values", '{"1": "2"}')
+            assert code == 1 and err.startswith("rejected: invalid"), err
+            assert "2" in err.split("rejected: invalid", 1)[1] and "required" in err, err  # names the field left out
+            code, out, err = await cli(url, tmp_path, "respond", rid, "--values", '{"1": "2", "2": "1"}')
+            assert code == 0 and out.startswith("accepted"), err
+            reply = await (await asyncio.wait_for(held, 30)).json()
+            assert reply["hookSpecificOutput"]["decision"]["updatedInput"]["answers"] == {
+                "Which DB?": "SQLite", "Which region?": "eu"}
+            watching.close()
