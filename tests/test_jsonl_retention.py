@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import os
+import shutil
+import subprocess
 from datetime import UTC, datetime
 
+import pytest
 from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
 from aep_collector.pipeline.cli import main as cli_main
 from aep_collector.pipeline.component import CreateSettings
@@ -315,3 +319,45 @@ async def test_a_closed_file_deleted_by_the_cap_mid_compression_is_no_failure(tm
     assert await _resume(first) == 0
     assert gzip.decompress((d / (closed.name + ".gz")).read_bytes()) == original
     assert not _temps(d)
+
+
+@contextlib.contextmanager
+def no_renames_in(directory):
+    """Files in ``directory`` can be appended to and created, not renamed: an append-only directory
+    (``chattr +a``, for root) or one without write permission (for anyone else)."""
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+a", str(directory)],
+                                                            capture_output=True).returncode:
+            pytest.skip("needs chattr +a on this filesystem")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-a", str(directory)], check=True)
+    else:
+        mode = directory.stat().st_mode
+        directory.chmod(0o500)
+        try:
+            yield
+        finally:
+            directory.chmod(mode)
+
+
+async def test_a_rotation_that_cannot_rename_keeps_writing_to_the_file_and_says_so(tmp_path):
+    """A file due for rotation was closed, then renamed; when the rename failed (an append-only
+    log directory) every later event of the session was dropped from the durable record, though
+    the file took appends, and /healthz soon said ok again."""
+    exp = await make(tmp_path, rotate_bytes=4096, compress=False)
+    exp.export_now([ev(0, pad=200)])
+    active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    try:
+        with no_renames_in(active.parent):
+            unwritten = [e for seq in range(1, 60) for e in exp.export_now([ev(seq, pad=200)])]
+            assert not unwritten
+            assert ("exporter/jsonl", "dropped") not in exp.health.counters
+            assert "retention-failed" in exp.health.snapshot()["problems"]["exporter/jsonl"]
+        exp.export_now([ev(60, pad=200)])  # renames work again: rotated, and the condition clears
+        assert "problems" not in exp.health.snapshot()
+    finally:
+        await exp.shutdown()
+    assert ids(active) == [f"01J{seq:023d}" for seq in range(61)]
+    assert len(session_files(active)) == 2

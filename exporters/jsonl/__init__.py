@@ -394,7 +394,15 @@ class JsonlExporter:
         too_old = cfg.rotate_age and time.time() - self._born.get(path, time.time()) > cfg.rotate_age
         if not (too_big or too_old):
             return fd
-        self._retire(path, "size" if too_big else "age")
+        try:
+            self._retire(path, "size" if too_big else "age")
+        except OSError as exc:
+            # Not renamed (an append-only directory, say): the record goes on in this file, past
+            # its bound, rather than nowhere; the rename is tried again at the next write.
+            self._retention("rotate", f"{path}: cannot close it as a rotated file ({exc.strerror or exc})")
+            return fd
+        if self._retention_failing:
+            self._retention("rotate")
         fd = self._open(path)
         # Started now: its first event's stamp may be old (a gateway's backlog), and counting from
         # it would close this file again at its next write, and every file after it.
@@ -402,8 +410,8 @@ class JsonlExporter:
         return fd
 
     def _retire(self, file: str | Path, why: str) -> None:
-        """Close ``file`` and rename it to its rotated name; queue it for compression and the cap."""
-        self._close(file)
+        """Rename ``file`` to its rotated name and close it; queue it for compression and the cap.
+        A rename that fails (but for a file already gone) raises, leaving the file open as it was."""
         path = Path(file)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
         base = path.name[: -len(".jsonl")]
@@ -415,8 +423,10 @@ class JsonlExporter:
         try:
             os.rename(path, target)
         except FileNotFoundError:  # moved away or deleted by someone else: nothing left to close
+            self._close(file)
             log.info("%s: %s was gone when it fell due (%s): the session starts a new file", self.id, path.name, why)
             return
+        self._close(file)  # after the rename: the open file is the renamed one; its lock goes now
         log.info("%s: closed %s as %s (%s)", self.id, path.name, target.name, why)
         if self._closed is not None:
             self._closed.put_nowait(target)
