@@ -361,3 +361,22 @@ async def test_a_rotation_that_cannot_rename_keeps_writing_to_the_file_and_says_
         await exp.shutdown()
     assert ids(active) == [f"01J{seq:023d}" for seq in range(61)]
     assert len(session_files(active)) == 2
+
+
+async def test_the_byte_cap_never_deletes_a_closed_file_another_collector_still_appends_to(tmp_path):
+    """Two collectors write one session: one closes the file (renames it) while the other still
+    holds it open and appends; the first one's byte cap then deleted it as the oldest closed file,
+    and what the other wrote into it until it noticed went with it. A file some writer holds is
+    left to a later round, as the compressor leaves it."""
+    rotating = await make(tmp_path, rotate_bytes=2048, compress=False, max_total_bytes=4096)
+    other = await make(tmp_path)  # no retention: keeps its descriptor on the file it opened
+    other.export_now([ev(1, pad=300)])
+    for seq in range(2, 40):
+        rotating.export_now([ev(seq, pad=300)])
+        await asyncio.sleep(0)
+    await rotating.shutdown()  # its cap ran at each rotation
+    assert rotating.health.counters[("exporter/jsonl", "files_deleted")] >= 1  # the cap did delete
+    other.export_now([ev(40, pad=300)])  # into the file the first one closed, if it is still there
+    await other.shutdown()
+    kept = [line for f in sorted((tmp_path / "logs" / "claude-code").iterdir()) for line in iter_lines(f)]
+    assert {ev(1)["id"], ev(40)["id"]} <= {json.loads(line)["id"] for line in kept}

@@ -533,8 +533,8 @@ class JsonlExporter:
         for _, _, size, p in files:
             if total <= self.config.max_total_bytes:
                 break
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+            if not _unlink_unless_held(p):
+                continue  # another collector still appends to it (or compresses it): a later round's
             total -= size
             removed += 1
         if removed:
@@ -776,6 +776,21 @@ def _compress(path: Path) -> bool:
                 os.unlink(name)
             raise
         path.unlink(missing_ok=True)  # another collector's byte cap may have deleted it meanwhile
+    return True
+
+
+def _unlink_unless_held(path: Path) -> bool:
+    """Delete the closed file ``path`` unless a process holds it (a collector that opened it before
+    it was closed still appends to it: a shared lock; a compressor: an exclusive one). True if it
+    is gone."""
+    try:
+        src = open(path, "rb")
+    except FileNotFoundError:
+        return True
+    with src:
+        if not _try_lock(src.fileno(), fcntl.LOCK_EX):
+            return False
+        path.unlink(missing_ok=True)
     return True
 
 
