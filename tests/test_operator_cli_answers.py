@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from tests.helpers import running
+from tests.relay_double import wait_until
 from tests.test_relay_server import TOKEN, config
 
 EXE = Path(sys.executable).with_name("aep-collector")
@@ -44,8 +45,7 @@ async def test_an_answer_refused_invalid_says_what_the_request_takes(tmp_path: P
             watching = await http.get(f"{url}/stream", headers={"Authorization": f"Bearer {TOKEN}"})
             await http.post(hook, json={"session_id": SID, "hook_event_name": "SessionStart", "source": "startup"})
             held = asyncio.create_task(http.post(hook, json=FORM))
-            while not service.host.control.holds:
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: service.host.control.holds, "the question to be held", 30)
             (rid,) = {h.ids[0] for h in service.host.control.holds.values()}
 
             code, _, err = await cli(url, tmp_path, "respond", rid, "--allow")

@@ -17,6 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.helpers import running, serve
+from tests.relay_double import wait_until
 from tests.test_relay_server import TOKEN, config
 from tests.test_relay_server_hardening import ev, ndjson, post
 
@@ -69,8 +70,7 @@ async def test_a_collector_that_stops_under_a_tail_ends_it_with_an_error(tmp_pat
         url = service.exporters["relay_server"].url
         proc = await tail(url, tmp_path, "--no-resume")
         async with aiohttp.ClientSession() as http:
-            while not service.exporters["relay_server"].surface.streams:  # the tail attached
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: service.exporters["relay_server"].surface.streams, "the tail to attach", 30)
             assert (await post(http, url, ndjson([ev("stop", 0)])))[0] == 202
             assert [e["id"] for e in await lines(proc, 1)] == ["stop-0"]
     _, err = await asyncio.wait_for(proc.communicate(), 30)
