@@ -1,4 +1,9 @@
-"""Session ids to file names that never escape their directory and never collide."""
+"""Session ids to file names that never escape their directory and never collide.
+
+Never collide on a case-sensitive filesystem: names are kept in their letter case (plain names
+pass unchanged, so existing logs keep their names), so on a case-insensitive one two ids that
+differ only in case name one file, whose lines each still carry their own ``session``.
+"""
 
 from __future__ import annotations
 
