@@ -115,6 +115,38 @@ async def test_more_records_than_max_request_records_is_413_resource_exhausted_o
         assert status == 200 and len(sink.signals) == 10
 
 
+def twice_spelled(level: str, first: list[Any] | None, second: list[Any] | None) -> bytes:
+    """OTLP/JSON giving the records under both names (camelCase, then the proto name) of one field."""
+    resource = {"attributes": [{"key": "session.id", "value": {"stringValue": "s"}}]}
+
+    def scopes(records: list[Any] | None) -> Any:
+        return None if records is None else [{"logRecords": records}]
+
+    def resources(records: list[Any] | None) -> Any:
+        return None if records is None else [{"resource": resource, "scopeLogs": scopes(records)}]
+    if level == "resource":
+        doc: dict[str, Any] = {"resourceLogs": resources(first), "resource_logs": resources(second)}
+    elif level == "scope":
+        doc = {"resourceLogs": [{"resource": resource, "scopeLogs": scopes(first), "scope_logs": scopes(second)}]}
+    else:
+        doc = {"resourceLogs": [{"resource": resource, "scopeLogs": [{"logRecords": first, "log_records": second}]}]}
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize("level", ["resource", "scope", "record"])
+async def test_otlp_json_spelling_one_field_twice_is_400_not_a_way_past_the_record_limit(level: str) -> None:
+    # ParseDict keeps the spelling that comes last: the limit was checked on the first one only
+    # (11 records got in under max_request_records 10), and a last null emptied the batch (200, no
+    # record delivered).
+    one, eleven = [{"eventName": "copilot_chat.tool.call"}], [{"eventName": "copilot_chat.tool.call"}] * 11
+    async with running_receiver("vscode", max_request_records=10) as (receiver, sink, host):
+        for first, second in ((one, eleven), (one * 2, None), (one * 2, [])):
+            status, _, reply, _ = await post(receiver.http_port, twice_spelled(level, first, second), JSON)
+            error = status_of(reply, JSON)
+            assert (status, error.code) == (400, 3) and "are one field" in error.message
+        assert sink.batches == [] and host.health.counters[("receiver/otlp/vscode", "refused")] == 3
+
+
 def test_max_request_records_default_and_validation() -> None:
     # 32x the SDK BatchLogRecordProcessor's 512 per export: no real exporter's batch is refused.
     assert OtlpConfig(profile="vscode", http={}).max_request_records == 16384

@@ -178,6 +178,12 @@ def _count(doc: dict[str, Any]) -> int:
 def _items(obj: Any, *keys: str) -> list[Any]:
     if not isinstance(obj, dict):
         return []
+    given = [key for key in keys if key in obj]
+    if len(given) > 1:
+        # ParseDict keeps the spelling that comes last (a null one empties the field), so the
+        # records counted and given hex ids here would not be the ones read: refused, never guessed.
+        raise WireError(400, INVALID_ARGUMENT, f"{' and '.join(given)} are one field (OTLP/JSON may "
+                        "spell a field either way, not both)")
     for key in keys:
         value = obj.get(key)
         if isinstance(value, list):
