@@ -331,6 +331,19 @@ async def test_bad_http_input_gets_the_otlp_error_and_the_receiver_keeps_serving
         await assert_still_serving(receiver, sink)
 
 
+async def test_a_stalled_body_is_408_with_a_status_that_reads_right() -> None:
+    async with running("vscode", body_timeout=0.2) as (receiver, sink, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", receiver.http_port)
+        writer.write(b"POST /v1/logs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{")  # then nothing more
+        reply = await reader.read()  # the connection is closed after the answer
+        writer.close()
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.split()[1] == b"408"
+        assert json.loads(body) == {"code": 3, "message": "request body not received within 0.2s"}  # not "request request"
+        await assert_still_serving(receiver, sink)
+
+
 @pytest.mark.parametrize("ctype", ["text/plain", "application/protobuf", "application/grpc", ""])
 async def test_unsupported_content_type_is_415(ctype: str) -> None:
     async with running("vscode") as (receiver, sink, _):

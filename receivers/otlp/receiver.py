@@ -328,7 +328,7 @@ class OtlpReceiver:
         except BodyError as exc:
             code = (wire.RESOURCE_EXHAUSTED if exc.status == 413 else wire.UNAVAILABLE if exc.status == 503
                     else wire.INVALID_ARGUMENT)
-            message = exc.detail if exc.status == 503 else f"request {exc.detail}"
+            message = f"request {exc.detail}" if exc.status == 413 else exc.detail  # the others say "request body"
             raise BodyWireError(exc.status, code, message, exc.cause) from None
         return wire.gunzip(body, limit) if coding == "gzip" else body
 
