@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
@@ -380,3 +380,31 @@ async def test_the_byte_cap_never_deletes_a_closed_file_another_collector_still_
     await other.shutdown()
     kept = [line for f in sorted((tmp_path / "logs" / "claude-code").iterdir()) for line in iter_lines(f)]
     assert {ev(1)["id"], ev(40)["id"]} <= {json.loads(line)["id"] for line in kept}
+
+
+async def test_files_closed_after_the_clock_stepped_back_still_read_in_the_order_they_were_written(
+        tmp_path, monkeypatch):
+    """A closed file is named after the wall clock, and readers take a session's closed files in
+    name order; after an NTP step back, a file closed later got an earlier name, and `tail --file`
+    and validate-events read its events before older ones."""
+    from aep_collector.exporters import jsonl
+
+    exp = await make(tmp_path, rotate_bytes=2048, compress=False)
+    try:
+        for seq in range(20):
+            exp.export_now([ev(seq, pad=300)])
+        stepped = datetime.now(UTC) - timedelta(hours=1)
+
+        class SteppedBack(datetime):
+            @classmethod
+            def now(cls, tz=None):
+                return stepped  # an hour back, and held there
+
+        monkeypatch.setattr(jsonl, "datetime", SteppedBack)
+        for seq in range(20, 40):
+            exp.export_now([ev(seq, pad=300)])
+    finally:
+        await exp.shutdown()
+    active = tmp_path / "logs" / "claude-code" / "s1.jsonl"
+    assert len(session_files(active)) >= 8
+    assert ids(active) == [ev(seq)["id"] for seq in range(40)]

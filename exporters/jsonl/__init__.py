@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -116,6 +116,7 @@ class JsonlExporter:
         cause is reported while some place still fails with it: one agent's unwritable directory
         is not cleared by another agent's writes (``_written``, ``_cleared``)."""
         self._retention_failing: set[str] = set()  # retention steps whose last run failed
+        self._last_closed = datetime.min.replace(tzinfo=UTC)  # the stamp of the last file closed
 
     async def start(self, host: Host) -> None:
         self.health = host.health
@@ -413,7 +414,13 @@ class JsonlExporter:
         """Rename ``file`` to its rotated name and close it; queue it for compression and the cap.
         A rename that fails (but for a file already gone) raises, leaving the file open as it was."""
         path = Path(file)
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        # Readers take a session's closed files in name order: after the clock stepped back (or
+        # stood still), a later file still gets a later name than every one this process closed.
+        now = datetime.now(UTC)
+        if now <= self._last_closed:
+            now = self._last_closed + timedelta(microseconds=1)
+        self._last_closed = now
+        stamp = now.strftime("%Y%m%dT%H%M%S.%fZ")
         base = path.name[: -len(".jsonl")]
         target = path.parent / rotated_name(base, stamp)
         n = 1
