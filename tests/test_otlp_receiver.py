@@ -484,6 +484,12 @@ async def test_a_taken_port_fails_start_and_a_stopped_receiver_stops_listening()
             assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
+async def test_a_max_request_bytes_past_what_grpc_takes_still_starts_both_protocols() -> None:
+    # grpc's max_receive_message_length is a C int: 4 GiB made start fail with an OverflowError.
+    async with running("vscode", max_request_bytes=4 << 30) as (receiver, sink, _):
+        await assert_still_serving(receiver, sink)
+
+
 async def test_only_the_configured_protocol_listens() -> None:
     cfg = OtlpConfig(profile="codex", http={"endpoint": "127.0.0.1:0"})
     receiver = OtlpReceiver(CreateSettings(id="otlp/codex"), cfg, Recorder())

@@ -48,6 +48,9 @@ WRITTEN_ENTRIES = 256
 WRITTEN_SECONDS = 600.0
 
 
+GRPC_MAX_MESSAGE = 2**31 - 1
+"""The largest ``grpc.max_receive_message_length`` grpc takes (and the largest message it carries)."""
+
 _CAUSES = {400: "invalid-request", 413: "payload-too-large", 415: "unsupported-media-type"}
 
 
@@ -118,7 +121,9 @@ class OtlpReceiver:
     async def _start_grpc(self, endpoint: str) -> None:
         host, port = parse_endpoint(endpoint, path="grpc.endpoint")
         server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", self.config.max_request_bytes),
+            # A C int in grpc (a larger value fails start with OverflowError), and no gRPC message
+            # is larger anyway; max_request_bytes still bounds OTLP/HTTP as configured.
+            ("grpc.max_receive_message_length", min(self.config.max_request_bytes, GRPC_MAX_MESSAGE)),
             # grpc enables SO_REUSEPORT by default: a second receiver on the same port would then
             # bind "successfully" and silently take half the traffic.
             ("grpc.so_reuseport", 0),
