@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aep_collector.exporters.relay_server.server import Backlog, Outlet
 from aep_collector.pipeline.validate import envelope_errors
 from aep_collector.pipeline.wire import MAX_DEPTH
 
@@ -276,3 +277,38 @@ async def test_the_bearer_scheme_is_matched_whatever_its_case(tmp_path: Path, sc
             wrong = {"Authorization": f"{scheme} {TOKEN.upper()}"}
             async with http.get(f"{url}/stream", params={"live": "0"}, headers=wrong) as r:
                 assert r.status == 401
+
+
+async def test_a_consumer_that_subscribes_with_from_again_and_again_without_reading_waits_in_its_socket(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each ``from`` subscription holds a snapshot of the buffers until it is sent: a consumer that
+    never reads must not make the relay hold one per frame it sends."""
+    held: list[int] = []
+    queue_replay = Outlet.replay
+
+    def replay(self: Outlet, backlog: Any) -> None:
+        queue_replay(self, backlog)
+        queued = [x for x in self.queue._queue if isinstance(x, Backlog)]  # type: ignore[attr-defined]
+        held.append(len(queued) + (self.backlog is not None))
+
+    monkeypatch.setattr(Outlet, "replay", replay)
+    async with running(config(tmp_path)) as service:
+        url = service.exporters["relay_server"].url
+        blob = "x" * 2000
+        async with aiohttp.ClientSession() as http:
+            for k in range(4):  # ~8 MB held: more than the sockets between us buffer
+                assert (await post(http, url, ndjson([ev(f"h{k}", i, data={"b": blob}) for i in range(1000)])))[0] == 202
+            ws = await http.ws_connect(f"{url}/socket", headers=AUTH, max_msg_size=0)
+            await hello(ws, "consumer")
+            ws._response.connection.transport.pause_reading()  # type: ignore[union-attr]
+            await ws.send_json({"type": "subscribe", "id": "everything", "from": "all"})
+            for _ in range(100):  # each would snapshot all 4000 entries, to replay none of them
+                await ws.send_json({"type": "subscribe", "id": "none", "from": "all", "filter": {"agent": "none"}})
+            await ws.send_json({"type": "ping", "t": 7})
+            ws._response.connection.transport.resume_reading()  # type: ignore[union-attr]
+            events = 0
+            while (frame := await ws.receive_json(timeout=30)).get("type") != "pong":
+                events += frame.get("type") == "progress.status"
+            assert events == 4000
+            await ws.close()
+    assert len(held) == 101 and max(held) <= 2, max(held)

@@ -97,6 +97,12 @@ def _frame(obj: dict[str, Any]) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
+_REPLAYS_WAITING = 1
+"""Replays a WebSocket connection may have queued behind the one being sent before its next frame
+is read: each holds a snapshot of the buffers (up to ``buffer`` x ``max_sessions`` entries) until
+it is sent, so a consumer that subscribes with ``from`` again and again without reading waits in
+its socket, not in this process's memory."""
+
 _STALL_GRACE = 2.0
 """Seconds a subscriber cut off past ``hard_limit`` gets to take its ending before the transport is
 aborted: a consumer that stopped reading never drains the write that would end its stream."""
@@ -134,6 +140,9 @@ class Outlet:
         self.shed = 0
         self.backlog: Backlog | None = None
         self.on_overflow: Callable[[], None] | None = None
+        self.replays = 0
+        """Replays queued or being sent (each holds its snapshot until it is sent)."""
+        self._replay_done = asyncio.Event()
 
     def put(self, item: str, severity: str | None = None) -> bool:
         """Queue an item; False when it was shed or the outlet is over its hard limit (now closing)."""
@@ -152,7 +161,18 @@ class Outlet:
     def replay(self, backlog: Backlog) -> None:
         """Queue a replay: it counts against no budget, it is only rendered as fast as it is sent."""
         if not self.closed:
+            self.replays += 1
             self.queue.put_nowait(backlog)
+
+    async def replays_below(self, limit: int) -> None:
+        """Return once fewer than ``limit`` replays are queued or being sent, or the outlet closed."""
+        while self.replays >= limit and not self.closed:
+            self._replay_done.clear()
+            await self._replay_done.wait()
+
+    def _replay_ended(self, dropped: int = 1) -> None:
+        self.replays -= dropped
+        self._replay_done.set()
 
     async def batch(self, limit: int = 512) -> list[Any]:
         """The next items to send: from the replay being expanded, else one queued item and whatever
@@ -163,6 +183,7 @@ class Outlet:
                 if items:
                     return items
                 self.backlog = None
+                self._replay_ended()
             first = await self.queue.get()
             if isinstance(first, Backlog):
                 self.backlog = first
@@ -196,9 +217,11 @@ class Outlet:
             while not self.queue.empty():
                 self.queue.get_nowait()
             self.pending = 0
+            self._replay_ended(self.replays)  # their snapshots are gone
         if not self.closed:
             self.closed = True
             self.queue.put_nowait(("end", why))
+        self._replay_done.set()  # a reader waiting for replays to be sent is let go
 
 
 @dataclass(eq=False)
@@ -623,6 +646,7 @@ class Surface:
                     if conn.busy is not None:
                         busy, conn.busy = conn.busy, None
                         await busy
+                    await conn.outlet.replays_below(_REPLAYS_WAITING + 1)
                 elif msg.type == WSMsgType.BINARY:
                     conn.send({"type": "error", "code": "binary-unsupported"})
                     conn.outlet.end("1003")
@@ -664,7 +688,7 @@ class Surface:
             pass
         finally:
             self._drop(conn)
-            outlet.closed = True
+            outlet.end("gone", drop=True)  # closed: and a reader waiting for a replay to be sent is let go
             with contextlib.suppress(Exception):
                 await ws.close()
 
