@@ -46,8 +46,13 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int | None = None, dura
             os.unlink(tmp)
         raise
     if durable:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        sync_dir(path.parent)
+
+
+def sync_dir(path: str | Path) -> None:
+    """fsync the directory ``path``: the names created in it (a new file, a rename) last a power loss."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

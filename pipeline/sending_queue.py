@@ -60,6 +60,7 @@ from typing import Any, Literal
 
 import orjson
 
+from .atomic import sync_dir
 from .host import Health
 from .model import Event
 from .wire import _DIGITS_ONLY, dumps_line
@@ -236,6 +237,10 @@ class SendingQueue:
         except BaseException:
             self.close()  # releases the lock too, so a later attempt can take it again
             raise
+        if self.config.fsync == "always":  # the files' names (and the queue's own) last a power loss
+            with contextlib.suppress(OSError):
+                sync_dir(d)
+                sync_dir(d.parent)
         self._opened = True
         self.health.recover(self.id, "queue-unavailable")  # raised by start() or put() while it could not open
         if self.pending_events:
@@ -400,6 +405,9 @@ class SendingQueue:
         self._fd = os.open(self._path(n), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.segments.append(n)
         self.sizes[n] = 0
+        if self.config.fsync == "always":  # the new segment's name, or a power loss can take it whole
+            with contextlib.suppress(OSError):
+                sync_dir(self.directory)
         if old is not None:
             with contextlib.suppress(OSError):
                 if self.config.fsync != "never" and self._dirty:

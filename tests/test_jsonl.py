@@ -268,3 +268,26 @@ async def test_a_shutdown_while_the_interval_thread_syncs_still_syncs_every_file
         assert fds <= set(synced)
     finally:
         release.set()
+
+
+async def test_with_fsync_always_a_new_session_file_is_synced_into_its_directory(tmp_path, monkeypatch):
+    """`always` syncs each batch before the hook is answered, but a new session file's name (and
+    its new agent folder's) was never synced: a power loss could lose the whole file, its synced
+    lines with it (POSIX: a new file's entry lasts once its directory is synced)."""
+    real, seen = os.fsync, []
+
+    def fsync(fd):
+        seen.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    exp, _ = await make(tmp_path, fsync="always")
+    try:
+        exp.export_now([ev("s1", 0)])
+        agent_dir, root = tmp_path / "logs" / "claude-code", tmp_path / "logs"
+        assert agent_dir.stat().st_ino in seen and root.stat().st_ino in seen
+        seen.clear()
+        exp.export_now([ev("s1", 1)])  # the file is there: its data only, one fsync as before
+        assert seen == [(agent_dir / "s1.jsonl").stat().st_ino]
+    finally:
+        await exp.shutdown()

@@ -514,3 +514,40 @@ async def test_a_corrupt_line_is_counted_once_however_often_its_batch_is_retried
         assert any("cannot be read back" in r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
     finally:
         await again.drain(0)
+
+
+def synced_inodes(monkeypatch) -> list[int]:
+    """Patch ``os.fsync`` to record the inode of everything it syncs."""
+    import os
+
+    real, seen = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        seen.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def test_with_fsync_always_a_new_segment_is_synced_into_its_directory(tmp_path, monkeypatch):
+    """`always` promises an append survives power loss once the hook is answered. The segment
+    file's data was synced, its name in the directory never was: a power loss could lose the
+    whole new segment, synced lines and all (POSIX: a new file's entry lasts once its directory
+    is synced)."""
+    seen = synced_inodes(monkeypatch)
+    q = make(tmp_path, Peer(), segment_bytes=4096, fsync="always")
+    q.open()
+    directory = (tmp_path / "q").stat().st_ino
+    assert directory in seen and (tmp_path).stat().st_ino in seen  # the queue's files, and the queue
+    seen.clear()
+    for i in range(12):
+        q.put([ev(i, pad=400)])
+    assert len(segment_files(tmp_path)) >= 2
+    assert directory in seen
+    rolls = seen.count(directory)
+    seen.clear()
+    q.put([ev(99)])  # an append to a segment already there: its data only, as before
+    assert directory not in seen
+    assert rolls == len(segment_files(tmp_path)) - 1
+    q.close()

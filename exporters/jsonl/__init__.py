@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
+from aep_collector.pipeline.atomic import sync_dir
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.jsonl_files import is_rotated, rotated_name
@@ -368,6 +369,12 @@ class JsonlExporter:
             os.close(fd)
             fd = os.open(path, flags, 0o600)
             _try_lock(fd, fcntl.LOCK_SH)
+        if self.config.fsync == "always" and os.fstat(fd).st_size == 0:
+            # A new file: its name (and its agent folder's, maybe new too) must last a power loss
+            # as its synced lines do. Once per file, not per write.
+            with contextlib.suppress(OSError):
+                sync_dir(os.path.dirname(path))
+                sync_dir(str(self.root))
         self._fds[path] = fd
         self._last_path = path
         # The first event's stamp is the best guess of a file's start only for one this process has
