@@ -147,6 +147,23 @@ async def test_otlp_json_spelling_one_field_twice_is_400_not_a_way_past_the_reco
         assert sink.batches == [] and host.health.counters[("receiver/otlp/vscode", "refused")] == 3
 
 
+@pytest.mark.parametrize("item", [[], ""], ids=["empty-list", "empty-string"])
+@pytest.mark.parametrize("level", ["resourceLogs", "scopeLogs", "logRecords"])
+async def test_otlp_json_list_items_that_are_not_objects_are_400_not_uncounted_records(level: str, item: Any) -> None:
+    # ParseDict reads [] and "" as empty messages, and the record count skipped them: as records,
+    # 11 got in under max_request_records 10 (as resources or scopes, they were quietly empty ones).
+    record = {"eventName": "copilot_chat.tool.call"}
+    scope = {"logRecords": [record] if level != "logRecords" else [item] * 11}
+    resource = {"resource": {"attributes": [{"key": "session.id", "value": {"stringValue": "s"}}]},
+                "scopeLogs": [scope] if level != "scopeLogs" else [scope] * 10 + [item]}
+    doc = {"resourceLogs": [resource] if level != "resourceLogs" else [resource] * 10 + [item]}
+    async with running_receiver("vscode", max_request_records=10) as (receiver, sink, _):
+        status, _, reply, _ = await post(receiver.http_port, json.dumps(doc).encode(), JSON)
+        error = status_of(reply, JSON)
+        assert (status, error.code) == (400, 3) and f"{level} holds" in error.message
+        assert sink.batches == []
+
+
 def test_max_request_records_default_and_validation() -> None:
     # 32x the SDK BatchLogRecordProcessor's 512 per export: no real exporter's batch is refused.
     assert OtlpConfig(profile="vscode", http={}).max_request_records == 16384

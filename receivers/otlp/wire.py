@@ -184,10 +184,16 @@ def _items(obj: Any, *keys: str) -> list[Any]:
         # records counted and given hex ids here would not be the ones read: refused, never guessed.
         raise WireError(400, INVALID_ARGUMENT, f"{' and '.join(given)} are one field (OTLP/JSON may "
                         "spell a field either way, not both)")
-    for key in keys:
-        value = obj.get(key)
+    for key in given:
+        value = obj[key]
         if isinstance(value, list):
-            return [v for v in value if isinstance(v, dict)]
+            for item in value:
+                if not isinstance(item, dict):
+                    # ParseDict reads [] and "" as empty messages: uncounted, they were records
+                    # past max_request_records. An OTLP/JSON message is an object.
+                    raise WireError(400, INVALID_ARGUMENT, f"{key} holds {json.dumps(item)[:40]}, "
+                                    "not an object (each item of an OTLP/JSON message list is one)")
+            return value
     return []
 
 
