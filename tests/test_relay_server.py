@@ -151,7 +151,7 @@ async def test_commands_never_flow_over_http_and_reach_exactly_one_claimant(tmp_
                                                    source=f"aep://h/agent/other-agent/session/{SID}")))
             await st.post({"session_id": SID, "hook_event_name": "SessionStart", "source": "startup"})
             for _ in range(200):
-                if st.relay.owner_of(SID):
+                if st.relay.owners_of(SID):
                     break
                 await asyncio.sleep(0.01)
             await sender.send_str(json.dumps(dict(cmd, id="01CMD0000000000000000000002", session=SID)))
@@ -250,3 +250,44 @@ async def test_subscription_cap_is_in_band_and_shutdown_tells_every_stream(tmp_p
             closed = await ws.receive(timeout=5)
             assert closed.type == aiohttp.WSMsgType.CLOSE and closed.data == 1001  # going away
             sse.release()
+
+
+async def test_two_of_the_collectors_own_agents_in_one_session_are_ambiguous_not_a_guess(tmp_path: Path) -> None:
+    """Session ids are unique per agent only (AEP-0001 §5.2): two agents emitting the same id are two
+    claimants, so a command for it is refused ``ambiguous`` (AEP-0004 §4), not sent to the latest."""
+    async with running(config(tmp_path)) as service:
+        st = Stack(service)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+
+        def started(agent: str, seq: int) -> dict:
+            return {"aep": "0.1", "id": f"{agent}-{seq}", "type": "session.started",
+                    "time": "2026-12-03T08:00:00.000Z", "source": f"aep://h/agent/{agent}/session/shared",
+                    "agent": agent, "session": "shared", "seq": seq}
+
+        assert await st.relay.export([started("claude-code", 0), started("codex", 0)]) == 0
+        async with aiohttp.ClientSession() as http:
+            sender = await http.ws_connect(f"{st.url}/socket", headers=auth)
+            await sender.send_json({"type": "hello", "versions": ["0.1"], "role": "consumer",
+                                    "identity": {"agent": "op"}})
+            assert (await sender.receive_json(timeout=5))["type"] == "hello"
+            await sender.send_json({"type": "roster", "id": "r"})
+            roster = await sender.receive_json(timeout=5)
+            assert sorted(e["agent"] for e in roster["entries"] if e["session"] == "shared") == ["claude-code", "codex"]
+            await sender.send_json({"type": "subscribe", "id": "acks", "filter": {"session": "shared"}})
+            assert (await sender.receive_json(timeout=5))["type"] == "subscribed"
+            cmd = {"aep": "0.1", "id": "01CMDSHARED0000000000000001", "type": "control.cancel",
+                   "time": "2026-12-03T08:00:00.000Z", "source": "aep://ops/agent/op", "agent": "op",
+                   "session": "shared", "data": {"scope": "session"}}
+            await sender.send_json(cmd)
+            answer = await sender.receive_json(timeout=5)
+            assert answer == {"type": "error", "code": "ambiguous", "cause": cmd["id"],
+                              "detail": answer.get("detail")}, answer
+            # One agent's session alone is still routed to it.
+            assert await st.relay.export([dict(started("claude-code", 1), session="mine", id="m")]) == 0
+            await sender.send_json({"type": "subscribe", "id": "mine", "filter": {"session": "mine"}})
+            assert (await sender.receive_json(timeout=5))["type"] == "subscribed"
+            await sender.send_json(dict(cmd, id="01CMDSHARED0000000000000002", session="mine"))
+            while (frame := await sender.receive_json(timeout=5)).get("cause") != "01CMDSHARED0000000000000002":
+                pass
+            assert frame["type"] == "control.rejected" and frame["agent"] == "claude-code", frame  # its decision
+            await sender.close()

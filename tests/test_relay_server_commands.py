@@ -49,7 +49,7 @@ async def test_commands_past_the_bound_are_answered_busy_and_the_waiting_ones_st
         async with aiohttp.ClientSession() as http:
             async with http.post(f"http://127.0.0.1:{port}/hook", json=hook) as r:
                 assert r.status == 200
-            await wait_until(lambda: role.owner_of(SESSION) == CC, "the session owned by the role", 30)
+            await wait_until(lambda: role.owners_of(SESSION) == [CC], "the session owned by the role", 30)
             edge = SlowEdge()
             forwarded = edge.forwarded
             service.host.control.remote(CC, SESSION, edge)

@@ -97,7 +97,8 @@ class RelayServer:
         self.token = config.token or ""
         self.token_path: Path | None = None
         self.surface = Surface(self)
-        self.owned: OrderedDict[str, str] = OrderedDict()
+        self.owned: OrderedDict[str, dict[str, None]] = OrderedDict()
+        """Session -> the agents of ours that emitted it (session ids are unique per agent only)."""
         self.consumers = 0
         self._routed: set[str] = set()
         self._runner: web.AppRunner | None = None
@@ -167,7 +168,7 @@ class RelayServer:
                 continue
             session = ev.get("session")
             if session is not None and "seq" in ev:  # served_problem: a str session, a str agent
-                self.owned[session] = ev["agent"]
+                self.owned.setdefault(session, {})[ev["agent"]] = None
                 self.owned.move_to_end(session)
                 if len(self.owned) > MAX_OWNED:
                     self.owned.popitem(last=False)
@@ -205,8 +206,9 @@ class RelayServer:
 
     # -- what the surface asks of the collector ---------------------------------------------------
 
-    def owner_of(self, session: str) -> str | None:
-        return self.owned.get(session)
+    def owners_of(self, session: str) -> list[str]:
+        """Our agents that emitted ``session``: more than one is an ``ambiguous`` route (AEP-0004 §4)."""
+        return list(self.owned.get(session, ()))
 
     def submit(self, cmd: dict[str, Any], agent: str) -> Coroutine[Any, Any, None] | None:
         """Hand ``cmd`` to the control router off the reading path. With ``command_queue`` commands
@@ -238,12 +240,13 @@ class RelayServer:
     def own_roster(self) -> list[dict[str, Any]]:
         control = self.host.control
         entries = []
-        for session, agent in self.owned.items():
-            entry: dict[str, Any] = {"session": session, "agent": agent, "instance": self.instance}
-            accepts = control.accepts(agent) if control is not None else None
-            if accepts is not None:
-                entry["control"] = {"accepts": accepts, "ack_window_ms": self.config.ack_window_ms}
-            entries.append(entry)
+        for session, agents in self.owned.items():
+            for agent in agents:  # one entry per claimant, never merged (AEP-0003 §4.1)
+                entry: dict[str, Any] = {"session": session, "agent": agent, "instance": self.instance}
+                accepts = control.accepts(agent) if control is not None else None
+                if accepts is not None:
+                    entry["control"] = {"accepts": accepts, "ack_window_ms": self.config.ack_window_ms}
+                entries.append(entry)
         return entries
 
     def health_snapshot(self) -> dict[str, Any]:

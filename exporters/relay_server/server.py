@@ -424,9 +424,7 @@ class Surface:
         session = cmd["session"]
         targets: list[Any] = [c for c in self.conns if c.hello is not None and c.role != "consumer"
                               and session in c.claims]
-        agent = self.owner.owner_of(session)
-        if agent is not None:
-            targets.append(agent)
+        targets.extend(self.owner.owners_of(session))
         if not targets:
             refuse("no-route", f"no live emitter owns session {session!r}")
             return
