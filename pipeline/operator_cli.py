@@ -491,6 +491,13 @@ async def send_command(t: Target, cmd: dict[str, Any], window: float | None = No
         return CliError(f"no answer to {cmd['type']} {cmd['id']} after {sends} send(s), "
                         f"waiting {wait:g} s after each", NO_ANSWER)
 
+    def closed(code: int | None, reason: Any) -> CliError:
+        how = f"the collector closed the connection ({code}{f': {reason}' if reason else ''})"
+        if not sends:
+            return CliError(f"{how} before {cmd['type']} was sent", UNREACHABLE)
+        return CliError(f"{how} after {cmd['type']} {cmd['id']} was sent and before it was answered: whether the "
+                        f"agent took it is unknown (see `aep-collector timeline {cmd['session']}`)", UNREACHABLE)
+
     sends, wait, subscribed = 0, window if window is not None else ACK_WINDOW, False
     try:
         async with aiohttp.ClientSession() as http, \
@@ -526,8 +533,13 @@ async def send_command(t: Target, cmd: dict[str, Any], window: float | None = No
                     deadline = 0.0
                     continue
                 if msg.type != aiohttp.WSMsgType.TEXT:
-                    raise CliError("the collector closed the connection", UNREACHABLE)
-                frame = json.loads(msg.data)
+                    raise closed(ws.close_code, msg.extra if msg.type == aiohttp.WSMsgType.CLOSE else None)
+                try:
+                    frame = json.loads(msg.data)
+                except ValueError:
+                    continue  # no frame: nothing in it answers the command (nor refuses it)
+                if not isinstance(frame, dict):
+                    continue
                 kind = frame.get("type")
                 if kind == "subscribed" and frame.get("id") == "acks" and not subscribed:
                     subscribed = True

@@ -7,13 +7,16 @@ operator: the CLI says itself what the request takes, from the request it alread
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
+import pytest
+from aiohttp import web
 
-from tests.helpers import running
+from tests.helpers import running, serve
 from tests.relay_double import wait_until
 from tests.test_relay_server import TOKEN, config
 
@@ -60,3 +63,60 @@ async def test_an_answer_refused_invalid_says_what_the_request_takes(tmp_path: P
             assert reply["hookSpecificOutput"]["decision"]["updatedInput"]["answers"] == {
                 "Which DB?": "SQLite", "Which region?": "eu"}
             watching.close()
+
+
+class OddRelay:
+    """A relay that answers respond's handshake, then does ``then`` with the command it is sent."""
+
+    def __init__(self, then: str) -> None:
+        self.then, self.commands = then, 0
+
+    async def socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for msg in ws:
+            frame = json.loads(msg.data)
+            if frame["type"] == "hello":
+                await ws.send_json({"type": "hello", "versions": ["0.1"], "role": "both"})
+            elif frame["type"] == "subscribe":
+                await ws.send_json({"type": "subscribed", "id": frame["id"]})
+            elif frame["type"] == "roster":
+                await ws.send_json({"type": "roster", "id": frame["id"], "entries": []})
+            elif frame["type"].startswith("control."):
+                self.commands += 1
+                if self.then == "garbage":  # what no AEP frame is, then the ack
+                    for junk in ("not json", "[1, 2]", "null", '"text"', "{"):
+                        await ws.send_str(junk)
+                    await ws.send_json({"aep": "0.1", "id": "ack", "type": "control.accepted", "cause": frame["id"],
+                                        "session": frame["session"], "seq": 1})
+                else:  # it goes away before any ack
+                    await ws.close(code=1001, message=b"collector stopping")
+        return ws
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await resp.prepare(request)
+        request_ev = {"aep": "0.1", "id": "01ODDREQUEST", "type": "attention.requested", "session": "odd",
+                      "seq": 0, "time": "2026-12-07T08:00:00.000Z", "data": {"kind": "permission"}}
+        await resp.write(f"event: attention.requested\ndata: {json.dumps(request_ev)}\n\n: replay-complete\n\n".encode())
+        await resp.write_eof()
+        return resp
+
+
+@pytest.mark.parametrize("then", ["garbage", "gone"])
+async def test_respond_against_a_relay_that_sends_garbage_or_goes_away_mid_command(tmp_path: Path, then: str) -> None:
+    relay = OddRelay(then)
+    app = web.Application()
+    app.router.add_get("/socket", relay.socket)
+    app.router.add_get("/stream", relay.stream)
+    runner, port = await serve(app)
+    try:
+        code, out, err = await cli(f"http://127.0.0.1:{port}", tmp_path, "respond", "01ODDREQUEST", "--allow")
+    finally:
+        await runner.cleanup()
+    assert relay.commands == 1 and "Traceback" not in err
+    if then == "garbage":  # frames that are no JSON object are not a refusal (exit 1): they are skipped
+        assert code == 0 and out.startswith("accepted"), (code, out, err)
+    else:  # unreachable, and the operator is told the command was sent but not answered
+        assert code == 4 and err.startswith("error: "), err
+        assert "1001" in err and "sent" in err and "unknown" in err, err
