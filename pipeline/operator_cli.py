@@ -153,9 +153,11 @@ async def sse_events(t: Target, flt: dict[str, Any], from_: Any = None, live: bo
                 line = raw.decode("utf-8", "replace").rstrip("\n")
                 if line.startswith("data:"):
                     try:
-                        yield json.loads(line[5:].strip())
+                        ev = json.loads(line[5:].strip())
                     except ValueError:
                         continue
+                    if isinstance(ev, dict):  # anything else is no event (and would crash the commands)
+                        yield ev
                 elif line.startswith(EXHAUSTED):
                     exhausted(line[len(EXHAUSTED):])
                 elif line.startswith(":") and line != ": ping":

@@ -1,7 +1,8 @@
 """``respond`` with an answer the agent's receiver refuses as ``invalid``, against the collector's own
 relay role and a held Claude Code question, in real processes. The ack's ``detail`` is gated
 ``redacted`` (AEP-0004 §3) and the default ceiling is ``metadata``, so it never reaches the
-operator: the CLI says itself what the request takes, from the request it already read.
+operator: the CLI says itself what the request takes, from the request it already read. Then
+``respond`` against a relay that sends frames that are no JSON object, or goes away mid-command.
 """
 
 from __future__ import annotations

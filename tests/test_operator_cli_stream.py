@@ -88,6 +88,8 @@ async def test_a_stream_the_relay_ends_without_saying_why_is_not_taken_for_succe
     async def stream(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
         await resp.prepare(request)
+        for junk in ("[1, 2]", "null", "not json"):  # no event: skipped, not a crash
+            await resp.write(f"event: x\ndata: {junk}\n\n".encode())
         await resp.write(f"event: {one['type']}\ndata: {json.dumps(one)}\nid: cut:0:0\n\n".encode())
         await resp.write_eof()  # a clean end, no marker
         return resp
