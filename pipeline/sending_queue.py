@@ -389,8 +389,10 @@ class SendingQueue:
                 self.sizes[self.segments[-1]] += len(data)
                 self.pending_events += len(kept)
                 if cfg.fsync == "always":
-                    with contextlib.suppress(OSError):
+                    try:
                         os.fsync(self._fd)  # type: ignore[arg-type]
+                    except OSError as exc:
+                        self._sync_failed(self.segments[-1], exc)
                 else:
                     self._dirty = True
                 self._wake.set()
@@ -409,10 +411,21 @@ class SendingQueue:
             with contextlib.suppress(OSError):
                 sync_dir(self.directory)
         if old is not None:
-            with contextlib.suppress(OSError):
-                if self.config.fsync != "never" and self._dirty:
+            if self.config.fsync != "never" and self._dirty:
+                try:
                     os.fsync(old)
+                except OSError as exc:
+                    self._sync_failed(n - 1, exc)
+            with contextlib.suppress(OSError):
                 os.close(old)
+
+    def _sync_failed(self, seg: int, exc: OSError) -> None:
+        """Report a failed fsync of segment ``seg`` (EIO; ENOSPC or EDQUOT that NFS defers to
+        fsync): what was appended since its last good sync may not be on disk."""
+        if exc.errno in (errno.EBADF, errno.EINVAL):  # closed meanwhile (synced then), or unsyncable
+            return
+        self.health.incident(self.id, "fsync-failed", f"{self._path(seg)}: fsync failed ({exc.strerror or exc}); "
+                             "events queued since its last sync may be lost (the JSONL log has them)")
 
     def _refuse(self, n: int, cause: str, detail: str) -> None:
         self.dropped_total += n
@@ -660,9 +673,11 @@ class SendingQueue:
             await asyncio.sleep(self.config.fsync_interval)
             if self._dirty and self._fd is not None:
                 self._dirty = False
-                fd = self._fd
-                with contextlib.suppress(OSError):
+                fd, seg = self._fd, self.segments[-1]
+                try:
                     await asyncio.to_thread(os.fsync, fd)
+                except OSError as exc:
+                    self._sync_failed(seg, exc)
 
     async def drain(self, timeout: float) -> None:
         """Deliver what is queued while delivery makes progress (at most ``timeout`` s), then stop.
@@ -687,9 +702,12 @@ class SendingQueue:
         for name in ("_fd", "_cursor_fd", "_lock_fd"):
             fd = getattr(self, name)
             if fd is not None:
-                with contextlib.suppress(OSError):
-                    if name == "_fd" and self._dirty and self.config.fsync != "never":
+                if name == "_fd" and self._dirty and self.config.fsync != "never":
+                    try:
                         os.fsync(fd)
+                    except OSError as exc:
+                        self._sync_failed(self.segments[-1] if self.segments else 0, exc)
+                with contextlib.suppress(OSError):
                     os.close(fd)
                 setattr(self, name, None)
         self._opened = False

@@ -291,3 +291,28 @@ async def test_with_fsync_always_a_new_session_file_is_synced_into_its_directory
         assert seen == [(agent_dir / "s1.jsonl").stat().st_ino]
     finally:
         await exp.shutdown()
+
+
+@pytest.mark.parametrize("policy", ["always", "interval"])
+async def test_a_failed_fsync_is_reported_not_swallowed(tmp_path, monkeypatch, caplog, policy):
+    """A write can go through and its sync fail: EIO from a failing disk, or ENOSPC / EDQUOT that
+    NFS reports only at fsync. Every fsync's error was suppressed, so the lines since the last
+    good sync could be lost with nothing in the log or /healthz."""
+    import errno
+
+    def fsync(fd):
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    exp, host = await make(tmp_path, fsync=policy, fsync_interval=0.01)
+    try:
+        monkeypatch.setattr(os, "fsync", fsync)
+        exp.export_now([ev("s1", 0)])
+        exp.export_now([ev("s1", 1), ev("s2", 0)])
+        await wait_until(lambda: "fsync-failed" in str(host.health.snapshot()), "the failed sync shown")
+        detail = host.health.problems["exporter/jsonl"]["fsync-failed"]
+        assert "s1.jsonl" in detail or "s2.jsonl" in detail
+        assert any("fsync-failed" in r.getMessage() for r in caplog.records if r.levelno >= 40)
+        assert len(lines(tmp_path / "logs" / "claude-code" / "s1.jsonl")) == 2  # the lines were written
+    finally:
+        monkeypatch.undo()
+        await exp.shutdown()

@@ -551,3 +551,28 @@ def test_with_fsync_always_a_new_segment_is_synced_into_its_directory(tmp_path, 
     assert directory not in seen
     assert rolls == len(segment_files(tmp_path)) - 1
     q.close()
+
+
+@pytest.mark.parametrize("policy", ["always", "interval"])
+async def test_a_failed_fsync_of_a_segment_is_reported_not_swallowed(tmp_path, monkeypatch, caplog, policy):
+    """A segment's sync can fail after its appends went through (EIO; ENOSPC or EDQUOT that NFS
+    reports only at fsync): every such error was suppressed, so queued events could be lost to
+    a power loss with nothing in the log or /healthz."""
+    import errno
+    import os
+
+    def fsync(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    health = Health()
+    q = make(tmp_path, Away(), health, fsync=policy, fsync_interval=0.01)  # type: ignore[arg-type]
+    q.start()
+    try:
+        monkeypatch.setattr(os, "fsync", fsync)
+        q.put([ev(1), ev(2)])
+        await wait_until(lambda: "fsync-failed" in str(health.snapshot()), "the failed sync shown")
+        assert segment_files(tmp_path)[0] in health.problems["exporter/t"]["fsync-failed"]
+        assert any("fsync-failed" in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+    finally:
+        monkeypatch.undo()
+        await q.drain(0)

@@ -183,8 +183,10 @@ class JsonlExporter:
                 if self._failing:
                     self._written(path)
                 if cfg.fsync == "always":
-                    with contextlib.suppress(OSError):
+                    try:
                         os.fsync(fd)
+                    except OSError as exc:
+                        self._sync_failed([(fd, exc)])
                 else:
                     self._dirty.add(fd)
                 return []
@@ -234,8 +236,10 @@ class JsonlExporter:
             self.health.count(self.id, "dropped", failed)
         if cfg.fsync == "always":
             for fd in touched:
-                with contextlib.suppress(OSError):
+                try:
                     os.fsync(fd)
+                except OSError as exc:
+                    self._sync_failed([(fd, exc)])
         else:
             self._dirty.update(touched)
         if not lost:
@@ -383,7 +387,7 @@ class JsonlExporter:
             self._born[path] = _first_event_time(Path(path))
         while len(self._fds) > self.config.max_open_files:
             old_path, old_fd = self._fds.popitem(last=False)
-            self._release(old_fd)
+            self._release(old_fd, old_path)
         return fd
 
     def _maybe_rotate(self, path: str, fd: int, incoming: int) -> int:
@@ -564,20 +568,37 @@ class JsonlExporter:
         self._born.pop(path, None)
         fd = self._fds.pop(path, None)
         if fd is not None:
-            self._release(fd)
+            self._release(fd, path)
 
-    def _release(self, fd: int) -> None:
-        with contextlib.suppress(OSError):
-            # One the interval thread holds may be closed before it gets to it: synced here.
-            if (fd in self._dirty or fd in self._syncing) and self.config.fsync != "never":
+    def _release(self, fd: int, path: str) -> None:
+        # One the interval thread holds may be closed before it gets to it: synced here.
+        if (fd in self._dirty or fd in self._syncing) and self.config.fsync != "never":
+            try:
                 os.fsync(fd)
+            except OSError as exc:
+                self._sync_failed([(fd, exc)], {fd: path})
+        with contextlib.suppress(OSError):
             os.close(fd)
         self._dirty.discard(fd)
+
+    def _sync_failed(self, failures: list[tuple[int, OSError]], paths: dict[int, str] | None = None) -> None:
+        """Report fsyncs that failed (EIO; ENOSPC or EDQUOT that NFS defers to fsync): the lines
+        written to those files since their last good sync may not be on disk."""
+        if paths is None:
+            paths = {fd: path for path, fd in self._fds.items()}
+        for fd, exc in failures:
+            if exc.errno in (errno.EBADF, errno.EINVAL):  # closed meanwhile (and synced then), or unsyncable
+                continue
+            where = os.path.relpath(paths[fd], self.root) if fd in paths else f"descriptor {fd}"
+            detail = f"{where}: fsync failed ({exc.strerror or exc}); lines written since its last sync may be lost"
+            self.health.incident(self.id, "fsync-failed", detail)
 
     def sync(self) -> None:
         """fsync every file written since the last sync."""
         dirty, self._dirty = self._dirty, set()
-        _fsync_each(dirty)
+        failed = _fsync_each(dirty)
+        if failed:
+            self._sync_failed(failed)
 
     async def _fsync_loop(self) -> None:
         while True:
@@ -588,7 +609,9 @@ class JsonlExporter:
                 # had synced it would lose that mark until the file is closed).
                 self._syncing, self._dirty = self._dirty, set()
                 try:
-                    await asyncio.to_thread(_fsync_each, self._syncing)
+                    failed = await asyncio.to_thread(_fsync_each, self._syncing)
+                    if failed:
+                        self._sync_failed(failed)
                 except BaseException:  # cancelled (shutdown): closing the files syncs them instead
                     self._dirty |= self._syncing
                     raise
@@ -656,10 +679,15 @@ class JsonlExporter:
             self._close(path)
 
 
-def _fsync_each(fds: set[int]) -> None:
+def _fsync_each(fds: set[int]) -> list[tuple[int, OSError]]:
+    """fsync each of ``fds``; the (descriptor, error) of each that failed."""
+    failed = []
     for fd in fds:
-        with contextlib.suppress(OSError):
+        try:
             os.fsync(fd)
+        except OSError as exc:
+            failed.append((fd, exc))
+    return failed
 
 
 def _whereabouts(path: str, fd: int) -> Literal["deleted", "moved"] | None:
