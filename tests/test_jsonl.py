@@ -316,3 +316,37 @@ async def test_a_failed_fsync_is_reported_not_swallowed(tmp_path, monkeypatch, c
     finally:
         monkeypatch.undo()
         await exp.shutdown()
+
+
+def test_a_torn_tail_that_cannot_be_kept_leaves_no_partial_copy_per_event(tmp_path):
+    """The torn fragment is copied beside the file before it is cut. When the copy failed (a full
+    disk; here the file size limit), the part-written copy stayed, and every later event of the
+    session tried again: one more partial `.torn-` file per event while the disk stays full."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    whole = json.dumps(ev("s1", 0)) + "\n"
+    (d / "s1.jsonl").write_bytes(whole.encode() + b'{"torn":"' + b"x" * 20000)
+    script = f"""
+import asyncio, resource, json
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))  # the copy cannot be written whole
+async def main():
+    exp = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory={str(tmp_path / "logs")!r}, fsync="never"))
+    await exp.start(Host(state_dir={str(tmp_path)!r}))
+    for seq in range(1, 4):
+        exp.export_now([{{"aep": "0.1", "id": f"id{{seq}}", "type": "run.started", "agent": "claude-code",
+                         "session": "s1", "seq": seq}}])
+    print(json.dumps(exp.health.snapshot()))
+    await exp.shutdown()
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "exporter/jsonl: efbig" in out.stderr and '"exporter/jsonl": 3' in out.stdout  # said, counted
+    assert not list(d.glob("s1.jsonl.torn-*"))
+    assert (d / "s1.jsonl").read_bytes().startswith(whole.encode() + b'{"torn":')  # kept, not cut blind

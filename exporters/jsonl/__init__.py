@@ -743,7 +743,12 @@ def repair_torn_tail(path: Path) -> bool:
                 pos = start
             fh.seek(cut)
             fragment = fh.read()
-            (path.parent / f"{path.name}.torn-{int(time.time() * 1000)}").write_bytes(fragment)
+            kept = path.parent / f"{path.name}.torn-{int(time.time() * 1000)}"
+            try:
+                kept.write_bytes(fragment)
+            except OSError:  # a full disk: no part-copy left per attempt; cut only once it is kept
+                kept.unlink(missing_ok=True)
+                raise
             fh.truncate(cut)
             log.warning("%s: cut a torn last line of %d bytes (kept beside the file)", path, len(fragment))
             return True
