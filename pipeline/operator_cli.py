@@ -43,6 +43,9 @@ default ``ack_window_ms``); the target's own declaration, read from the roster, 
 RETRIES = 2
 """Times a command is sent again, with the same id, after a window of silence (as AEP's reference CLI)."""
 ROSTER_WAIT = 3.0
+ROSTER_MAX = 64 * 1024 * 1024
+"""Bytes one frame from the collector may have: its roster names every session it remembers (up to
+100,000 of its own, ~18 MB), far past a WebSocket client's default 4 MiB."""
 """Seconds to wait for the roster that declares the window; a relay that does not answer gets the default."""
 
 
@@ -503,7 +506,8 @@ async def send_command(t: Target, cmd: dict[str, Any], window: float | None = No
     sends, wait, subscribed = 0, window if window is not None else ACK_WINDOW, False
     try:
         async with aiohttp.ClientSession() as http, \
-                http.ws_connect(f"{t.url}/socket", headers={"Authorization": f"Bearer {t.token}"}) as ws:
+                http.ws_connect(f"{t.url}/socket", headers={"Authorization": f"Bearer {t.token}"},
+                                max_msg_size=ROSTER_MAX) as ws:
             await ws.send_str(json.dumps({"type": "hello", "versions": ["0.1"], "role": "consumer",
                                           "identity": {"agent": OPERATOR_AGENT,
                                                        "instance": f"{socket.gethostname()}/{os.getpid()}"}}))

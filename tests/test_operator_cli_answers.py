@@ -121,3 +121,28 @@ async def test_respond_against_a_relay_that_sends_garbage_or_goes_away_mid_comma
     else:  # unreachable, and the operator is told the command was sent but not answered
         assert code == 4 and err.startswith("error: "), err
         assert "1001" in err and "sent" in err and "unknown" in err, err
+
+
+async def test_respond_still_works_once_the_collector_remembers_many_sessions(tmp_path: Path) -> None:
+    """The roster respond reads its ack window from names every session the collector remembers (up
+    to 100,000): past ~25,000 it is larger than a WebSocket client's default 4 MiB frame limit."""
+    async with running(config(tmp_path)) as service:
+        relay = service.exporters["relay_server"]
+        hook = f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
+        earlier = [{"aep": "0.1", "id": f"old-{i}", "type": "session.started", "time": "2026-12-07T08:00:00.000Z",
+                    "source": "aep://h/agent/claude-code", "agent": "claude-code",
+                    "session": f"0197f3a2-7c1e-7b4d-9a51-{i:012d}", "seq": 0} for i in range(30_000)]
+        assert await relay.export(earlier) == 0
+        async with aiohttp.ClientSession() as http:
+            watching = await http.get(f"{relay.url}/stream", headers={"Authorization": f"Bearer {TOKEN}"})
+            await http.post(hook, json={"session_id": SID, "hook_event_name": "SessionStart", "source": "startup"})
+            held = asyncio.create_task(http.post(hook, json={
+                "session_id": SID, "hook_event_name": "PermissionRequest", "tool_name": "Bash",
+                "tool_input": {"command": "make"}, "tool_use_id": "toolu_many"}))
+            await wait_until(lambda: service.host.control.holds, "the permission to be held", 30)
+            (rid,) = {h.ids[0] for h in service.host.control.holds.values()}
+            code, out, err = await cli(relay.url, tmp_path, "respond", rid, "--allow")
+            assert code == 0 and out.startswith("accepted"), err
+            reply = await (await asyncio.wait_for(held, 30)).json()
+            assert reply["hookSpecificOutput"]["decision"] == {"behavior": "allow"}
+            watching.close()
