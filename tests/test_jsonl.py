@@ -350,3 +350,39 @@ asyncio.run(main())
     assert "exporter/jsonl: efbig" in out.stderr and '"exporter/jsonl": 3' in out.stdout  # said, counted
     assert not list(d.glob("s1.jsonl.torn-*"))
     assert (d / "s1.jsonl").read_bytes().startswith(whole.encode() + b'{"torn":')  # kept, not cut blind
+
+
+def test_a_write_failure_the_probe_cannot_judge_stands_until_a_write_goes_through(tmp_path):
+    """/healthz re-checks a failed place on every read, by file permissions (or free space for a
+    full disk). For a cause permissions do not show (EFBIG here; EIO, EMFILE) that probe said
+    "writable" at once: the condition cleared at the first read, so /healthz said ok while every
+    event of the session was being dropped."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    (d / "s1.jsonl").write_text((json.dumps(ev("s1", 0)) + "\n") * 100)  # past the limit below
+    script = f"""
+import asyncio, resource, json
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
+async def main():
+    exp = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory={str(tmp_path / "logs")!r}, fsync="never"))
+    await exp.start(Host(state_dir={str(tmp_path)!r}))
+    event = {{"aep": "0.1", "id": "x", "type": "run.started", "agent": "claude-code", "session": "s1", "seq": 1}}
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+    exp.export_now([event])
+    failing = exp.health.snapshot()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    exp.export_now([event])
+    print(json.dumps([failing, exp.health.snapshot()]))
+    await exp.shutdown()
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    failing, after = json.loads(out.stdout)
+    assert not failing["ok"] and "efbig" in failing["problems"]["exporter/jsonl"]
+    assert "problems" not in after  # cleared by the write that went through

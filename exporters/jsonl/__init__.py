@@ -263,8 +263,11 @@ class JsonlExporter:
         cause = _cause(exc)
         self._failing[where] = cause
         # Logged once while the cause stands (``Health.fail``); the probe lets a /healthz read clear
-        # it when the file system says so, even if that place is never written again.
-        self.health.fail(self.id, cause, detail, clears=lambda: self._cleared(cause))
+        # it when the file system says so, even if that place is never written again. It can tell
+        # only space and permissions: any other cause (EFBIG, EIO, EMFILE) it would call fixed at
+        # once, so those stand until a write to that place goes through (``_written``).
+        probe = (lambda: self._cleared(cause)) if cause in _FULL or cause in _PROBED else None
+        self.health.fail(self.id, cause, detail, clears=probe)
 
     def _written(self, path: str) -> None:
         """A write to ``path`` went through: clear what that proves fixed, and only that. That file
@@ -757,6 +760,8 @@ def repair_torn_tail(path: Path) -> bool:
 
 
 _FULL = frozenset({"enospc", "edquot"})
+_PROBED = frozenset({"eacces", "eperm", "erofs", "enoent", "enotdir", "eisdir", "eexist"})
+"""Causes ``_could_write`` can see gone (permissions, a missing or misplaced folder or file)."""
 
 
 def _first_event_time(path: Path) -> float:
