@@ -81,8 +81,11 @@ def target(args: argparse.Namespace) -> Target:
                            "(start one with `aep-collector`, or pass --url and --token)", UNREACHABLE) from None
         except (OSError, ValueError) as exc:
             raise CliError(f"cannot read {path}: {exc}", UNREACHABLE) from None
-    url = (url or doc.get("endpoint") or "").rstrip("/")
-    if token is None and doc.get("token_file"):
+    local = str(doc.get("endpoint") or "").rstrip("/")
+    url = (url or local).rstrip("/")
+    # The token file is that collector's credential: never sent to another --url (a typo, or a
+    # relay another user runs on this host, which could then command this collector's agents).
+    if token is None and doc.get("token_file") and url == local:
         try:
             token = Path(doc["token_file"]).read_text(encoding="utf-8").strip()
         except OSError as exc:
@@ -90,7 +93,8 @@ def target(args: argparse.Namespace) -> Target:
     if not url:
         raise CliError(f"{path} names no endpoint", UNREACHABLE)
     if not token:
-        raise CliError("no relay token: set AEP_TOKEN or pass --token", UNREACHABLE)
+        mine = f" (the token file in {path} is for {local} only)" if doc.get("token_file") and url != local else ""
+        raise CliError(f"no relay token: set AEP_TOKEN or pass --token{mine}", UNREACHABLE)
     return Target(url, token)
 
 
