@@ -47,7 +47,7 @@ CORE_ATTRIBUTES = frozenset({"aep", "id", "type", "subject", "time", "source", "
 _EXTENSION = re.compile(r"[a-z0-9]{1,20}")
 UNKNOWN_SESSION = "unknown"
 _OPTIONAL = ("cause", "traceparent", "severity", "capture")
-_USUAL_KEYS = frozenset({"type", "agent", "id", "subject", "session", "run", "capture", "data"})
+_USUAL_KEYS = frozenset({"type", "agent", "id", "subject", "session", "run", "time", "capture", "data"})
 # ".000Z" .. ".999Z" (and ".1000Z", which float rounding can in theory produce): the time suffix.
 _MS_SUFFIX = [f".{ms:03d}Z" for ms in range(1001)]
 log = logging.getLogger("aep.stamper")
@@ -410,7 +410,7 @@ class Stamper:
         """Return the envelope for ``draft`` (internal ``_`` hints dropped).
 
         The hot path of every event. The usual draft (a session event holding only ``type``,
-        ``agent``, ``session``, ``subject``, ``run``, ``id``, ``capture`` and ``data``, with
+        ``agent``, ``session``, ``subject``, ``run``, ``id``, ``time``, ``capture`` and ``data``, with
         ``capture`` and ``data`` set) is stamped with one look-up of its session's lane (seq,
         ``source``, epoch) and the envelope built in one dict display, in the key order of the
         general path (``_stamp_general``), which every other draft takes (a stamped event too:
@@ -436,12 +436,12 @@ class Stamper:
         # optional usual ones (cheaper than a subset test of its keys).
         n = len(draft)
         if n == 5:
-            subject = run = uid = None
+            subject = run = uid = when = None
         else:
-            if n != 5 + ("subject" in draft) + ("run" in draft) + ("id" in draft):
+            if n != 5 + ("subject" in draft) + ("run" in draft) + ("id" in draft) + ("time" in draft):
                 return self._stamp_general(draft, now)
             get = draft.get
-            subject, run, uid = get("subject"), get("run"), get("id")
+            subject, run, uid, when = get("subject"), get("run"), get("id"), get("time")
         if lane is None:
             # Only a non-empty str agent gets a lane, and only a str equals one: a hit needs no check.
             if not isinstance(agent, str) or not agent:
@@ -454,12 +454,15 @@ class Stamper:
         # An id minted earlier (attention correlation needs the request id before stamping) is kept.
         if uid is None or not (isinstance(uid, str) and uid):
             uid = self.ids.new_unlocked(int(ts * 1000))
-        secs = int(ts)
-        if secs != self._time_sec:
-            self._time_sec = secs
-            self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-        ms = int((ts - secs) * 1000)
-        stamp_time = self._time_prefix + (_MS_SUFFIX[ms] if ms >= 0 else f".{ms:03d}Z")
+        if type(when) is str and when:  # a time the mapping took from its record (OTLP)
+            stamp_time = when
+        else:
+            secs = int(ts)
+            if secs != self._time_sec:
+                self._time_sec = secs
+                self._time_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+            ms = int((ts - secs) * 1000)
+            stamp_time = self._time_prefix + (_MS_SUFFIX[ms] if ms >= 0 else f".{ms:03d}Z")
         seq = lane.next
         lane.next = seq + 1
         high = lane.high
@@ -510,7 +513,8 @@ class Stamper:
         subject = get("subject")
         if subject is not None and subject != "":
             ev["subject"] = subject if type(subject) is str else str(subject)
-        ev["time"] = self._time(ts)
+        when = get("time")
+        ev["time"] = when if type(when) is str and when else self._time(ts)
         if kind == 1:
             ev["source"] = self._sources.get((agent, None)) or self._source(agent, None)
             ev["agent"] = agent

@@ -5,7 +5,8 @@ event *drafts* (plain dicts); later processors transform drafts; the pipeline st
 AEP envelopes (``aep_collector.pipeline.envelope``) and hands those to exporters.
 
 Draft keys are AEP attribute names (``type``, ``data``, ``subject``, ``session``, ``run``,
-``step``, ``cause``, ``severity``, ``agent``) plus internal hints whose names start with ``_``.
+``step``, ``cause``, ``severity``, ``agent``; ``id`` and ``time`` when a processor knows them
+better than the stamper, which otherwise sets both) plus internal hints whose names start with ``_``.
 No AEP attribute can start with ``_`` (AEP-0001 §5.4: ``[a-z0-9]{1,20}``), so the stamper drops
 every ``_`` key and nothing internal is ever exported.
 

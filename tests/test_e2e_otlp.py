@@ -91,3 +91,40 @@ async def test_two_otlp_receivers_side_by_side_share_stamping(tmp_path):
     assert [e["seq"] for e in v_events] == list(range(len(v_events)))
     assert [e["seq"] for e in c_events] == list(range(len(c_events)))
     assert {e["agent"] for e in v_events} == {"vscode"} and {e["agent"] for e in c_events} == {"codex"}
+
+
+async def test_an_event_is_timed_by_its_record_not_by_its_arrival(tmp_path):
+    """Exporters batch and retry, so a record reaches the collector seconds (or, after an outage,
+    hours) after it happened: its event carries the record's time (bridges digest §1.6), exactly
+    to the millisecond; a record with none is timed on arrival."""
+    import asyncio
+    import time as clock
+
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+
+    from tests.helpers import running
+
+    then = 1_783_073_704_310_999_999  # 2026-07-03T10:15:04.310Z and a bit: never rounded up
+    doc = corpus("mappings/vscode-otel.json")
+    attrs = next(iter(doc["records"].values()))["input"]["attributes"]
+
+    def send(port: int) -> None:
+        provider = LoggerProvider(resource=Resource.create({"service.name": "copilot-chat", "session.id": "timed"}))
+        provider.add_log_record_processor(SimpleLogRecordProcessor(
+            OTLPLogExporter(endpoint=f"http://127.0.0.1:{port}/v1/logs")))
+        logger = provider.get_logger("copilot-chat")
+        rest = {k: v for k, v in attrs.items() if k != "event.name"}
+        logger.emit(event_name=attrs["event.name"], timestamp=then, attributes=rest)
+        logger.emit(event_name=attrs["event.name"], attributes=rest)  # the SDK sets the observed time only
+        provider.force_flush()
+        provider.shutdown()
+
+    cfg = config(tmp_path, "companion")
+    cfg["receivers"]["otlp/vscode"].pop("grpc")
+    before = clock.time()
+    async with running(cfg) as service:
+        await asyncio.to_thread(send, service.receivers["otlp/vscode"].http_port)
+    events = read_jsonl(tmp_path / "logs" / "vscode" / "timed.jsonl")
+    assert [e["time"] for e in events][:1] == ["2026-07-03T10:15:04.310Z"]
+    assert len(events) == 2 and events[1]["time"] >= clock.strftime("%Y-%m-%dT%H:%M:%S", clock.gmtime(before))
+    assert all(envelope_errors(e) == [] for e in events)

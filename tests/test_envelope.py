@@ -209,3 +209,15 @@ def test_float_extension_values_are_not_copied(tmp_path):
                                   "acmeratio": 1.5, "Bad": "x", "toolongextensionname123": "x"})
     assert ev["acmeregion"] == "eu"
     assert "acmeratio" not in ev and "Bad" not in ev and "toolongextensionname123" not in ev
+
+
+def test_a_draft_that_knows_its_time_keeps_it_on_either_path(tmp_path):
+    s = stamper(tmp_path)
+    when = "2026-07-03T10:15:04.310Z"
+    usual = {"type": "tool.completed", "agent": "vscode", "session": "s", "capture": "metadata", "data": {},
+             "time": when}
+    other = {**usual, "severity": "warning"}  # not a usual draft: the general path
+    assert s.stamp(usual)["time"] == when and s.stamp(other)["time"] == when
+    for draft in (usual, other):
+        for odd in ("", None, 5):  # what a buggy processor may leave: the stamper's own time
+            assert s.stamp({**draft, "time": odd})["time"] != when

@@ -313,3 +313,20 @@ def test_odd_vendor_shapes_never_crash_and_always_yield_valid_types(name: Any, a
     for odd in (None, [], "x", {"attributes": ["not", "a", "dict"]}):
         for mod in FIXTURES.values():
             assert mod.map_record(odd, mode)[0]["type"] == f"x.{mod.AGENT}.otel.unknown"
+
+
+def test_a_record_time_becomes_the_drafts_time_exactly_or_not_at_all() -> None:
+    from aep_collector.processors.mapping.otlp_vendors import time_of
+
+    assert time_of(1_783_073_704_310_000_000) == "2026-07-03T10:15:04.310Z"  # no float: .310 stays .310
+    assert time_of(1_783_073_704_999_999_999) == "2026-07-03T10:15:04.999Z"  # cut, never rounded up
+    assert time_of(1) == "1970-01-01T00:00:00.000Z"
+    assert time_of(253402300799_999_000_000) == "9999-12-31T23:59:59.999Z"
+    for odd in (0, -1, 253402300800 * 10**9, True, 1.5e18, "1783073704310000000", None):
+        assert time_of(odd) is None, odd  # the stamper's own time then
+    flat = {"resource": {"session.id": "s"}, "attributes": {"event.name": "copilot_chat.session.start"},
+            "time_unix_nano": 1_783_073_704_221_000_000}
+    (d,) = vscode_otel.map_record(flat, "companion")
+    assert d["time"] == "2026-07-03T10:15:04.221Z"
+    (d,) = vscode_otel.map_record({**flat, "time_unix_nano": 0}, "companion")
+    assert "time" not in d

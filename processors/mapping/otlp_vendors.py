@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,27 @@ def traceparent_of(flat: Any) -> str | None:
     return f"00-{trace}-{span}-{flag_byte:02x}"
 
 
+_LAST_SECOND: list[Any] = [None, ""]
+"""The second last formatted and its text: a batch's records mostly share their second."""
+_NS_END = 253402300800 * 1_000_000_000
+"""10000-01-01T00:00:00Z in epoch nanoseconds: RFC 3339 has four-digit years."""
+
+
+def time_of(ns: Any) -> str | None:
+    """A record's time (epoch nanoseconds; the flattener falls back to the observed time) as the
+    envelope's RFC 3339 UTC time with milliseconds (bridges digest §1.6: ``time`` from the record,
+    not from when the batch arrived). Integer arithmetic only, so ``.310`` stays ``.310``; None for
+    a time that is not a positive count before the year 10000 (the stamper then takes its own)."""
+    if type(ns) is not int or not 0 < ns < _NS_END:
+        return None
+    secs, rest = divmod(ns, 1_000_000_000)
+    last = _LAST_SECOND
+    if last[0] != secs:
+        last[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+        last[0] = secs
+    return f"{last[1]}.{rest // 1_000_000:03d}Z"
+
+
 def parse_bool(value: Any) -> bool | None:
     """A vendor boolean: native (VS Code) or the strings ``"true"``/``"false"`` (Codex); else None."""
     if isinstance(value, bool):
@@ -210,8 +232,9 @@ def map_record(profile: Profile, flat: Any, mode: str = COMPANION, session: str 
         # Each helper is called only when its field is there: absent, it would return None.
         severity = severity_of(flat) if "severity_number" in flat else None
         traceparent = traceparent_of(flat) if "trace_id" in flat else None
+        when = time_of(flat.get("time_unix_nano"))
     else:
-        attrs, severity, traceparent = {}, None, None
+        attrs, severity, traceparent, when = {}, None, None, None
     name = attrs.get("event.name")
     if not isinstance(name, str) or not name:
         name = None
@@ -232,6 +255,8 @@ def map_record(profile: Profile, flat: Any, mode: str = COMPANION, session: str 
             d["severity"] = severity
         if traceparent is not None:
             d["traceparent"] = traceparent
+        if when is not None:
+            d["time"] = when
         # Fixture identity.run_from is null: batched, retried OTLP export cannot pair run
         # boundaries honestly, so no run is ever synthesized on this channel.
         d["_runs"] = "none"
