@@ -67,6 +67,17 @@ async def test_rotation_by_age_counts_from_the_first_event(tmp_path):
     assert ids(files[0]) == [ev(1)["id"]] and ids(active) == [ev(1)["id"], ev(2)["id"], ev(3)["id"]]
 
 
+async def test_a_first_event_timed_in_the_future_does_not_hold_its_file_open_for_good(tmp_path):
+    # An OTLP event carries its record's time, whatever the client's clock said.
+    exp = await make(tmp_path, rotate_age=0.2, compress=False)
+    exp.export_now([ev(1, time="2999-01-01T00:00:00.000Z")])
+    await asyncio.sleep(0.3)
+    exp.export_now([ev(2)])
+    await exp.shutdown()
+    files = session_files(tmp_path / "logs" / "claude-code" / "s1.jsonl")
+    assert len(files) == 2 and ids(files[0]) == [ev(1)["id"]]  # rotated at the second write
+
+
 async def test_the_byte_cap_deletes_the_oldest_closed_files_never_the_active_one(tmp_path):
     exp = await make(tmp_path, rotate_bytes=2048, compress=False, max_total_bytes=6000)
     for seq in range(1, 61):

@@ -178,7 +178,7 @@ class JsonlExporter:
                     return events
                 if written != len(data):
                     kept = self._cut_short_write(path, fd, data, written)
-                    self._dropped(path, OSError(errno.ENOSPC, "short write (disk full?)"), 1 - kept)
+                    self._dropped(path, self._short_write_error(), 1 - kept)
                     return [] if kept else events
                 if self._failing:
                     self._written(path)
@@ -222,7 +222,7 @@ class JsonlExporter:
                 written = os.write(fd, data)
                 if written != len(data):
                     kept = self._cut_short_write(path, fd, data, written)
-                    raise OSError(errno.ENOSPC, "short write (disk full?)")
+                    raise self._short_write_error()
                 touched.append(fd)
                 if cfg.rotate_age and path not in self._born:
                     self._born[path] = _event_time(group[0])
@@ -326,6 +326,14 @@ class JsonlExporter:
         except OSError:
             return False
         return st.f_bavail * st.f_frsize >= self.config.min_free_bytes
+
+    def _short_write_error(self) -> OSError:
+        """The cause of a write cut short (write(2) says none): a full disk when the filesystem is
+        short of room, else a limit its free space does not show (a quota, a file size limit), which
+        ``_fail`` leaves standing until a write goes through."""
+        if self.has_room():
+            return OSError(errno.EDQUOT, "short write with the disk not full (a quota or a file size limit?)")
+        return OSError(errno.ENOSPC, "short write (disk full?)")
 
     def _cut_short_write(self, path: str, fd: int, data: bytes, written: int) -> int:
         """Undo the torn line a short write left; return how many of ``data``'s lines stay.
@@ -759,7 +767,9 @@ def repair_torn_tail(path: Path) -> bool:
         return False
 
 
-_FULL = frozenset({"enospc", "edquot"})
+_FULL = frozenset({"enospc"})
+"""A full disk: seen gone by the filesystem's free space (``has_room``). Not EDQUOT: a per-user quota
+does not show there, so it stands until a write goes through."""
 _PROBED = frozenset({"eacces", "eperm", "erofs", "enoent", "enotdir", "eisdir", "eexist"})
 """Causes ``_could_write`` can see gone (permissions, a missing or misplaced folder or file)."""
 
@@ -774,10 +784,13 @@ def _first_event_time(path: Path) -> float:
 
 
 def _event_time(line: bytes) -> float:
+    """The event's ``time``, never later than now: an OTLP event carries its record's time, and a
+    client clock years ahead must not keep its file from ever rotating by age."""
+    now = time.time()
     try:
-        return datetime.fromisoformat(orjson.loads(line).get("time")).timestamp()
+        return min(datetime.fromisoformat(orjson.loads(line).get("time")).timestamp(), now)
     except (ValueError, TypeError, AttributeError):
-        return time.time()
+        return now
 
 
 # A compressor's temp file: ``.<closed file>.<random>.gz.tmp``; ``<closed file>.gz.tmp`` is the one
