@@ -386,3 +386,69 @@ asyncio.run(main())
     failing, after = json.loads(out.stdout)
     assert not failing["ok"] and "efbig" in failing["problems"]["exporter/jsonl"]
     assert "problems" not in after  # cleared by the write that went through
+
+
+def test_writes_cut_short_with_the_disk_not_full_stay_shown_while_events_are_dropped(tmp_path):
+    """Near a quota or a file size limit every write is cut short: room for part of a line, not a
+    whole one (the part is cut back, so the next write is short again). Each was reported as a
+    full disk, which /healthz clears once the filesystem has room, and it had: ok while every
+    event was dropped. Here the limit is RLIMIT_FSIZE, in a child process."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    line = json.dumps(ev("s1", 0)) + "\n"
+    (d / "s1.jsonl").write_text(line * 40)
+    limit = (d / "s1.jsonl").stat().st_size + len(line) // 2  # room for half a line
+    script = f"""
+import asyncio, resource, json
+from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
+from aep_collector.pipeline.component import CreateSettings
+from aep_collector.pipeline.host import Host
+async def main():
+    exp = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory={str(tmp_path / "logs")!r},
+                        fsync="never", min_free_bytes=0))
+    await exp.start(Host(state_dir={str(tmp_path)!r}))
+    event = {{"aep": "0.1", "id": "x", "type": "run.started", "agent": "claude-code", "session": "s1", "seq": 1}}
+    resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))
+    for _ in range(3):
+        exp.export_now([event])
+    failing = exp.health.snapshot()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    exp.export_now([event])
+    print(json.dumps([failing, exp.health.snapshot()]))
+    await exp.shutdown()
+asyncio.run(main())
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    failing, after = json.loads(out.stdout)
+    assert failing["dropped"]["exporter/jsonl"] == 3
+    assert not failing["ok"] and "exporter/jsonl" in failing["problems"], failing
+    assert "problems" not in after  # cleared by the write that went through
+    assert [e["id"] for e in lines(d / "s1.jsonl")] == ["id0"] * 40 + ["x"]  # whole lines only
+
+
+async def test_a_quota_is_not_judged_by_the_disk_free_space(tmp_path, monkeypatch):
+    """EDQUOT was probed as a full disk is, by the filesystem's free space, which a per-user quota
+    does not change: cleared at the next /healthz read while the quota still refused every write."""
+    import errno
+
+    exp, host = await make(tmp_path, min_free_bytes=0)
+    real = os.write
+
+    def over_quota(fd, data):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    try:
+        monkeypatch.setattr(os, "write", over_quota)
+        exp.export_now([ev("s1", 0)])
+        assert "edquot" in host.health.snapshot()["problems"]["exporter/jsonl"]
+        assert "edquot" in host.health.snapshot()["problems"]["exporter/jsonl"]  # a second read too
+        monkeypatch.setattr(os, "write", real)
+        exp.export_now([ev("s1", 1)])
+        assert host.health.snapshot()["ok"]
+    finally:
+        monkeypatch.undo()
+        await exp.shutdown()
