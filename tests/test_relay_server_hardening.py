@@ -312,3 +312,33 @@ async def test_a_consumer_that_subscribes_with_from_again_and_again_without_read
             assert events == 4000
             await ws.close()
     assert len(held) == 101 and max(held) <= 2, max(held)
+
+
+async def test_an_unsubscribe_stops_the_replay_it_ends(tmp_path: Path) -> None:
+    """A consumer that unsubscribes (or subscribes again under the same id) while a large replay of
+    that subscription is still being sent does not get the rest of it."""
+    async with running(config(tmp_path)) as service:
+        url = service.exporters["relay_server"].url
+        blob = "x" * 2000
+        held = 15_000  # ~30 MB: more than the sockets between us buffer
+        async with aiohttp.ClientSession() as http:
+            for k in range(held // 1000):
+                batch = [ev(f"u{k % 3}", k * 1000 + i, data={"b": blob}) for i in range(1000)]
+                assert (await post(http, url, ndjson(batch)))[0] == 202
+            for ending in ({"type": "unsubscribe", "id": "a"}, {"type": "subscribe", "id": "a", "filter": {"agent": "none"}}):
+                ws = await http.ws_connect(f"{url}/socket", headers=AUTH, max_msg_size=0)
+                await hello(ws, "consumer")
+                ws._response.connection.transport.pause_reading()  # type: ignore[union-attr]
+                await ws.send_json({"type": "subscribe", "id": "a", "from": "all"})
+                await ws.send_json(ending)
+                await ws.send_json({"type": "ping", "t": 1})
+                ws._response.connection.transport.resume_reading()  # type: ignore[union-attr]
+                events, frames = 0, []
+                while (frame := await ws.receive_json(timeout=30)).get("type") != "pong":
+                    if frame.get("type") == "progress.status":
+                        events += 1
+                    else:
+                        frames.append(frame["type"])
+                assert frames[-1] == ("unsubscribed" if ending["type"] == "unsubscribe" else "subscribed"), frames
+                assert events < held, ending
+                await ws.close()

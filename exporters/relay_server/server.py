@@ -115,6 +115,10 @@ class Backlog:
     def __init__(self, entries: list[Entry], render: Callable[[Entry], str | None]) -> None:
         self.entries, self.render, self.at = entries, render, 0
 
+    def stop(self) -> None:
+        """Send nothing more of it (its subscription ended) and let its snapshot go."""
+        self.entries, self.at = [], 0
+
     def take(self, limit: int) -> list[str]:
         """Up to ``limit`` rendered items; empty once the snapshot is exhausted."""
         out: list[str] = []
@@ -228,6 +232,12 @@ class Outlet:
 class Sub:
     filter: dict[str, Any]
     ceiling: str | None
+    replay: Backlog | None = None
+    """Its replay, stopped when the subscription ends before all of it is sent."""
+
+    def end(self) -> None:
+        if self.replay is not None:
+            self.replay.stop()
 
 
 @dataclass(eq=False)
@@ -717,7 +727,9 @@ class Surface:
         elif kind == "subscribe":
             self._subscribe(conn, frame)
         elif kind == "unsubscribe":
-            conn.subs.pop(str(frame.get("id")), None)
+            gone = conn.subs.pop(str(frame.get("id")), None)
+            if gone is not None:
+                gone.end()
             conn.send({"type": "unsubscribed", "id": frame.get("id")})
         elif kind == "roster":
             rid = frame.get("id")
@@ -777,8 +789,12 @@ class Surface:
             for session, (epoch, seq) in replay.exhausted:
                 conn.send({"type": "replay-exhausted", "sub": sid, "session": session,
                            "earliest": {"epoch": epoch, "seq": seq}})
-            conn.outlet.replay(self._backlog(replay.entries, sub, sse=False))
+            sub.replay = self._backlog(replay.entries, sub, sse=False)
+            conn.outlet.replay(sub.replay)
         key = str(sid) if sid is not None else f"_{id(sub)}"
+        replaced = conn.subs.get(key)
+        if replaced is not None:  # the same id again: the earlier subscription ends here
+            replaced.end()
         conn.subs[key] = sub
 
     # -- heartbeats and shutdown -----------------------------------------------------------------
