@@ -153,8 +153,9 @@ async def sse_events(t: Target, flt: dict[str, Any], from_: Any = None, live: bo
                          headers={"Authorization": f"Bearer {t.token}", "Accept": "text/event-stream"}) as r:
             if r.status == 401:
                 raise CliError("the collector refused the token (401): check AEP_TOKEN or --token", UNREACHABLE)
-            if r.status != 200:
-                raise CliError(f"the collector answered {r.status}: {(await r.text())[:200]}", USAGE)
+            if r.status != 200:  # 400: what we asked is refused; anything else: no relay serves it there
+                raise CliError(f"the collector answered {r.status}: {(await r.text())[:200]}",
+                               USAGE if r.status == 400 else UNREACHABLE)
             last = ""  # the relay's last comment: why the stream ends, when it says
             async for raw in r.content:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
