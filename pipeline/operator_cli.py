@@ -43,10 +43,10 @@ default ``ack_window_ms``); the target's own declaration, read from the roster, 
 RETRIES = 2
 """Times a command is sent again, with the same id, after a window of silence (as AEP's reference CLI)."""
 ROSTER_WAIT = 3.0
+"""Seconds to wait for the roster that declares the window; a relay that does not answer gets the default."""
 ROSTER_MAX = 64 * 1024 * 1024
 """Bytes one frame from the collector may have: its roster names every session it remembers (up to
 100,000 of its own, ~18 MB), far past a WebSocket client's default 4 MiB."""
-"""Seconds to wait for the roster that declares the window; a relay that does not answer gets the default."""
 
 
 class CliError(Exception):
@@ -502,7 +502,7 @@ async def send_command(t: Target, cmd: dict[str, Any], window: float | None = No
                         f"waiting {wait:g} s after each", NO_ANSWER)
 
     def closed(code: int | None, reason: Any) -> CliError:
-        how = f"the collector closed the connection ({code}{f': {reason}' if reason else ''})"
+        how = "the collector closed the connection" + (f" ({code}{f': {reason}' if reason else ''})" if code else "")
         if not sends:
             return CliError(f"{how} before {cmd['type']} was sent", UNREACHABLE)
         return CliError(f"{how} after {cmd['type']} {cmd['id']} was sent and before it was answered: whether the "
