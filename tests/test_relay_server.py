@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aep_collector.exporters.relay_server.server import Outlet
+from aep_collector.exporters.relay_server.server import Conn, Outlet
 from aep_sdk.aio import ControlClient, subscribe
 from aep_sdk.control import NackError
 
@@ -291,3 +291,29 @@ async def test_two_of_the_collectors_own_agents_in_one_session_are_ambiguous_not
                 pass
             assert frame["type"] == "control.rejected" and frame["agent"] == "claude-code", frame  # its decision
             await sender.close()
+
+
+async def test_a_command_for_an_emitter_being_disconnected_is_refused_not_lost(tmp_path: Path) -> None:
+    """The only claimant's outlet is closing (it fell past hard_limit and is being cut off): the
+    command cannot reach it, so its sender gets ``no-route`` now instead of silence."""
+    async with running(config(tmp_path)) as service:
+        st = Stack(service)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        closing = Conn(ws=None, outlet=Outlet(soft=10, hard=10),  # type: ignore[arg-type]
+                       hello={"type": "hello", "role": "emitter", "identity": {"agent": "slow"}},
+                       claims={"cut-off": None})
+        closing.outlet.overflow()
+        st.relay.surface.conns.append(closing)
+        async with aiohttp.ClientSession() as http:
+            sender = await http.ws_connect(f"{st.url}/socket", headers=auth)
+            await sender.send_json({"type": "hello", "versions": ["0.1"], "role": "consumer",
+                                    "identity": {"agent": "op"}})
+            assert (await sender.receive_json(timeout=5))["type"] == "hello"
+            cmd = {"aep": "0.1", "id": "01CMDCUTOFF0000000000000001", "type": "control.pause",
+                   "time": "2026-12-03T08:00:00.000Z", "source": "aep://ops/agent/op", "agent": "op",
+                   "session": "cut-off"}
+            await sender.send_json(cmd)
+            refusal = await sender.receive_json(timeout=5)
+            assert refusal["type"] == "error" and refusal["code"] == "no-route" and refusal["cause"] == cmd["id"]
+            await sender.close()
+        st.relay.surface.conns.remove(closing)

@@ -448,7 +448,10 @@ class Surface:
             if isinstance(accepts, list) and cmd["type"] not in accepts:
                 refuse("unsupported", f"the target does not accept {cmd['type']}")
                 return
-            target.outlet.put(text)  # forwarded byte-identically (AEP-0004 §4 rule 5)
+            if not target.outlet.put(text):  # forwarded byte-identically (AEP-0004 §4 rule 5)
+                # Its outlet is closing (cut off past hard_limit): the command would be lost unanswered.
+                refuse("no-route", f"the emitter claiming session {session!r} is being disconnected")
+                return
         else:
             busy = self.owner.submit(cmd, target)
             if busy is not None:
