@@ -83,7 +83,7 @@ class NatsConnection:
     creds: str | None = None
     """Path of a ``.creds`` file (user JWT and NKey seed), as ``nsc`` writes it."""
     tls_ca: str | None = None
-    """CA bundle to verify the server with; setting any ``tls_*`` turns TLS on."""
+    """CA bundle to verify the server with; setting any ``tls_*`` (``tls_hostname`` too) turns TLS on."""
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_hostname: str | None = None
@@ -121,7 +121,8 @@ class NatsConnection:
             raise ValueError("connect_timeout and reconnect_wait must be positive")
 
     def wants_tls(self) -> bool:
-        return bool(self.tls or self.tls_ca or self.tls_cert or any(u.startswith("tls://") for u in self.servers))
+        return bool(self.tls or self.tls_ca or self.tls_cert or self.tls_key or self.tls_hostname
+                    or any(u.startswith("tls://") for u in self.servers))
 
     def _ssl(self) -> ssl.SSLContext | None:
         if not self.wants_tls():

@@ -143,8 +143,13 @@ async def test_a_gateway_that_cannot_consume_says_so_in_healthz_until_it_can(nod
 # -- connection ------------------------------------------------------------------------------------
 
 
-async def test_tls_is_never_given_up_for_plaintext_and_the_token_never_sent(tmp_path: Path) -> None:
-    """A server that does not ask for TLS (a plain one, or a spoofer) gets no CONNECT, so no token."""
+@pytest.mark.parametrize("tls", [{"scheme": "tls"}, {"scheme": "nats", "tls_hostname": "nats.internal"}],
+                         ids=["tls-url", "tls_hostname-only"])
+async def test_tls_is_never_given_up_for_plaintext_and_the_token_never_sent(tmp_path: Path, tls: dict[str, str]) -> None:
+    """A server that does not ask for TLS (a plain one, or a spoofer) gets no CONNECT, so no token;
+    any ``tls_*`` key turns TLS on, ``tls_hostname`` alone included (README: Fleet on NATS JetStream)."""
+    tls = dict(tls)
+    scheme = tls.pop("scheme")
     seen: list[bytes] = []
 
     async def plain_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -159,8 +164,8 @@ async def test_tls_is_never_given_up_for_plaintext_and_the_token_never_sent(tmp_
     port = free_port()
     server = await asyncio.start_server(plain_server, "127.0.0.1", port)
     downs: list[str] = []
-    link = Link(NatsConnection(servers=[f"tls://127.0.0.1:{port}"], token="s3cret-fleet", reconnect_wait=0.1,
-                               connect_timeout=1.0), _never_up, downs.append)
+    link = Link(NatsConnection(servers=[f"{scheme}://127.0.0.1:{port}"], token="s3cret-fleet", reconnect_wait=0.1,
+                               connect_timeout=1.0, **tls), _never_up, downs.append)
     try:
         link.start("nats:plain")
         await wait_until(lambda: any("TLS" in d for d in downs), "the link to refuse the plaintext server", 20)
