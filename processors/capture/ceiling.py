@@ -26,6 +26,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import quote, unquote
 
 from .redact import PLAIN_RUN, SECRET, SHAPE_LITERAL, Redactor, is_credential_key
 from .structure import (
@@ -685,11 +686,35 @@ def _screen_envelope(out: dict[str, Any], screen: Screen, detector: Redactor) ->
     value = out.get("subject")
     if value is not None:
         out["subject"] = screen(value if isinstance(value, str) else str(value), True)
-    for name in ENVELOPE_IDS:
+    replaced = []
+    for name in _HOP_IDS:
         if name in out:
+            before = out[name]
             _screen_id(out, name, detector)
+            if isinstance(before, str) and out[name] != before:
+                replaced.append((before, out[name]))
+    if isinstance(out.get("source"), str):
+        out["source"] = _screen_source(out["source"], replaced, detector)
     if not _SCREENED_ALL(out):
         _screen_extensions(out, out.keys() - _ENVELOPE_SCREENED, screen)
+
+
+_HOP_IDS = (*ENVELOPE_IDS, "id", "agent")
+"""What a hop screens as identifiers: the emitter's ids, and ``id`` and ``agent``, which the
+collector's own stamper and mappings set but another emitter chooses freely."""
+
+
+def _screen_source(source: str, replaced: list[tuple[str, str]], detector: Redactor) -> str:
+    """``source`` embeds the session (``aep://{host}/agent/{agent}/session/{session}``): every id
+    the hop replaced is replaced in it too, percent-encoded or not, so it keeps naming the screened
+    session. A source still holding content after that (a host or a path of another emitter's
+    choosing) leaves as a URI made of its digest."""
+    screened = source
+    for raw, stand_in in replaced:
+        screened = screened.replace(quote(raw, safe=""), stand_in).replace(raw, stand_in)
+    if detector.sensitive(screened) or ("%" in screened and detector.sensitive(unquote(screened))):
+        return "urn:aep:" + opaque(source)
+    return screened
 
 
 def _screen_id(out: dict[str, Any], name: str, detector: Redactor) -> None:

@@ -1,0 +1,87 @@
+"""Egress an adversarial privacy pass (2026-12-07, second) found carrying content past the ceiling.
+
+- A hop screened an event's ``session`` (a detector hit leaves as its digest) but kept its
+  ``source``, which embeds that same session: a subscriber below the event's level read the
+  session id the screen had just replaced. The ``id`` and ``agent`` another emitter chooses were
+  not screened at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from aep_collector.processors.capture import downlevel, honest_claim
+from aep_sdk.aio import subscribe
+
+from tests.helpers import running
+from tests.test_relay_server import TOKEN, Stack, config, next_of
+
+KEY = "ghp_AbCdEf1234567890GhIjKl1234567890MnOp"
+MAIL = "alice.planted@example.com"
+
+
+def _event(session: str, **envelope: Any) -> dict[str, Any]:
+    return {"aep": "0.1", "id": "01JX0000000000000000000001", "type": "tool.requested",
+            "time": "2026-12-07T00:00:00.000Z", "source": f"aep://h/agent/other/session/{quote(session, safe='')}",
+            "agent": "other", "session": session, "seq": 1, "epoch": 1, "data": {"tool": {"name": "Bash"}},
+            **envelope}
+
+
+async def _close(sub: Any) -> None:
+    closing = sub.close()
+    if asyncio.iscoroutine(closing):
+        await closing
+
+
+def test_a_hop_screens_the_session_inside_the_source_too() -> None:
+    for session in (f"s-{KEY}", f"{MAIL}:/srv/x"):
+        ev = _event(session, capture="full")
+        out = downlevel(ev, "metadata")
+        text = json.dumps(out)
+        assert out["session"].startswith("sha256-")
+        assert KEY not in text and "alice.planted" not in text, out["source"]
+        assert out["source"].endswith(quote(out["session"], safe=""))  # still names the (screened) session
+        # A claim the source breaks is no claim: the event is taken as full.
+        assert honest_claim({**ev, "capture": "metadata", "session": "s9"}) == "full"
+    # Another emitter chooses its id, agent and source freely: screened as ids are.
+    out = downlevel(_event("s9", capture="full", id=f"id-{KEY}", agent=MAIL,
+                           source=f"aep://u:{KEY}@h/agent/x"), "metadata")
+    assert KEY not in json.dumps(out) and MAIL not in json.dumps(out), out
+    assert out["source"].startswith("urn:aep:sha256-") and out["id"].startswith("sha256-")
+
+
+async def test_a_foreign_event_s_source_reaches_no_subscriber_with_its_session(tmp_path: Path) -> None:
+    async with running(config(tmp_path)) as service:
+        st = Stack(service)
+        sub = await subscribe(st.url, filter={"agent": "other"}, capture="metadata", token=TOKEN)
+        try:
+            async with aiohttp.ClientSession() as http, http.post(
+                    f"{st.url}/events", json=_event(f"s-{KEY}"),
+                    headers={"Authorization": f"Bearer {TOKEN}", "AEP-Version": "0.1"}) as r:
+                assert r.status == 202, await r.text()
+            got = await asyncio.wait_for(next_of(sub, "tool.requested"), 10)
+            assert got["session"].startswith("sha256-") and KEY not in json.dumps(got), got
+        finally:
+            await _close(sub)
+
+
+async def test_a_full_pipeline_s_event_leaves_a_metadata_subscriber_without_its_session(tmp_path: Path) -> None:
+    # The pipeline keeps everything (ceiling full); the relay role down-levels for its subscriber.
+    cfg = config(tmp_path, max_capture="full")
+    cfg["processors"]["capture"] = {"ceiling": "full", "overrides": {}}
+    async with running(cfg) as service:
+        st = Stack(service)
+        sub = await subscribe(st.url, filter={"agent": "claude-code"}, capture="metadata", token=TOKEN)
+        try:
+            assert await st.post({"session_id": f"{MAIL}:/srv/x", "hook_event_name": "UserPromptSubmit",
+                                  "prompt": "hi"}) == (200, {})
+            got = await asyncio.wait_for(next_of(sub, "run.started"), 10)
+            text = json.dumps(got)
+            assert got["capture"] == "metadata" and "alice.planted" not in text and "alice.planted%40" not in text, got
+        finally:
+            await _close(sub)
