@@ -270,6 +270,22 @@ async def test_an_event_stored_twice_is_taken_in_once_even_within_one_fetch(node
     assert [e["seq"] for e in history(tmp_path / "gw")] == [1, 2]
 
 
+async def test_two_emitters_minting_one_id_are_both_taken_in(node: NatsNode, tmp_path: Path) -> None:
+    """Ids are unique per source only: a consumer dedupes on (source, id), never on a bare id."""
+    nc = await nats.connect(node.url)
+    try:
+        await nc.jetstream().add_stream(api.StreamConfig(name="AEP_EVENTS", subjects=["aep.events.>"]))
+    finally:
+        await nc.close()
+    mine = stamped(1)
+    theirs = stamped(1, source="aep://edge-y/claude-code/s1", data={"percent": 80})
+    await publish(node.url, [json.dumps(mine).encode(), json.dumps(theirs).encode(), json.dumps(stamped(2)).encode()])
+    async with running(gateway(tmp_path / "gw", [node.url])) as gw:
+        await wait_until(lambda: any(e["seq"] == 2 for e in history(tmp_path / "gw")), "the last event", 20)
+        assert gw.host.health.counters.get((RECEIVER, "duplicates")) is None
+    assert history(tmp_path / "gw") == [mine, theirs, stamped(2)]
+
+
 async def test_an_edge_answering_a_command_with_garbage_gets_it_nacked_busy(node: NatsNode, tmp_path: Path) -> None:
     from aep_sdk.aio import ControlClient
     from aep_sdk.control import NackError

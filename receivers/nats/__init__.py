@@ -4,8 +4,8 @@ It reads the stream the edge collectors' ``nats`` exporters publish to, in strea
 a durable pull consumer: a restarted gateway resumes where its acknowledgements left off. A
 fetched batch goes through the pipeline (durable exporters such as ``jsonl`` write it before
 ``consume`` returns) and only then is each message acknowledged; what was not acknowledged is
-redelivered by JetStream. Event ids already taken in are skipped (bounded memory), so a
-redelivery never reaches the exporters twice.
+redelivered by JetStream. Events already taken in are skipped, by ``(source, id)`` as AEP
+dedupes (bounded memory), so a redelivery never reaches the exporters twice.
 
 Control: every event names the collector holding its session (``Aep-Control``) and what its
 agent accepts (``Aep-Accepts``). The receiver registers the agent with this collector's control
@@ -69,7 +69,7 @@ class NatsReceiverConfig:
     control_timeout: float = 5.0
     """Seconds to wait for that collector's reply before nacking ``busy``."""
     remember_ids: int = 200_000
-    """Event ids remembered to skip a redelivered message (oldest forgotten first)."""
+    """Events remembered, by ``(source, id)``, to skip a redelivered message (oldest forgotten first)."""
 
     def validate(self) -> None:
         self.connection.validate()
@@ -92,8 +92,9 @@ class NatsReceiver:
         self.next = next_consumer
         self.host = Host()
         self.link = Link(config.connection, self._up, self._down)
-        self.seen: OrderedDict[str, None] = OrderedDict()
-        self.acks: OrderedDict[str, list[tuple[Any, Event]]] = OrderedDict()
+        # Keyed on (source, id), never a bare id: two emitters may mint the same id (AEP-0001).
+        self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self.acks: OrderedDict[tuple[str, str], list[tuple[Any, Event]]] = OrderedDict()
         self.forwarded: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.known: dict[str, str | None] = {}
         """Agents registered with the control router, with the accepts they were registered with."""
@@ -192,7 +193,7 @@ class NatsReceiver:
     async def _take(self, msgs: list[Any]) -> None:
         """Pipeline first, then the acknowledgements: nothing is acknowledged before it is written."""
         events: list[Event] = []
-        batch: set[str] = set()  # a copy stored twice (outside JetStream's duplicate window) may share a fetch
+        batch: set[tuple[str, str]] = set()  # a copy stored twice (outside JetStream's duplicate window) may share a fetch
         for msg in msgs:
             event = self._parse(msg)
             if event is None:
@@ -200,10 +201,11 @@ class NatsReceiver:
                     await msg.term()  # never valid, never redelivered
                 continue
             self._learn(event, msg.headers or {})
-            if event["id"] in self.seen or event["id"] in batch:
+            key = _key(event)
+            if key in self.seen or key in batch:
                 self.host.health.count(self.id, "duplicates")
                 continue
-            batch.add(event["id"])
+            batch.add(key)
             events.append(event)
         if events:
             try:
@@ -213,7 +215,7 @@ class NatsReceiver:
                 return
             self.host.health.recover(self.id, "pipeline-error")
             self.host.health.count(self.id, "accepted", len(events))
-            self._remember(e["id"] for e in events)
+            self._remember(map(_key, events))
         for msg in msgs:
             with contextlib.suppress(Exception):  # a lost ack means a redelivery, which is skipped
                 await msg.ack()
@@ -256,13 +258,13 @@ class NatsReceiver:
         for pipeline, out in lanes:
             for event in out:
                 if event.get("type") in ACK_TYPES:  # kept to re-send exactly what went out
-                    self.acks.setdefault(event["id"], []).append((pipeline, event))
+                    self.acks.setdefault(_key(event), []).append((pipeline, event))
         while len(self.acks) > MAX_ACKS:
             self.acks.popitem(last=False)
 
-    def _remember(self, ids: Any) -> None:
-        for i in ids:
-            self.seen[i] = None
+    def _remember(self, keys: Any) -> None:
+        for key in keys:
+            self.seen[key] = None
         while len(self.seen) > self.config.remember_ids:
             self.seen.popitem(last=False)
 
@@ -316,10 +318,10 @@ class NatsReceiver:
             log.warning("%s: %s answered command %s with something that is not its acks (%s)", self.id, subject,
                         command.get("id"), problem[:300])
             return None
-        fresh = [a for a in acks if a.get("id") not in self.seen]
+        fresh = [a for a in acks if _key(a) not in self.seen]
         if fresh:
             await self._consume(fresh)
-            self._remember(a["id"] for a in fresh)
+            self._remember(map(_key, fresh))
         key = (str(command.get("source")), str(command.get("id")))
         retransmitted = key in self.forwarded
         self.forwarded[key] = None
@@ -330,9 +332,14 @@ class NatsReceiver:
         for ack in acks:
             if ack in fresh or not retransmitted:
                 continue
-            for pipeline, event in self.acks.get(ack.get("id"), []):
+            for pipeline, event in self.acks.get(_key(ack), []):
                 pipeline.deliver([event], redelivery=True)
         return acks
+
+
+def _key(event: Event) -> tuple[str, str]:
+    """What a consumer dedupes an event on (AEP-0001): ``(source, id)``; an envelope-valid event has both."""
+    return event["source"], event["id"]
 
 
 FACTORY = Factory(
