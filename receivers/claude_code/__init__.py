@@ -98,8 +98,9 @@ class ClaudeCodeSurface:
         if name == "Elicitation" and signal.form is not None:
             return await self._elicitation(signal, signal.form)
         if name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
-            # The tool ran (or was refused) in Claude Code itself: the held card is moot.
-            hold = self.calls.pop((session, _call_key(p)), None)
+            # The tool ran (or was refused) in Claude Code itself: the held card is moot. Claude Code's
+            # PermissionRequest names no tool_use_id, so its card is found by the tool and its input.
+            hold = self.calls.pop((session, _call_key(p)), None) or self.calls.pop((session, _about(p)), None)
             if hold is not None:
                 await self.loop.dismiss(hold)
         elif name == "SessionEnd":
@@ -231,10 +232,16 @@ def _session(payload: dict[str, Any]) -> str:
 
 
 def _call_key(payload: dict[str, Any]) -> str:
-    """Pairs a held PermissionRequest with the PostToolUse of the same call."""
+    """Pairs a held PermissionRequest with the PostToolUse of the same call: its tool_use_id, else
+    (Claude Code sends none on PermissionRequest) what ``_about`` says the call is."""
     call = payload.get("tool_use_id")
     if isinstance(call, str) and call:
         return call
+    return _about(payload)
+
+
+def _about(payload: dict[str, Any]) -> str:
+    """A call as its tool and input: what a PermissionRequest without a tool_use_id is paired on."""
     return f"{payload.get('tool_name')}:{digest(payload.get('tool_input'))}"
 
 

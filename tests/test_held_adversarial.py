@@ -1,0 +1,86 @@
+"""Held requests against an unusual vendor and a demanding operator.
+
+A real collector runs in-process with its relay role; the official SDK's ``ControlClient`` is the
+operator; hooks arrive over real HTTP with the bodies the real vendor CLIs send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aep_collector.pipeline.control import RESPOND
+from aep_sdk.aio import ControlClient
+from aep_sdk.control import NackError
+
+from tests.helpers import base_config, held_requests, read_jsonl, running
+
+TOKEN = "held-adversarial-token"
+SID = "held-adv"
+
+
+def config(tmp_path: Path) -> dict[str, Any]:
+    cfg = base_config(tmp_path, ceiling="full", extra_exporters={
+        "relay_server": {"endpoint": "127.0.0.1:0", "token": TOKEN, "max_capture": "full"}})
+    cfg["receivers"]["claude_code"]["attention_timeout"] = 30.0
+    return cfg
+
+
+class Stack:
+    def __init__(self, service: Any, tmp_path: Path) -> None:
+        self.service, self.tmp_path = service, tmp_path
+        self.router = service.host.control
+        self.url = service.exporters["relay_server"].url
+        self.hook = f"http://127.0.0.1:{service.receivers['claude_code'].port}/hook"
+
+    async def post(self, body: dict[str, Any]) -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as s, s.post(self.hook, json=body) as r:
+            raw = await r.read()
+            return r.status, json.loads(raw) if raw else None
+
+    def events(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.tmp_path / "logs" / "claude-code" / f"{SID}.jsonl")
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> Any:
+    async with running(config(tmp_path)) as service:
+        yield Stack(service, tmp_path)
+
+
+@pytest.fixture
+async def operator(stack: Stack) -> Any:
+    client = ControlClient(stack.url, agent="aep-console", host="ops-host", token=TOKEN)
+    await client.connect()
+    yield client
+    await client.close()
+
+
+# Claude Code 2.1.328 builds the PermissionRequest hook input from the common fields, tool_name,
+# tool_input and permission_suggestions: no tool_use_id (its PostToolUse, PostToolUseFailure and
+# PermissionDenied inputs do carry one).
+PERMISSION = {"session_id": SID, "hook_event_name": "PermissionRequest", "tool_name": "Bash",
+              "tool_input": {"command": "touch x", "description": "make x"}, "permission_mode": "default",
+              "permission_suggestions": []}
+
+
+@pytest.mark.parametrize("after", ["PostToolUse", "PostToolUseFailure", "PermissionDenied"])
+async def test_a_claude_code_card_is_stood_down_when_its_call_goes_on_without_it(
+        stack: Stack, operator: ControlClient, after: str) -> None:
+    # The user answered in Claude Code's own dialog (it runs the hook side by side): the call went
+    # on. The operator's card is moot; it must not stay pending, nor take an allow as "accepted".
+    hook = asyncio.create_task(stack.post(PERMISSION))
+    (rid,) = await held_requests(stack.router)
+    report = {"session_id": SID, "hook_event_name": after, "tool_name": "Bash",
+              "tool_input": PERMISSION["tool_input"], "tool_use_id": "toolu_01"}
+    assert await stack.post(report) == (200, {})
+    assert await asyncio.wait_for(hook, 10) == (200, {})
+    assert stack.router.holds == {}
+    with pytest.raises(NackError) as info:
+        await operator.send(RESPOND, SID, subject=rid, data={"answer": {"option": "allow"}}, retries=0)
+    assert info.value.reason == "refused"
+    assert [e["data"] for e in stack.events() if e["type"] == "attention.resolved"] == [{"resolution": "dismissed"}]
