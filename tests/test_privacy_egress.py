@@ -4,6 +4,9 @@
   ``source``, which embeds that same session: a subscriber below the event's level read the
   session id the screen had just replaced. The ``id`` and ``agent`` another emitter chooses were
   not screened at all.
+- A draft the capture processor could not gate (a plug-in's set or bytes in ``data``) lost its
+  ``data`` and ``subject`` and claimed ``none``, but kept its session, run, step, ``cause`` and
+  extension attributes as they came: unscreened, where every gated draft has them screened.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-from aep_collector.processors.capture import downlevel, honest_claim
+from aep_collector.pipeline.envelope import Stamper
+from aep_collector.pipeline.model import Signal
+from aep_collector.pipeline.wire import dumps
+from aep_collector.processors.capture import CaptureProcessor, downlevel, honest_claim
+from aep_collector.processors.mapping import MappingConfig, MappingProcessor
+from aep_collector.processors.runs import RunsProcessor
 from aep_sdk.aio import subscribe
 
 from tests.helpers import running
@@ -85,3 +93,33 @@ async def test_a_full_pipeline_s_event_leaves_a_metadata_subscriber_without_its_
             assert got["capture"] == "metadata" and "alice.planted" not in text and "alice.planted%40" not in text, got
         finally:
             await _close(sub)
+
+
+# A plug-in mapping (this module, named in ``extra_vendors``) that hands on a value no JSON decoder
+# makes, with the vendor's session id and an extension attribute as they came.
+AGENT = "leaky-plugin"
+
+
+def new_state() -> None:
+    return None
+
+
+def map_signal(signal: Signal, state: None) -> list[dict[str, Any]]:
+    p = signal.payload
+    return [{"type": "tool.requested", "session": p["session_id"], "run": p["run"], "cause": p["note"],
+             "note": p["note"], "subject": p["note"], "data": {"tool": {"name": "Bash"}, "tags": {"a", "b"}}}]
+
+
+def test_a_draft_the_gate_fails_on_leaves_its_envelope_screened(tmp_path: Path) -> None:
+    chain = [MappingProcessor(MappingConfig(extra_vendors={AGENT: "tests.test_privacy_egress"})), RunsProcessor(),
+             CaptureProcessor()]
+    payload = {"session_id": f"s-{KEY}", "run": f"/home/alice/{MAIL}", "note": f"Bearer {KEY}"}
+    batch: list[Any] = [Signal(AGENT, "Anything", payload)]
+    for step in chain:
+        batch = step(batch)
+    assert chain[2].failures == 1  # the set cannot be gated: the draft fails closed
+    (ev,) = [Stamper(tmp_path, "h").stamp(d) for d in batch]
+    wire = dumps(ev)
+    assert ev["capture"] == "none" and "data" not in ev and "subject" not in ev
+    assert KEY not in wire and "alice" not in wire, wire
+    assert ev["session"].startswith("sha256-") and ev["run"].startswith("sha256-")

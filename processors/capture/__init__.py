@@ -19,7 +19,10 @@ from .ceiling import (
     DEFAULT_CEILING,
     DEFAULT_OVERRIDES,
     LEVELS,
+    NONE,
     CapturePolicy,
+    _screen,
+    _screen_envelope,
     apply_cap,
     cap_draft,
     cap_form_values,
@@ -186,6 +189,12 @@ class CaptureProcessor:
         # ``subject`` goes too: it is content (a command line, a path) the failed gate never screened.
         kept = {k: v for k, v in draft.items() if k not in _UNGATED and k not in CAPTURE_HINTS}
         kept["capture"] = "none"
+        # What stays is screened as any envelope at ``none`` is: ids, ``source``, ``cause`` and
+        # extension attributes leave as their digests when they hold content.
+        try:
+            _screen_envelope(kept, _screen(NONE, self._redactor), self._redactor)
+        except Exception:  # not even the envelope can be screened: only what names the moment stays
+            kept = {k: kept[k] for k in ("type", "agent", "capture") if k in kept}
         return kept
 
 
