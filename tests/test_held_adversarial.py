@@ -84,3 +84,27 @@ async def test_a_claude_code_card_is_stood_down_when_its_call_goes_on_without_it
         await operator.send(RESPOND, SID, subject=rid, data={"answer": {"option": "allow"}}, retries=0)
     assert info.value.reason == "refused"
     assert [e["data"] for e in stack.events() if e["type"] == "attention.resolved"] == [{"resolution": "dismissed"}]
+
+
+ELICITATION = {"session_id": SID, "hook_event_name": "Elicitation", "mcp_server_name": "deploy", "elicitation_id": "e1",
+               "mode": "form", "message": "How many replicas?", "requested_schema": {
+                   "type": "object", "required": ["replicas"],
+                   "properties": {"replicas": {"type": "integer", "minimum": 1, "title": "Replicas"}}}}
+
+
+@pytest.mark.parametrize("answer", [{"values": {"replicas": 2.5}}, {"text": "2.5"}])
+async def test_an_integer_the_mcp_server_asks_for_is_never_answered_with_a_fraction(
+        stack: Stack, operator: ControlClient, answer: dict[str, Any]) -> None:
+    # The form field is a `number` (AEP-0006 has no integer type), but the MCP server validates
+    # the content against its own schema: 2.5 accepted here would be refused there, after the
+    # operator was told the answer went through.
+    hook = asyncio.create_task(stack.post(ELICITATION))
+    (rid,) = await held_requests(stack.router)
+    with pytest.raises(NackError) as info:
+        await operator.send(RESPOND, SID, subject=rid, data={"answer": answer}, retries=0)
+    assert info.value.reason == "invalid" and "whole number" in str(info.value)
+    assert not hook.done()
+    ack = await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"replicas": 3}}})
+    assert ack["type"] == "control.accepted"
+    status, reply = await asyncio.wait_for(hook, 10)
+    assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"replicas": 3})

@@ -21,14 +21,14 @@ from aep_collector.pipeline.model import Form, Signal
 from aep_collector.pipeline.payload import get_str
 from aep_collector.pipeline.vendor import VendorDeclaration
 from aep_collector.receivers.forms import form_validator, form_values
-from aep_collector.receivers.held import AttentionHolder
+from aep_collector.receivers.held import AttentionHolder, Validator
 from aep_collector.receivers.hook_http import FailOpenDelivery, HookReceiverConfig, HookServer, hook_signal
 from aep_collector.receivers.hook_replies import permission_reply
 from aep_collector.receivers.registration import hook_url, mapped_hooks, shim_command
 from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
 
-from .forms import form_of
+from .forms import form_of, integer_fields
 
 AGENT = "claude-code"
 MAPPING = "aep_collector.processors.mapping.claude_code"
@@ -152,7 +152,9 @@ class ClaudeCodeSurface:
     async def _elicitation(self, signal: Signal, form: Form) -> Any:
         fields = form.fields
         key = _elicitation_key(signal.payload)
-        hold = await self.loop.request(signal, form_validator(fields, legacy=len(fields) == 1), key)
+        validate = whole_numbers(form_validator(fields, legacy=len(fields) == 1), fields,
+                                 integer_fields(signal.payload))
+        hold = await self.loop.request(signal, validate, key)
         if hold is None:
             return NEUTRAL_REPLY
         outcome = await self.loop.wait(hold)
@@ -170,6 +172,25 @@ def decode(signal: Signal) -> Signal:
     """A hook call as the mapping reads it: a question (AskUserQuestion, Elicitation) decoded into its form."""
     signal.form = form_of(signal.name, signal.payload)
     return signal
+
+
+def whole_numbers(validate: Validator, fields: list[dict[str, Any]], integers: set[str]) -> Validator:
+    """``validate``, refusing a fraction for a field the MCP schema types ``integer``: the form's
+    field is a ``number`` (AEP-0006 has no integer), but the MCP server checks the content against
+    its own schema and would refuse the answer after the operator was told it went through."""
+    if not integers:
+        return validate
+
+    def check(answer: dict[str, Any]) -> str | None:
+        problem = validate(answer)
+        if problem is not None:
+            return problem
+        for fid, value in form_values(answer, fields).items():
+            if fid in integers and isinstance(value, float) and not value.is_integer():
+                return f"field {fid!r} takes a whole number"
+        return None
+
+    return check
 
 
 def cancel_reply() -> dict[str, Any]:

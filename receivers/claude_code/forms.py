@@ -111,6 +111,12 @@ def elicitation_form(payload: Any, content_ok: bool) -> dict[str, Any]:
     return {"prompt": message if content_ok and message else structural, "fields": fields}
 
 
+def integer_fields(payload: Any) -> set[str]:
+    """The fields of an Elicitation's form whose MCP schema says ``integer`` (their form type is ``number``)."""
+    props = get_dict(_schema_of(payload), "properties")
+    return {key for key, prop in props.items() if isinstance(prop, dict) and prop.get("type") == "integer"}
+
+
 def form_of(name: str, payload: dict[str, Any]) -> Form | None:
     """The form a hook asks (an AskUserQuestion PermissionRequest, an Elicitation), or None."""
     if name == "PermissionRequest" and get_str(payload, "tool_name") == ASK_USER_QUESTION:
