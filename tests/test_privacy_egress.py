@@ -4,6 +4,8 @@
   ``source``, which embeds that same session: a subscriber below the event's level read the
   session id the screen had just replaced. The ``id`` and ``agent`` another emitter chooses were
   not screened at all.
+- An SSE subscriber below an event's level got the event down-levelled, its session screened, but
+  the frame's ``id:`` line (the resume position) still spelt the session as it came.
 - A draft the capture processor could not gate (a plug-in's set or bytes in ``data``) lost its
   ``data`` and ``subject`` and claimed ``none``, but kept its session, run, step, ``cause`` and
   extension attributes as they came: unscreened, where every gated draft has them screened.
@@ -123,3 +125,45 @@ def test_a_draft_the_gate_fails_on_leaves_its_envelope_screened(tmp_path: Path) 
     assert ev["capture"] == "none" and "data" not in ev and "subject" not in ev
     assert KEY not in wire and "alice" not in wire, wire
     assert ev["session"].startswith("sha256-") and ev["run"].startswith("sha256-")
+
+
+async def _sse_frames(url: str, query: dict[str, str], want: int) -> list[str]:
+    """The first ``want`` SSE frames of ``/stream`` as sent (``event:``, ``data:`` and ``id:`` lines)."""
+    frames: list[str] = []
+    async with aiohttp.ClientSession() as http, http.get(
+            f"{url}/stream", params=query, headers={"Authorization": f"Bearer {TOKEN}"}) as r:
+        assert r.status == 200
+        block: list[str] = []
+        async for raw in r.content:
+            line = raw.decode().rstrip("\n")
+            if line:
+                block.append(line)
+            elif block:
+                if any(b.startswith("data:") for b in block):
+                    frames.append("\n".join(block))
+                block = []
+                if len(frames) >= want:
+                    break
+    return frames
+
+
+async def test_an_sse_frame_s_resume_id_never_spells_a_screened_session(tmp_path: Path) -> None:
+    cfg = config(tmp_path, max_capture="full")
+    cfg["processors"]["capture"] = {"ceiling": "full", "overrides": {}}
+    async with running(cfg) as service:
+        st = Stack(service)
+        session = f"{MAIL}:/srv/x"
+        assert await st.post({"session_id": session, "hook_event_name": "UserPromptSubmit",
+                              "prompt": "hi"}) == (200, {})
+        async with aiohttp.ClientSession() as http, http.post(
+                f"{st.url}/events", json=_event(f"s-{KEY}"),
+                headers={"Authorization": f"Bearer {TOKEN}", "AEP-Version": "0.1"}) as r:
+            assert r.status == 202, await r.text()
+        # Replayed and live alike: the replay renders through the same function.
+        frames = await asyncio.wait_for(_sse_frames(st.url, {"capture": "metadata", "from": "all"}, 2), 10)
+        text = "\n".join(frames)
+        assert "alice.planted" not in text and KEY not in text, text
+        # Below the event's level the session is screened, and the frame carries no resume position
+        # (one with the digest would resume nothing); at full the position is there.
+        full = await asyncio.wait_for(_sse_frames(st.url, {"capture": "full", "from": "all"}, 1), 10)
+        assert "\nid: " in full[0]

@@ -394,7 +394,7 @@ class Surface:
         for stream in self.streams:
             if matches(stream.sub.filter, ev):
                 body = self._variant(ev, text, stream.sub.ceiling, variants, claim)
-                if body is not None and not stream.outlet.put(_sse_chunk(ev, body), severity):
+                if body is not None and not stream.outlet.put(_sse_chunk(ev, body, body is not text), severity):
                     self._shed(stream.outlet)
 
     def _shed(self, outlet: Outlet) -> None:
@@ -594,7 +594,7 @@ class Surface:
             if not matches(sub.filter, e.event):
                 return None
             body = self._variant(e.event, e.text, sub.ceiling, {}, e.claim)
-            return body if body is None or not sse else _sse_chunk(e.event, body)
+            return body if body is None or not sse else _sse_chunk(e.event, body, body is not e.text)
 
         return Backlog(entries, render)
 
@@ -828,11 +828,21 @@ def _breaks_line(text: str) -> bool:
     return "\n" in text or "\r" in text
 
 
-def _sse_chunk(ev: dict[str, Any], body: str) -> str:
+def _sse_chunk(ev: dict[str, Any], body: str, lowered: bool = False) -> str:
+    """``lowered``: ``body`` is ``ev`` down-levelled for the subscriber, its session perhaps screened."""
     chunk = f"event: {ev['type']}\ndata: {body}\n"
     session = ev.get("session")
     # A session with a line break (or NUL) cannot be an SSE id: written out it would inject lines
-    # into the stream. Such an event is delivered without a resume position.
-    if "seq" in ev and isinstance(session, str) and not _UNSAFE_ID.search(session):
+    # into the stream. Such an event is delivered without a resume position. So is one whose
+    # session the down-level screened (the hop's rule, ``_screen_id``): the id would spell what the
+    # data no longer does, and the digest would resume nothing.
+    if "seq" in ev and isinstance(session, str) and not _UNSAFE_ID.search(session) \
+            and not (lowered and _screened_by_hop(session)):
         chunk += f"id: {session}:{ev.get('epoch', 0)}:{ev['seq']}\n"
     return chunk + "\n"
+
+
+def _screened_by_hop(session: str) -> bool:
+    from aep_collector.processors.capture.ceiling import _hop_detector
+
+    return _hop_detector().sensitive(session)
