@@ -6,6 +6,8 @@
   not screened at all.
 - An SSE subscriber below an event's level got the event down-levelled, its session screened, but
   the frame's ``id:`` line (the resume position) still spelt the session as it came.
+- The relay role's authorized ``/healthz`` (what ``aep-collector status`` prints) listed the last
+  event per agent with its session as stored, not as any subscriber below ``full`` may see it.
 - A draft the capture processor could not gate (a plug-in's set or bytes in ``data``) lost its
   ``data`` and ``subject`` and claimed ``none``, but kept its session, run, step, ``cause`` and
   extension attributes as they came: unscreened, where every gated draft has them screened.
@@ -167,3 +169,22 @@ async def test_an_sse_frame_s_resume_id_never_spells_a_screened_session(tmp_path
         # (one with the digest would resume nothing); at full the position is there.
         full = await asyncio.wait_for(_sse_frames(st.url, {"capture": "full", "from": "all"}, 1), 10)
         assert "\nid: " in full[0]
+
+
+async def test_healthz_last_events_shows_the_session_as_subscribers_see_it(tmp_path: Path) -> None:
+    cfg = config(tmp_path)  # max_capture redacted: no subscriber sees a full event's session as it came
+    cfg["processors"]["capture"] = {"ceiling": "full", "overrides": {}}
+    async with running(cfg) as service:
+        st = Stack(service)
+        assert await st.post({"session_id": f"{MAIL}:/srv/x", "hook_event_name": "UserPromptSubmit",
+                              "prompt": "hi"}) == (200, {})
+        headers = {"Authorization": f"Bearer {TOKEN}", "AEP-Version": "0.1"}
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{st.url}/events", json=_event(f"s-{KEY}"), headers=headers) as r:
+                assert r.status == 202, await r.text()
+            async with http.get(f"{st.url}/healthz", headers=headers) as r:
+                body = await r.json()
+    last = body["last_events"]
+    assert KEY not in json.dumps(body) and "alice.planted" not in json.dumps(body), last
+    assert set(last) == {"claude-code", "other"} and last["other"]["type"] == "tool.requested"
+    assert all(ev["session"].startswith("sha256-") for ev in last.values())

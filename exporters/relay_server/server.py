@@ -349,7 +349,7 @@ class Surface:
                         subscribers=len(self.streams) + sum(len(c.subs) for c in self.conns),
                         consumers=self.owner.consumers, shed=self.shed_total,
                         uptime_s=int(time.monotonic() - self.started), collector=self.owner.health_snapshot(),
-                        last_events=self.last)
+                        last_events=self.last if self.cfg.max_capture == "full" else _screened_last(self.last))
         return web.json_response(body)
 
     # -- ingest and fan-out ---------------------------------------------------------------------
@@ -840,6 +840,21 @@ def _sse_chunk(ev: dict[str, Any], body: str, lowered: bool = False) -> str:
             and not (lowered and _screened_by_hop(session)):
         chunk += f"id: {session}:{ev.get('epoch', 0)}:{ev['seq']}\n"
     return chunk + "\n"
+
+
+def _screened_last(last: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last event per agent as a subscriber below ``full`` sees its envelope: an agent or a
+    session holding content as its digest (the hop's rule, ``_screen_id``). Done when ``/healthz``
+    is read, not per event."""
+    from aep_collector.processors.capture.structure import opaque
+
+    out: dict[str, dict[str, Any]] = {}
+    for agent, ev in last.items():
+        session = ev.get("session")
+        if isinstance(session, str) and _screened_by_hop(session):
+            ev = {**ev, "session": opaque(session)}
+        out[opaque(agent) if _screened_by_hop(agent) else agent] = ev
+    return out
 
 
 def _screened_by_hop(session: str) -> bool:
