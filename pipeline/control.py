@@ -141,8 +141,10 @@ class ControlRouter:
         self.pipelines: dict[str, Any] = {}
         self.specs: dict[str, Any] = {}
         self._watchers: list[Callable[[str], None]] = []
-        # (agent, session) -> how to reach the collector holding that session's requests (a gateway).
-        self.remotes: OrderedDict[tuple[str, str], Forward] = OrderedDict()
+        # (agent, session) -> the collectors claiming that session (a gateway learns them from the
+        # events it takes in), by name, with how to reach each: more than one is ambiguous.
+        self.remotes: OrderedDict[tuple[str, str], dict[str, Forward]] = OrderedDict()
+        self._rechecks: set[asyncio.Task[Any]] = set()
         self.max_remotes = max(max_decisions, 10_000)
         self.cancelled: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Sessions whose run was cancelled and whose agent has not been told to stop yet."""
@@ -191,17 +193,53 @@ class ControlRouter:
         """Whether an operator's answer could reach us now (if not, receivers do not hold)."""
         return self.routes.get(agent, 0) > 0
 
-    def remote(self, agent: str, session: str, forward: Forward) -> None:
-        """``session`` of ``agent`` is held on another collector: its commands go through ``forward``.
+    def remote(self, agent: str, session: str, forward: Forward, claimant: str = "") -> None:
+        """``session`` of ``agent`` is held on the collector ``claimant``: its commands go through ``forward``.
 
         A gateway learns this from the events it takes in; that collector decides the command
         (dedupe and byte-identical re-acks included) and its acks come back through ``forward``.
+        A second collector claiming the session makes it ambiguous (AEP-0004 §4: never guess which,
+        never both) until one of them is found gone: a forward with a ``probe`` says whether its
+        collector still answers, and the others are probed when a new claimant appears.
         """
         key = (agent, session)
-        self.remotes[key] = forward
-        self.remotes.move_to_end(key)
+        claims = self.remotes.get(key)
+        if claims is None:
+            claims = self.remotes[key] = {}
+        else:
+            self.remotes.move_to_end(key)
+        fresh = claimant not in claims
+        claims[claimant] = forward
         while len(self.remotes) > self.max_remotes:
             self.remotes.popitem(last=False)
+        if fresh and len(claims) > 1:
+            self.recheck(agent, session)
+
+    def claimants(self, agent: str, session: str) -> list[str]:
+        """The collectors claiming ``session`` of ``agent`` (more than one: an ambiguous route)."""
+        return list(self.remotes.get((agent, session), ()))
+
+    def recheck(self, agent: str, session: str) -> None:
+        """Drop, in the background, the claimants of a contested session whose collector is gone."""
+        task = asyncio.get_running_loop().create_task(self._live_claims((agent, session)))
+        self._rechecks.add(task)
+        task.add_done_callback(self._rechecks.discard)
+
+    async def _live_claims(self, key: tuple[str, str]) -> dict[str, Forward]:
+        """The claims of ``key`` once every claimant that no longer answers is dropped (while
+        more than one claims it: a lone claimant keeps its claim, gone or not)."""
+        claims = self.remotes.get(key, {})
+        if len(claims) < 2:
+            return claims
+        names = list(claims)
+        probes = [getattr(claims[n], "probe", None) for n in names]
+        alive = await asyncio.gather(*(p() if p is not None else _alive() for p in probes))
+        for name, up in zip(names, alive, strict=True):
+            if not up and len(claims) > 1 and name in claims:
+                del claims[name]
+                log.info("control: %s no longer answers; its claim on session %s of %s is dropped",
+                         name, key[1], key[0])
+        return claims
 
     # -- holds ------------------------------------------------------------------------------------
 
@@ -258,9 +296,13 @@ class ControlRouter:
         session = command.get("session")
         try:
             # Only a string session can be held anywhere (an object one is malformed: _submit says so).
-            forward = self.remotes.get((target_agent, session)) if isinstance(session, str) else None
-            if forward is not None and not self.pending(target_agent, session):
-                return await self._forward(forward, command, target_agent)
+            claims = self.remotes.get((target_agent, session)) if isinstance(session, str) else None
+            if claims and isinstance(session, str) and not self.pending(target_agent, session):
+                if len(claims) > 1:
+                    claims = await self._live_claims((target_agent, session))
+                if len(claims) > 1:
+                    return await self._ambiguous(command, target_agent, list(claims))
+                return await self._forward(next(iter(claims.values())), command, target_agent)
             await self._submit(command, target_agent)
             source, cid = command.get("source"), command.get("id")
             recorded = self.decisions.get((source, cid)) if isinstance(source, str) and isinstance(cid, str) else None
@@ -291,6 +333,24 @@ class ControlRouter:
         # Not remembered: a retransmission tries that collector again.
         recorded = await self._busy_unremembered((source, cid), command, agent,
                                                  "the collector holding this session cannot be reached now; try again")
+        return [e for _, events in recorded or [] for e in events]
+
+    async def _ambiguous(self, command: Event, agent: str, names: list[str]) -> list[Event]:
+        """More than one live collector claims the session: sent to none (AEP-0004 §4). A transport
+        that can refuse on the sender's connection (the relay role's ``ambiguous`` error frame) does
+        so before it gets here; any other gets ``busy``, not remembered, so a retry once the claim
+        resolves is decided afresh."""
+        self.health.count("control", "ambiguous")
+        self.health.incident("control", "ambiguous-session",
+                             f"{len(names)} collectors claim session {str(command.get('session'))[:64]} "
+                             f"of {agent[:64]} ({', '.join(n[:64] for n in names)}); its commands go to none")
+        cid, source = command.get("id"), command.get("source")
+        if not (isinstance(cid, str) and cid and isinstance(source, str) and source):
+            await self._submit(command, agent)  # malformed: counted and dropped as any other
+            return []
+        recorded = await self._busy_unremembered(
+            (source, cid), command, agent,
+            f"{len(names)} collectors claim this session; not choosing one: try again once one is gone")
         return [e for _, events in recorded or [] for e in events]
 
     async def busy(self, command: Event, agent: str, detail: str = BUSY_DETAIL) -> tuple[str, Lanes | None]:
@@ -481,8 +541,14 @@ class ControlRouter:
         hook that arrives while the receivers are still stopping is answered at once, not held
         past its receiver's end (which would cut it off with no reply and its request open)."""
         self.closed = True
+        for task in list(self._rechecks):
+            task.cancel()
         for hold in list({id(h): h for h in self.holds.values()}.values()):
             hold.settle(Outcome("shutdown"))
+
+
+async def _alive() -> bool:
+    return True
 
 
 def command_key(command: Event) -> tuple[Any, Any]:

@@ -13,6 +13,8 @@ Wire protocol (one JetStream stream, core NATS request/reply for control):
 - a command goes to that subject as a request with header ``Aep-Agent`` (the target agent); the
   reply body is the ack events the collector's control router recorded for it, one per line,
   byte-identical on every retransmission (empty while a first copy is still being decided).
+- a request with header ``Aep-Probe`` (no command) is answered empty at once: a gateway asks it of
+  the collectors claiming one session, and "no responders" tells it which of them is gone.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ ACCEPTS_HEADER = "Aep-Accepts"
 AGENT_HEADER = "Aep-Agent"
 ERROR_HEADER = "Aep-Error"
 MSG_ID_HEADER = "Nats-Msg-Id"
+PROBE_HEADER = "Aep-Probe"
+"""On a request to a control subject instead of a command: is anyone still answering there?"""
 NO_SESSION = "~"
 CONNECTING = "connecting"
 """Health cause a component shows from its start until its first connection is up: a client whose

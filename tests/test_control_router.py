@@ -509,3 +509,34 @@ async def test_busy_answers_once_now_and_forgets_so_a_retry_is_decided_afresh(en
     assert lanes is None and "another sender" in outcome
     outcome, lanes = await env.router.busy({k: v for k, v in c.items() if k != "session"}, "claude-code")
     assert lanes is None and "no id, source or session" in outcome
+
+
+class Claimant:
+    """A collector claiming a session, as a gateway reaches it: forwards commands, answers probes."""
+
+    def __init__(self, alive=True):
+        self.alive, self.commands = alive, []
+
+    async def __call__(self, command, agent):
+        self.commands.append(command["id"])
+        return []
+
+    async def probe(self):
+        return self.alive
+
+
+async def test_a_session_two_collectors_claim_goes_to_neither_until_one_is_gone(env):
+    """AEP-0004 §4: never guess, never both. A transport that cannot refuse ``ambiguous`` on the
+    sender's connection gets ``busy``, not remembered, so the retry reaches the one left."""
+    a, b = Claimant(), Claimant()
+    env.router.remote("claude-code", SID, a, "aep.control.edge-a")
+    env.router.remote("claude-code", SID, b, "aep.control.edge-b")
+    c = respond("01JNOSUCH", option="allow")
+    (ack,) = await env.router.submit(c, "claude-code")
+    assert ack["type"] == "control.rejected" and ack["data"]["reason"] == "busy"
+    assert a.commands == b.commands == []
+    assert "ambiguous-session" in env.service.health.snapshot()["problems"]["control"]
+    a.alive = False  # edge A's collector no longer answers its control subject
+    assert await env.router.submit(dict(c), "claude-code") == []
+    assert a.commands == [] and b.commands == [c["id"]]
+    assert env.router.claimants("claude-code", SID) == ["aep.control.edge-b"]

@@ -223,6 +223,72 @@ async def test_an_unreachable_edge_is_nacked_busy_and_a_retry_reaches_it_when_ba
         node.kill()
 
 
+async def test_a_session_two_live_edges_claim_is_refused_ambiguous_and_reaches_neither(tmp_path: Path) -> None:
+    """AEP-0004 §4: more than one live claimant of a session is ``ambiguous``; never guess, never both."""
+    from aep_sdk.control import NackError
+
+    node = NatsNode(tmp_path).start()
+    try:
+        async with fleet(tmp_path, [node.url]) as (watcher, a, b, gw):
+            for edge_ in (a, b):
+                await post(edge_, {"session_id": "sx", "hook_event_name": "SessionStart", "source": "startup"})
+            await wait_until(lambda: len(watcher.of("sx", "session.started")) == 2,
+                             "both edges' session sx at the gateway", 20)
+            hook = asyncio.create_task(post(b, permission("sx")))
+            rid = await wait_until(held_request(watcher, b, "sx"), "edge B's request at the gateway, held", 20)
+            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
+            await operator.connect()
+            try:
+                with pytest.raises(NackError) as err:
+                    await operator.send("control.attention.respond", "sx", subject=rid,
+                                        data={"answer": {"option": "allow"}})
+            finally:
+                await operator.close()
+            assert str(err.value.detail).startswith("ambiguous: 2 emitters claim session 'sx'")  # the wire's code
+            assert b.host.control.holds and not hook.done()  # edge B still holds its request
+            for root in ("a", "b", "gw"):
+                assert not [e for e in history(tmp_path / root) if e["type"].startswith("control.")], root
+            hook.cancel()
+            with contextlib.suppress(BaseException):
+                await hook
+    finally:
+        node.kill()
+
+
+async def test_a_session_an_edge_that_is_gone_claimed_goes_to_the_edge_now_holding_it(tmp_path: Path) -> None:
+    """A claimant whose collector no longer answers its control subject is no live claimant."""
+    node = NatsNode(tmp_path).start()
+    try:
+        async with running(gateway(tmp_path / "gw", [node.url])) as gw:
+            watcher = await Operator(gw.exporters["relay_server"].url).start()
+            try:
+                async with running(edge(tmp_path / "a", [node.url], "edge-a")) as a:
+                    await post(a, {"session_id": "sx", "hook_event_name": "SessionStart", "source": "startup"})
+                    await wait_until(lambda: watcher.of("sx"), "edge A's session at the gateway", 20)
+                async with running(edge(tmp_path / "b", [node.url], "edge-b")) as b:
+                    await post(b, {"session_id": "sx", "hook_event_name": "SessionStart", "source": "resume"})
+                    await wait_until(lambda: len(watcher.of("sx", "session.started")) == 2,
+                                     "edge B's session at the gateway (edge B connected)", 20)
+                    await wait_until(lambda: gw.host.control.claimants(CC, "sx") == ["aep.control.edge-b"],
+                                     "edge A, gone, no longer claiming sx", 20)
+                    hook = asyncio.create_task(post(b, permission("sx")))
+                    rid = await wait_until(held_request(watcher, b, "sx"), "edge B's request at the gateway", 20)
+                    operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
+                    await operator.connect()
+                    try:
+                        ack = await operator.send("control.attention.respond", "sx", subject=rid,
+                                                  data={"answer": {"option": "allow"}})
+                    finally:
+                        await operator.close()
+                    assert ack["type"] == "control.accepted"
+                    assert (await asyncio.wait_for(hook, 10))[1]["hookSpecificOutput"]["decision"] == {
+                        "behavior": "allow"}
+            finally:
+                await watcher.close()
+    finally:
+        node.kill()
+
+
 async def until_answering(watcher: Operator, subject: str) -> None:
     """Until a probe request to ``subject`` finds a responder (edge B is back on its subject)."""
     import nats

@@ -36,6 +36,7 @@ from aep_collector.pipeline.natsconn import (
     CONTROL_HEADER,
     ERROR_HEADER,
     MSG_ID_HEADER,
+    PROBE_HEADER,
     Link,
     NatsConnection,
     NatsStream,
@@ -181,6 +182,9 @@ class NatsExporter:
     async def _on_command(self, msg: Any) -> None:
         """One command request: decide it through the control router, reply with its recorded acks."""
         headers = msg.headers or {}
+        if PROBE_HEADER in headers:  # a gateway asking whether this collector still answers
+            await self._reply(msg, b"", None)
+            return
         agent = headers.get(AGENT_HEADER)
         try:
             command = orjson.loads(msg.data)

@@ -207,8 +207,20 @@ class RelayServer:
     # -- what the surface asks of the collector ---------------------------------------------------
 
     def owners_of(self, session: str) -> list[str]:
-        """Our agents that emitted ``session``: more than one is an ``ambiguous`` route (AEP-0004 §4)."""
-        return list(self.owned.get(session, ()))
+        """Our agents that emitted ``session``, each once per collector claiming it (a gateway learns
+        the edges holding a session from its events): more than one is an ``ambiguous`` route (AEP-0004 §4)."""
+        claimants = getattr(self.host.control, "claimants", None)
+        owners: list[str] = []
+        for agent in self.owned.get(session, ()):
+            owners.extend([agent] * max(len(claimants(agent, session)) if claimants is not None else 0, 1))
+        return owners
+
+    def contested(self, session: str) -> None:
+        """A command met an ambiguous route: have the claims checked, so a retry finds a collector gone."""
+        recheck = getattr(self.host.control, "recheck", None)
+        if recheck is not None:
+            for agent in self.owned.get(session, ()):
+                recheck(agent, session)
 
     def submit(self, cmd: dict[str, Any], agent: str) -> Coroutine[Any, Any, None] | None:
         """Hand ``cmd`` to the control router off the reading path. With ``command_queue`` commands

@@ -440,6 +440,7 @@ class Surface:
             return
         if len(targets) > 1:
             refuse("ambiguous", f"{len(targets)} emitters claim session {session!r}")
+            self.owner.contested(session)
             return
         target = targets[0]
         if isinstance(target, Conn):

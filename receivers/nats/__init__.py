@@ -33,6 +33,7 @@ from aep_collector.pipeline.natsconn import (
     CONNECTING,
     CONTROL_HEADER,
     ERROR_HEADER,
+    PROBE_HEADER,
     Link,
     NatsConnection,
     NatsStream,
@@ -96,6 +97,7 @@ class NatsReceiver:
         self.seen: OrderedDict[tuple[str, str], None] = OrderedDict()
         self.acks: OrderedDict[tuple[str, str], list[tuple[Any, Event]]] = OrderedDict()
         self.forwarded: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._forwarders: dict[str, _Forwarder] = {}
         self.known: dict[str, str | None] = {}
         """Agents registered with the control router, with the accepts they were registered with."""
         self._task: asyncio.Task[None] | None = None
@@ -287,12 +289,31 @@ class NatsReceiver:
             if accepts is not None:
                 self.known[agent] = raw
                 control.register(agent, accepts, self.next)
-        control.remote(agent, session, self._forwarder(subject))
+        control.remote(agent, session, self._forwarder(subject), subject)
 
-    def _forwarder(self, subject: str) -> Any:
-        async def forward(command: Event, agent: str) -> list[Event] | None:
-            return await self._forward(subject, command, agent)
-        return forward
+    def _forwarder(self, subject: str) -> _Forwarder:
+        forwarder = self._forwarders.get(subject)
+        if forwarder is None:
+            if len(self._forwarders) >= MAX_ACKS:
+                self._forwarders.clear()  # a cache: the router keeps those it uses
+            forwarder = self._forwarders[subject] = _Forwarder(self, subject)
+        return forwarder
+
+    async def _probe(self, subject: str) -> bool:
+        """Whether a collector still answers on ``subject``: only "no responders" says it is gone
+        (a timeout may be a slow collector, and without NATS nothing can be told)."""
+        from nats.errors import NoRespondersError
+
+        nc = self.link.nc
+        if nc is None or not self.link.ready.is_set():
+            return True
+        try:
+            await nc.request(subject, b"", timeout=self.config.control_timeout, headers={PROBE_HEADER: "1"})
+        except NoRespondersError:
+            return False
+        except Exception:  # a timeout or a reconnect tells nothing
+            return True
+        return True
 
     async def _forward(self, subject: str, command: Event, agent: str) -> list[Event] | None:
         nc = self.link.nc
@@ -335,6 +356,20 @@ class NatsReceiver:
             for pipeline, event in self.acks.get(_key(ack), []):
                 pipeline.deliver([event], redelivery=True)
         return acks
+
+
+class _Forwarder:
+    """How the control router reaches the collector answering on ``subject``: a command (called),
+    or whether it still answers at all (``probe``, for a session more than one collector claims)."""
+
+    def __init__(self, receiver: NatsReceiver, subject: str) -> None:
+        self.receiver, self.subject = receiver, subject
+
+    async def __call__(self, command: Event, agent: str) -> list[Event] | None:
+        return await self.receiver._forward(self.subject, command, agent)
+
+    async def probe(self) -> bool:
+        return await self.receiver._probe(self.subject)
 
 
 def _key(event: Event) -> tuple[str, str]:
