@@ -108,3 +108,31 @@ async def test_an_integer_the_mcp_server_asks_for_is_never_answered_with_a_fract
     assert ack["type"] == "control.accepted"
     status, reply = await asyncio.wait_for(hook, 10)
     assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"replicas": 3})
+
+
+# MCP elicitation multi-selects (the schema Claude Code 2.1.328 takes): the untitled one lists its
+# values in `items.enum`, the titled one its `{const, title}` pairs in `items.anyOf`.
+MULTI = {"session_id": SID, "hook_event_name": "Elicitation", "mcp_server_name": "deploy", "elicitation_id": "e2",
+         "mode": "form", "message": "Where?", "requested_schema": {"type": "object", "required": ["regions"], "properties": {
+             "regions": {"type": "array", "title": "Regions", "items": {"anyOf": [
+                 {"const": "use1", "title": "US East"}, {"const": "euw1", "title": "EU West"}]}},
+             "tiers": {"type": "array", "items": {"type": "string", "enum": ["gold", "silver"]}}}}}
+
+
+async def test_an_mcp_multi_select_is_offered_as_its_choices_and_answered_with_an_array(
+        stack: Stack, operator: ControlClient) -> None:
+    hook = asyncio.create_task(stack.post(MULTI))
+    (rid,) = await held_requests(stack.router)
+    (request,) = [e for e in stack.events() if e["type"] == "attention.requested"]
+    assert request["data"]["fields"] == [
+        {"id": "regions", "type": "select", "multi": True, "label": "Regions", "required": True,
+         "choices": [{"id": "use1", "label": "US East"}, {"id": "euw1", "label": "EU West"}]},
+        {"id": "tiers", "type": "select", "multi": True, "label": "tiers", "required": False,
+         "choices": [{"id": "gold", "label": "gold"}, {"id": "silver", "label": "silver"}]}]
+    with pytest.raises(NackError) as info:  # closed: a value the server does not offer is refused
+        await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"regions": ["mars"]}}}, retries=0)
+    assert info.value.reason == "invalid"
+    # One choice given bare is still a selection: the server reads an array.
+    await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"regions": "euw1", "tiers": "gold"}}})
+    status, reply = await asyncio.wait_for(hook, 10)
+    assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"regions": ["euw1"], "tiers": ["gold"]})

@@ -165,7 +165,7 @@ class ClaudeCodeSurface:
             return NEUTRAL_REPLY  # Claude Code's own dialog takes over
         values = form_values(outcome.answer, fields)
         await self.loop.answered(hold, outcome, {"values": values}, fields)
-        return elicitation_reply(values)
+        return elicitation_reply(_as_arrays(values, fields))
 
 
 def decode(signal: Signal) -> Signal:
@@ -234,6 +234,13 @@ def elicitation_reply(values: dict[str, Any]) -> dict[str, Any]:
     """Accept the elicitation: hooks reference "Elicitation output" ``{action: accept, content}``."""
     return {"hookSpecificOutput": {"hookEventName": "Elicitation", "action": "accept",
                                    "content": copy.deepcopy(values)}}
+
+
+def _as_arrays(values: dict[str, Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """``values`` with a multi-select's lone choice as a one-item array: the MCP schema types the
+    property ``array`` and its server reads nothing else (AEP-0006 lets one choice come bare)."""
+    multi = {f.get("id") for f in fields if f.get("multi")}
+    return {k: [v] if k in multi and isinstance(v, str) and v else v for k, v in values.items()}
 
 
 def _card_key(signal: Signal) -> str:

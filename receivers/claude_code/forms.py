@@ -56,7 +56,8 @@ def _schema_of(payload: Any) -> dict[str, Any]:
 
 
 def _enum_choices(prop: dict[str, Any], content_ok: bool) -> list[dict[str, str]] | None:
-    """Closed choices of an MCP enum property (``enum`` + ``enumNames``, or titled ``oneOf`` consts)."""
+    """Closed choices of an MCP enum property (``enum`` + ``enumNames``, or titled consts: ``oneOf``
+    on a single select, ``anyOf`` on a multi-select's ``items``)."""
     if isinstance(prop.get("enum"), list):
         names = prop.get("enumNames") if isinstance(prop.get("enumNames"), list) else []
         out = []
@@ -64,9 +65,10 @@ def _enum_choices(prop: dict[str, Any], content_ok: bool) -> list[dict[str, str]
             name = names[i] if i < len(names) and isinstance(names[i], str) else None
             out.append({"id": str(value), "label": (name or str(value)) if content_ok else str(value)})
         return out
-    if isinstance(prop.get("oneOf"), list):
+    titled = prop.get("oneOf") if isinstance(prop.get("oneOf"), list) else prop.get("anyOf")
+    if isinstance(titled, list):
         out = []
-        for item in prop["oneOf"]:
+        for item in titled:
             if isinstance(item, dict) and "const" in item:
                 title = get_str(item, "title")
                 out.append({"id": str(item["const"]),
