@@ -136,3 +136,29 @@ async def test_an_mcp_multi_select_is_offered_as_its_choices_and_answered_with_a
     await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"regions": "euw1", "tiers": "gold"}}})
     status, reply = await asyncio.wait_for(hook, 10)
     assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"regions": ["euw1"], "tiers": ["gold"]})
+
+
+BOUNDED = {"session_id": SID, "hook_event_name": "Elicitation", "mcp_server_name": "deploy", "elicitation_id": "e3",
+           "mode": "form", "message": "Release", "requested_schema": {"type": "object", "required": ["tag"], "properties": {
+               "tag": {"type": "string", "minLength": 2, "maxLength": 8},
+               "regions": {"type": "array", "minItems": 1, "maxItems": 2,
+                           "items": {"type": "string", "enum": ["use1", "euw1", "aps1"]}}}}}
+
+
+@pytest.mark.parametrize("values,problem", [
+    ({"tag": "v"}, "at least 2 characters"),
+    ({"tag": "v1.2.3-rc.1"}, "at most 8 characters"),
+    ({"tag": "v1", "regions": ["use1", "euw1", "aps1"]}, "at most 2 choices"),
+])
+async def test_an_answer_outside_the_mcp_schemas_bounds_is_nacked_not_sent(
+        stack: Stack, operator: ControlClient, values: dict[str, Any], problem: str) -> None:
+    # The MCP server checks the content against the schema it sent: an answer it would refuse is
+    # invalid here (the request stays pending), not accepted and then lost.
+    hook = asyncio.create_task(stack.post(BOUNDED))
+    (rid,) = await held_requests(stack.router)
+    with pytest.raises(NackError) as info:
+        await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": values}}, retries=0)
+    assert info.value.reason == "invalid" and problem in str(info.value)
+    await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"tag": "v1", "regions": ["aps1"]}}})
+    status, reply = await asyncio.wait_for(hook, 10)
+    assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"tag": "v1", "regions": ["aps1"]})

@@ -28,7 +28,7 @@ from aep_collector.receivers.registration import hook_url, mapped_hooks, shim_co
 from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
 
-from .forms import form_of, integer_fields
+from .forms import form_of, schema_problem, schema_properties
 
 AGENT = "claude-code"
 MAPPING = "aep_collector.processors.mapping.claude_code"
@@ -152,8 +152,8 @@ class ClaudeCodeSurface:
     async def _elicitation(self, signal: Signal, form: Form) -> Any:
         fields = form.fields
         key = _elicitation_key(signal.payload)
-        validate = whole_numbers(form_validator(fields, legacy=len(fields) == 1), fields,
-                                 integer_fields(signal.payload))
+        validate = mcp_checked(form_validator(fields, legacy=len(fields) == 1), fields,
+                               schema_properties(signal.payload))
         hold = await self.loop.request(signal, validate, key)
         if hold is None:
             return NEUTRAL_REPLY
@@ -174,11 +174,11 @@ def decode(signal: Signal) -> Signal:
     return signal
 
 
-def whole_numbers(validate: Validator, fields: list[dict[str, Any]], integers: set[str]) -> Validator:
-    """``validate``, refusing a fraction for a field the MCP schema types ``integer``: the form's
-    field is a ``number`` (AEP-0006 has no integer), but the MCP server checks the content against
-    its own schema and would refuse the answer after the operator was told it went through."""
-    if not integers:
+def mcp_checked(validate: Validator, fields: list[dict[str, Any]], props: dict[str, dict[str, Any]]) -> Validator:
+    """``validate``, then what the MCP server checks the content against and the form's fields cannot
+    carry (``forms.schema_problem``): it would refuse such an answer after the operator was told it
+    went through, so it is refused here and the request stays pending (AEP-0006)."""
+    if not props:
         return validate
 
     def check(answer: dict[str, Any]) -> str | None:
@@ -186,8 +186,11 @@ def whole_numbers(validate: Validator, fields: list[dict[str, Any]], integers: s
         if problem is not None:
             return problem
         for fid, value in form_values(answer, fields).items():
-            if fid in integers and isinstance(value, float) and not value.is_integer():
-                return f"field {fid!r} takes a whole number"
+            prop = props.get(fid)
+            if prop is not None and value is not None and value != "" and value != []:
+                problem = schema_problem(fid, prop, value)
+                if problem is not None:
+                    return problem
         return None
 
     return check

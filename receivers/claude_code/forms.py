@@ -113,10 +113,36 @@ def elicitation_form(payload: Any, content_ok: bool) -> dict[str, Any]:
     return {"prompt": message if content_ok and message else structural, "fields": fields}
 
 
-def integer_fields(payload: Any) -> set[str]:
-    """The fields of an Elicitation's form whose MCP schema says ``integer`` (their form type is ``number``)."""
+def schema_properties(payload: Any) -> dict[str, dict[str, Any]]:
+    """An Elicitation's requested schema properties, by field id (its form's fields carry the same ids)."""
     props = get_dict(_schema_of(payload), "properties")
-    return {key for key, prop in props.items() if isinstance(prop, dict) and prop.get("type") == "integer"}
+    return {key: prop for key, prop in props.items() if isinstance(prop, dict)}
+
+
+def _bound(prop: dict[str, Any], key: str) -> int | float | None:
+    value = prop.get(key)
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def schema_problem(fid: str, prop: dict[str, Any], value: Any) -> str | None:
+    """What the MCP server would refuse in the answer ``value`` for property ``prop`` that the form
+    field cannot say (AEP-0006 has no integer type and no lengths): a fraction for an integer, a
+    string's length, how many choices a multi-select takes. None when it would take it."""
+    if prop.get("type") == "integer" and isinstance(value, float) and not value.is_integer():
+        return f"field {fid!r} takes a whole number"
+    if prop.get("type") == "array":
+        count, what = len(value) if isinstance(value, list) else 1, "choices"
+        low, high = _bound(prop, "minItems"), _bound(prop, "maxItems")
+    elif isinstance(value, str):
+        count, what = len(value), "characters"
+        low, high = _bound(prop, "minLength"), _bound(prop, "maxLength")
+    else:
+        return None
+    if low is not None and count < low:
+        return f"field {fid!r} takes at least {low:g} {what}"
+    if high is not None and count > high:
+        return f"field {fid!r} takes at most {high:g} {what}"
+    return None
 
 
 def form_of(name: str, payload: dict[str, Any]) -> Form | None:
