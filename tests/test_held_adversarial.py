@@ -162,3 +162,26 @@ async def test_an_answer_outside_the_mcp_schemas_bounds_is_nacked_not_sent(
     await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"tag": "v1", "regions": ["aps1"]}}})
     status, reply = await asyncio.wait_for(hook, 10)
     assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"tag": "v1", "regions": ["aps1"]})
+
+
+ASK = {"session_id": SID, "hook_event_name": "PermissionRequest", "tool_name": "AskUserQuestion",
+       "permission_mode": "default", "tool_input": {"questions": [
+           {"question": "Which database?", "header": "DB", "multiSelect": False,
+            "options": [{"label": "Postgres"}, {"label": "SQLite"}]}]}}
+
+
+async def test_a_question_answered_in_claude_codes_own_dialog_stands_the_operators_form_down(
+        stack: Stack, operator: ControlClient) -> None:
+    # The tool runs with the user's answers added to its input: its PostToolUse names the same
+    # questions, not the same input.
+    hook = asyncio.create_task(stack.post(ASK))
+    (rid,) = await held_requests(stack.router)
+    ran = {**ASK["tool_input"], "answers": {"Which database?": "SQLite"}}
+    report = {"session_id": SID, "hook_event_name": "PostToolUse", "tool_name": "AskUserQuestion",
+              "tool_input": ran, "tool_response": {}, "tool_use_id": "toolu_02"}
+    assert await stack.post(report) == (200, {})
+    assert await asyncio.wait_for(hook, 10) == (200, {})
+    with pytest.raises(NackError) as info:
+        await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"1": "1"}}}, retries=0)
+    assert info.value.reason == "refused"
+    assert [e["data"] for e in stack.events() if e["type"] == "attention.resolved"] == [{"resolution": "dismissed"}]

@@ -28,7 +28,7 @@ from aep_collector.receivers.registration import hook_url, mapped_hooks, shim_co
 from aep_collector.receivers.wiring import Wiring, json_target
 from aiohttp import web
 
-from .forms import form_of, schema_problem, schema_properties
+from .forms import ASK_USER_QUESTION, form_of, schema_problem, schema_properties
 
 AGENT = "claude-code"
 MAPPING = "aep_collector.processors.mapping.claude_code"
@@ -272,8 +272,12 @@ def _call_key(payload: dict[str, Any]) -> str:
 
 
 def _about(payload: dict[str, Any]) -> str:
-    """A call as its tool and input: what a PermissionRequest without a tool_use_id is paired on."""
-    return f"{payload.get('tool_name')}:{digest(payload.get('tool_input'))}"
+    """A call as its tool and input: what a PermissionRequest without a tool_use_id is paired on. An
+    AskUserQuestion runs with the user's answers added to its input: its questions name the call."""
+    tool, tool_input = payload.get("tool_name"), payload.get("tool_input")
+    if tool == ASK_USER_QUESTION and isinstance(tool_input, dict):
+        tool_input = tool_input.get("questions")
+    return f"{tool}:{digest(tool_input)}"
 
 
 def settings_block(url: str | None = None, attention_timeout: float = 55.0,
