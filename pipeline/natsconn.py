@@ -123,17 +123,28 @@ class NatsConnection:
                 raise ValueError(f"{key}: no such file {path!r}")
         if self.connect_timeout <= 0 or self.reconnect_wait <= 0:
             raise ValueError("connect_timeout and reconnect_wait must be positive")
+        # A CA bundle or key pair TLS cannot load would otherwise surface only when the link first
+        # connects, in its background task, leaving the component "connecting" with no reason given.
+        self._ssl()
 
     def wants_tls(self) -> bool:
         return bool(self.tls or self.tls_ca or self.tls_cert or self.tls_key or self.tls_hostname
                     or any(u.startswith("tls://") for u in self.servers))
 
     def _ssl(self) -> ssl.SSLContext | None:
+        """The TLS context, or None without TLS; ``ValueError`` naming the key whose file is unusable."""
         if not self.wants_tls():
             return None
-        ctx = ssl.create_default_context(cafile=str(Path(self.tls_ca).expanduser()) if self.tls_ca else None)
+        try:
+            ctx = ssl.create_default_context(cafile=str(Path(self.tls_ca).expanduser()) if self.tls_ca else None)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"tls_ca {self.tls_ca!r}: not a CA bundle TLS can use ({exc})") from None
         if self.tls_cert and self.tls_key:
-            ctx.load_cert_chain(str(Path(self.tls_cert).expanduser()), str(Path(self.tls_key).expanduser()))
+            try:
+                ctx.load_cert_chain(str(Path(self.tls_cert).expanduser()), str(Path(self.tls_key).expanduser()))
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(f"tls_cert {self.tls_cert!r} and tls_key {self.tls_key!r}: not a certificate "
+                                 f"and its private key ({exc})") from None
         return ctx
 
     def options(self, **callbacks: Any) -> dict[str, Any]:

@@ -108,6 +108,28 @@ def test_bad_configs_are_refused_by_name(raw: dict[str, Any], message: str, tmp_
     assert message in str(err.value)
 
 
+def test_tls_files_tls_cannot_load_are_refused_by_name_at_config_load(tmp_path: Path) -> None:
+    """Not only missing files: a CA bundle or a key pair TLS cannot use, named, before start."""
+    import subprocess
+
+    registry, _ = build_registry(load_plugins=False)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    key, cert, other = tmp_path / "k.pem", tmp_path / "c.pem", tmp_path / "other.pem"
+    for k in (key, other):
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(k), "-out",
+                        str(cert), "-days", "1", "-subj", "/CN=nats.test"], check=True, capture_output=True)
+    for connection, message in [({"tls_ca": str(garbage)}, "tls_ca"),
+                                ({"tls_cert": str(cert), "tls_key": str(key)}, "tls_cert"),  # another cert's key
+                                ({"tls_cert": str(garbage), "tls_key": str(garbage)}, "tls_cert")]:
+        doc = {"receivers": {"nats": {"connection": connection}}, "exporters": {"jsonl": {"directory": str(tmp_path)}},
+               "service": {"state_dir": str(tmp_path), "pipelines": {"g": {"receivers": ["nats"],
+                                                                           "exporters": ["jsonl"]}}}}
+        with pytest.raises(ConfigError, match="receivers.nats") as err:
+            parse(doc, registry)
+        assert message in str(err.value), str(err.value)
+
+
 def test_auth_and_tls_options_reach_the_client(tmp_path: Path) -> None:
     seed = tmp_path / "user.nk"
     seed.write_text("SUAEXAMPLE")

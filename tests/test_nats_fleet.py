@@ -319,10 +319,18 @@ def test_the_readme_fleet_configs_are_valid(tmp_path: Path) -> None:
     section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Fleet on NATS JetStream", 1)[1]
     blocks = re.findall(r"```yaml\n(.*?)```", section.split("\n## ", 1)[0], re.S)
 
-    def load(text: str) -> Any:  # the named files exist here (the config checks they do)
+    import subprocess
+
+    def load(text: str) -> Any:  # the named files exist here (the config checks they do; TLS loads a CA)
         def local(m: re.Match[str]) -> str:
-            (tmp_path / m.group(2)).write_text("x")
-            return f"{m.group(1)}{tmp_path / m.group(2)}"
+            path = tmp_path / m.group(2)
+            if m.group(1).startswith("tls_ca"):
+                subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                                str(tmp_path / "ca.key"), "-out", str(path), "-days", "1", "-subj", "/CN=nats-ca"],
+                               check=True, capture_output=True)
+            else:
+                path.write_text("x")
+            return f"{m.group(1)}{path}"
         return yaml.safe_load(re.sub(r"((?:creds|tls_ca): )[^\s,}]*/([^\s,}]+)", local, text))
 
     registry, _ = build_registry(load_plugins=False)
