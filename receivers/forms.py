@@ -65,7 +65,8 @@ def field_problem(spec: dict[str, Any], value: Any) -> str | None:
             if not isinstance(item, str):
                 return f"field {fid!r} takes choice ids (strings)"
             if item not in ids and not spec.get("other"):
-                return f"field {fid!r}: {item!r} is not one of the choices {ids}"
+                # Not quoted: what an operator typed is content, and this detail is logged.
+                return f"field {fid!r} takes only its choices {ids}"
         return None
     if kind == "number":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

@@ -8,6 +8,9 @@
   the frame's ``id:`` line (the resume position) still spelt the session as it came.
 - The relay role's authorized ``/healthz`` (what ``aep-collector status`` prints) listed the last
   event per agent with its session as stored, not as any subscriber below ``full`` may see it.
+- An operator's answer that a closed form field refuses was quoted in the rejection's detail, which
+  the control router logs at INFO: an operator's free text in the collector's log whatever the
+  ceiling (``respond --text`` on an MCP enum field, say).
 - A draft the capture processor could not gate (a plug-in's set or bytes in ``data``) lost its
   ``data`` and ``subject`` and claimed ``none``, but kept its session, run, step, ``cause`` and
   extension attributes as they came: unscreened, where every gated draft has them screened.
@@ -17,18 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import pytest
 from aep_collector.pipeline.envelope import Stamper
 from aep_collector.pipeline.model import Signal
 from aep_collector.pipeline.wire import dumps
 from aep_collector.processors.capture import CaptureProcessor, downlevel, honest_claim
 from aep_collector.processors.mapping import MappingConfig, MappingProcessor
 from aep_collector.processors.runs import RunsProcessor
-from aep_sdk.aio import subscribe
+from aep_sdk.aio import ControlClient, subscribe
+from aep_sdk.control import NackError
 
 from tests.helpers import running
 from tests.test_relay_server import TOKEN, Stack, config, next_of
@@ -188,3 +194,40 @@ async def test_healthz_last_events_shows_the_session_as_subscribers_see_it(tmp_p
     assert KEY not in json.dumps(body) and "alice.planted" not in json.dumps(body), last
     assert set(last) == {"claude-code", "other"} and last["other"]["type"] == "tool.requested"
     assert all(ev["session"].startswith("sha256-") for ev in last.values())
+
+
+async def test_a_refused_form_answer_is_not_quoted_in_the_log(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)  # the router logs a rejection at INFO
+    prose = "use the payroll copy Alice Jones keeps"
+    cfg = config(tmp_path)
+    cfg["processors"]["capture"] = {"ceiling": "redacted", "overrides": {}}  # the ack's detail is kept
+    async with running(cfg) as service:
+        st = Stack(service)
+        sub = await subscribe(st.url, filter={"session": "elicit-1"}, token=TOKEN)
+        operator = ControlClient(st.url, agent="aep-console", host="ops-host", token=TOKEN)
+        await operator.connect()
+        try:
+            hook = asyncio.create_task(st.post({
+                "session_id": "elicit-1", "hook_event_name": "Elicitation", "mcp_server_name": "db",
+                "message": "Which copy?", "requested_schema": {"type": "object", "properties": {
+                    "copy": {"type": "string", "enum": ["prod", "staging"]}}, "required": ["copy"]}}))
+            req = await asyncio.wait_for(next_of(sub, "attention.requested"), 10)
+            acks = []
+            for answer in ({"values": {"copy": prose}}, {"text": prose}):
+                with pytest.raises(NackError) as info:
+                    await operator.send("control.attention.respond", "elicit-1", subject=req["id"],
+                                        data={"answer": answer}, retries=0)
+                assert info.value.reason == "invalid"
+                acks.append(await asyncio.wait_for(next_of(sub, "control.rejected"), 10))
+            await operator.send("control.attention.respond", "elicit-1", subject=req["id"],
+                                data={"answer": {"values": {"copy": "staging"}}})
+            assert (await asyncio.wait_for(hook, 10))[0] == 200
+        finally:
+            await operator.close()
+            await _close(sub)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("rejected control.attention.respond" in m for m in logged), logged
+    assert not [m for m in logged if "Alice" in m], logged
+    # The ack still says which field and what it takes (its detail is redacted-gated: kept here).
+    assert all("'copy' takes only its choices" in a["data"]["detail"] and "Alice" not in json.dumps(a) for a in acks)
