@@ -185,3 +185,23 @@ async def test_a_question_answered_in_claude_codes_own_dialog_stands_the_operato
         await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": {"1": "1"}}}, retries=0)
     assert info.value.reason == "refused"
     assert [e["data"] for e in stack.events() if e["type"] == "attention.resolved"] == [{"resolution": "dismissed"}]
+
+
+URL_ELICITATION = {"session_id": SID, "hook_event_name": "Elicitation", "mcp_server_name": "github",
+                   "elicitation_id": "e-url", "mode": "url", "message": "Sign in to GitHub",
+                   "url": "https://github.com/login/oauth/authorize?state=abc"}
+
+
+async def test_a_url_elicitation_is_left_to_the_user_it_sends_to_a_url(stack: Stack, operator: ControlClient) -> None:
+    # Claude Code 2.1.328 hands a hook's accept straight to the MCP server and never shows the URL:
+    # an operator's accept would claim a sign-in nobody made. Only the user can open it: not held.
+    assert await asyncio.wait_for(stack.post(URL_ELICITATION), 10) == (200, {})
+    assert stack.router.holds == {}
+    (request,) = [e for e in stack.events() if e["type"] == "attention.requested"]
+    assert request["data"]["respond_via"] == ["oob"] and "expires_at" not in request["data"]
+    result = {"session_id": SID, "hook_event_name": "ElicitationResult", "mcp_server_name": "github",
+              "elicitation_id": "e-url", "mode": "url", "action": "accept"}
+    assert await stack.post(result) == (200, {})
+    legs = [(e["type"], e["data"].get("via") or e["data"].get("resolution")) for e in stack.events()
+            if e.get("subject") == request["id"]]
+    assert legs == [("attention.answered", "oob"), ("attention.resolved", "answered")]

@@ -96,7 +96,7 @@ class ClaudeCodeSurface:
                 return await self._ask_user_question(signal, signal.form)
             return await self._permission(signal)
         if name == "Elicitation" and signal.form is not None:
-            return await self._elicitation(signal, signal.form)
+            return await self._elicitation(signal, signal.form, deliver)
         if name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
             # The tool ran (or was refused) in Claude Code itself: the held card is moot. Claude Code's
             # PermissionRequest names no tool_use_id, so its card is found by the tool and its input.
@@ -149,7 +149,13 @@ class ClaudeCodeSurface:
         await self.loop.answered(hold, outcome, {"values": values}, fields)
         return ask_user_question_reply(tool_input, values)
 
-    async def _elicitation(self, signal: Signal, form: Form) -> Any:
+    async def _elicitation(self, signal: Signal, form: Form, deliver: FailOpenDelivery) -> Any:
+        if signal.payload.get("mode") == "url":
+            # A URL the user must open (a sign-in): Claude Code hands a hook's accept straight to the
+            # MCP server and never shows the URL, so only its own prompt can answer. Not held.
+            signal.respond_via = ["oob"]
+            await deliver([signal])
+            return NEUTRAL_REPLY
         fields = form.fields
         key = _elicitation_key(signal.payload)
         validate = mcp_checked(form_validator(fields, legacy=len(fields) == 1), fields,
