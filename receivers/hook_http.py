@@ -532,7 +532,9 @@ class HookServer:
         except ShimFailed as exc:
             raise HookError(413, "payload-too-large", f"body of {size} bytes over {limit} bytes, "
                             f"and {exc}", max_bytes=limit) from None
-        dropped = [key for key in keys if key not in payload]
+        # The keys are the vendor's, so each is quoted, escaped and cut: one log line, of bounded length.
+        dropped = [ascii(key)[:40] for key in keys if key not in payload]
         self.health.count(self.id, "slimmed")
-        log.warning("%s: a %d-byte hook body was over max_body_bytes (%d); passed on without %s",
-                    self.id, size, limit, ", ".join(dropped) or "nothing (only its spelling was over)")
+        log.warning("%s: a %d-byte hook body was over max_body_bytes (%d); passed on without %s%s",
+                    self.id, size, limit, ", ".join(dropped[:8]) or "nothing (only its spelling was over)",
+                    f" and {len(dropped) - 8} more" if len(dropped) > 8 else "")

@@ -63,7 +63,18 @@ async def test_a_tool_output_over_the_limit_still_completes_the_tool(tmp_path: P
     assert "result_digest" not in done[0]["data"]  # a digest of a cut output would be wrong
     assert 'outcome="slimmed"} 1' in metrics
     assert "request_errors_total{" not in metrics  # nothing was refused
-    assert "passed on without tool_response" in caplog.text
+    assert "passed on without 'tool_response'" in caplog.text
+
+
+async def test_the_dropped_keys_are_logged_escaped_cut_and_counted(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    payload = {"hook_event_name": "Stop", "session_id": "s-big",
+               **{f"line\nbreak{i}" + "k" * 100: ["v" * 5000] for i in range(10)}}  # all ten must go
+    async with running(config(tmp_path)) as service:
+        assert await post(service.receivers["claude_code"].port, json.dumps(payload).encode()) == (200, {})
+    (line,) = [r.getMessage() for r in caplog.records if "passed on without" in r.getMessage()]
+    assert "\n" not in line and "line\\nbreak" in line and "k" * 40 not in line
+    assert line.endswith(" and 2 more")
 
 
 async def test_a_body_over_max_slim_bytes_is_refused_naming_that_cap(tmp_path: Path) -> None:
