@@ -289,6 +289,44 @@ async def test_a_session_an_edge_that_is_gone_claimed_goes_to_the_edge_now_holdi
         node.kill()
 
 
+async def test_a_second_edge_with_a_collector_name_in_use_serves_no_commands_and_says_so(tmp_path: Path) -> None:
+    """Two hosts with one hostname and one state_dir path get one default name: a command sent to
+    that control subject would reach both collectors' routers, two decisions for one command."""
+    node = NatsNode(tmp_path).start()
+    try:
+        async with running(edge(tmp_path / "a", [node.url], "edge-x")) as a, \
+                running(gateway(tmp_path / "gw", [node.url])) as gw:
+            watcher = await Operator(gw.exporters["relay_server"].url).start()
+            watcher.nats_url = node.url
+            try:
+                await until_answering(watcher, "aep.control.edge-x")
+                async with running(edge(tmp_path / "b", [node.url], "edge-x")) as b:
+                    problem = await wait_until(lambda: b.host.health.snapshot().get("problems", {})
+                                               .get("exporter/nats", {}).get("control-subject-taken"),
+                                               "edge B to say its control subject is taken", 20)
+                    assert "aep.control.edge-x" in problem and "collector" in problem
+                    await post(b, {"session_id": "sb", "hook_event_name": "SessionStart", "source": "startup"})
+                    await post(a, {"session_id": "sa", "hook_event_name": "SessionStart", "source": "startup"})
+                    await wait_until(lambda: watcher.of("sa") and watcher.of("sb"), "both sessions at the gateway", 20)
+                    hook = asyncio.create_task(post(a, permission("sa")))
+                    rid = await wait_until(held_request(watcher, a, "sa"), "edge A's request, held", 20)
+                    operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
+                    await operator.connect()
+                    try:
+                        ack = await operator.send("control.attention.respond", "sa", subject=rid,
+                                                  data={"answer": {"option": "allow"}})
+                    finally:
+                        await operator.close()
+                    assert ack["type"] == "control.accepted"
+                    assert (await asyncio.wait_for(hook, 10))[1]["hookSpecificOutput"]["decision"] == {
+                        "behavior": "allow"}
+                    assert not [e for e in history(tmp_path / "b") if e["type"].startswith("control.")]
+            finally:
+                await watcher.close()
+    finally:
+        node.kill()
+
+
 async def until_answering(watcher: Operator, subject: str) -> None:
     """Until a probe request to ``subject`` finds a responder (edge B is back on its subject)."""
     import nats

@@ -135,16 +135,39 @@ class NatsExporter:
             self.js = nc.jetstream(timeout=self.config.publish_timeout,
                                    publish_async_max_pending=max(4000, self.config.max_in_flight + 1))
         if self.config.control and self._sub is None:
-            self._sub = await nc.subscribe(self.control_subject, cb=self._on_command)
-            # The route goes live only once the server has the subscription: a command sent
-            # right after must find a responder.
-            await nc.flush(self.config.publish_timeout)
+            if await self._subject_taken(nc):
+                # Its commands would reach both collectors' routers: two decisions for one command.
+                self.host.health.fail(self.id, "control-subject-taken",
+                                      f"another collector answers on {self.control_subject}: give each one its "
+                                      "own `collector` name; this one serves no commands and holds no requests")
+            else:
+                self.host.health.recover(self.id, "control-subject-taken")
+                self._sub = await nc.subscribe(self.control_subject, cb=self._on_command)
+                # The route goes live only once the server has the subscription: a command sent
+                # right after must find a responder.
+                await nc.flush(self.config.publish_timeout)
         self._down_logged = False
         self.host.health.recover(self.id, "nats-down")
         self.host.health.recover(self.id, CONNECTING)
         self.host.health.set_flag(self.id, "nats", True)
-        self._route(True)
+        if self._sub is not None:
+            self._route(True)
         log.info("%s: connected to NATS (control subject %s)", self.id, self.control_subject)
+
+    async def _subject_taken(self, nc: Any) -> bool:
+        """Whether another collector already answers on this collector's control subject (two hosts
+        with one hostname and one state_dir path get one default name). Only a reply says so: a
+        timeout is a collector gone without NATS noticing yet (this one's previous run, perhaps)."""
+        from nats.errors import NoRespondersError
+
+        try:
+            await nc.request(self.control_subject, b"", timeout=self.config.publish_timeout,
+                             headers={PROBE_HEADER: "1"})
+        except NoRespondersError:
+            return False
+        except Exception:  # a timeout: nobody answering now
+            return False
+        return True
 
     def _down(self, detail: str) -> None:
         self._route(False)
@@ -216,7 +239,7 @@ class NatsExporter:
         agent = str(event.get("agent") or "unknown")
         session = event.get("session")
         headers = {MSG_ID_HEADER: str(event.get("id", ""))}
-        if self.config.control:
+        if self._sub is not None:  # serving control here (not when another collector has the subject)
             headers[CONTROL_HEADER] = self.control_subject
             accepts = self._accepts_header(agent)
             if accepts is not None:
