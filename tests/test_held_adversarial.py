@@ -205,3 +205,23 @@ async def test_a_url_elicitation_is_left_to_the_user_it_sends_to_a_url(stack: St
     legs = [(e["type"], e["data"].get("via") or e["data"].get("resolution")) for e in stack.events()
             if e.get("subject") == request["id"]]
     assert legs == [("attention.answered", "oob"), ("attention.resolved", "answered")]
+
+
+OPTIONAL = {"session_id": SID, "hook_event_name": "Elicitation", "mcp_server_name": "deploy", "elicitation_id": "e4",
+            "mode": "form", "message": "Deploy", "requested_schema": {"type": "object", "required": ["env"], "properties": {
+                "env": {"type": "string", "enum": ["stg", "prd"]},
+                "replicas": {"type": "integer"}, "reason": {"type": "string"}, "dry": {"type": "boolean"},
+                "regions": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": ["use1", "euw1"]}}}}}
+
+
+async def test_optional_fields_left_blank_are_left_out_of_the_content(stack: Stack, operator: ControlClient) -> None:
+    # A console that sends every field, blank ones as null, "" or []: the form takes that as "no
+    # answer" for an optional field, and so must the MCP server, which refuses null for a string,
+    # "" for an integer and [] below minItems. Left out, the property is simply not answered.
+    hook = asyncio.create_task(stack.post(OPTIONAL))
+    (rid,) = await held_requests(stack.router)
+    values = {"env": "prd", "replicas": "", "reason": None, "dry": False, "regions": []}
+    ack = await operator.send(RESPOND, SID, subject=rid, data={"answer": {"values": values}})
+    assert ack["type"] == "control.accepted"
+    status, reply = await asyncio.wait_for(hook, 10)
+    assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"env": "prd", "dry": False})

@@ -171,7 +171,7 @@ class ClaudeCodeSurface:
             return NEUTRAL_REPLY  # Claude Code's own dialog takes over
         values = form_values(outcome.answer, fields)
         await self.loop.answered(hold, outcome, {"values": values}, fields)
-        return elicitation_reply(_as_arrays(values, fields))
+        return elicitation_reply(_content(values, fields))
 
 
 def decode(signal: Signal) -> Signal:
@@ -245,11 +245,13 @@ def elicitation_reply(values: dict[str, Any]) -> dict[str, Any]:
                                    "content": copy.deepcopy(values)}}
 
 
-def _as_arrays(values: dict[str, Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
-    """``values`` with a multi-select's lone choice as a one-item array: the MCP schema types the
-    property ``array`` and its server reads nothing else (AEP-0006 lets one choice come bare)."""
+def _content(values: dict[str, Any], fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """The elicitation content the MCP server checks against its schema: a field left blank (null,
+    "" or [], which the form takes as no answer) is left out, and a multi-select's lone choice is a
+    one-item array (the property is an ``array``; AEP-0006 lets one choice come bare)."""
     multi = {f.get("id") for f in fields if f.get("multi")}
-    return {k: [v] if k in multi and isinstance(v, str) and v else v for k, v in values.items()}
+    return {k: [v] if k in multi and isinstance(v, str) else v for k, v in values.items()
+            if v is not None and v != "" and v != []}
 
 
 def _card_key(signal: Signal) -> str:
