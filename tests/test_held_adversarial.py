@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from aep_collector.pipeline.control import RESPOND
 from aep_sdk.aio import ControlClient
 from aep_sdk.control import NackError
 
-from tests.helpers import base_config, held_requests, read_jsonl, running
+from tests.helpers import ROOT, base_config, held_requests, read_jsonl, running
 
 TOKEN = "held-adversarial-token"
 SID = "held-adv"
@@ -225,3 +226,36 @@ async def test_optional_fields_left_blank_are_left_out_of_the_content(stack: Sta
     assert ack["type"] == "control.accepted"
     status, reply = await asyncio.wait_for(hook, 10)
     assert (status, reply["hookSpecificOutput"]["content"]) == (200, {"env": "prd", "dry": False})
+
+
+# -- Codex: through the real shim, as Codex runs it per hook firing -----------------------------------
+
+
+async def shim(port: int, vendor: str, event: str, body: dict[str, Any]) -> tuple[int, bytes]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aep_collector.pipeline.shim", vendor, event, "--url", f"http://127.0.0.1:{port}",
+        cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate(json.dumps(body).encode())
+    return proc.returncode or 0, out
+
+
+CODEX_PERMISSION = {"hook_event_name": "PermissionRequest", "session_id": SID, "turn_id": "t1", "cwd": "/w",
+                    "model": "m", "permission_mode": "default", "transcript_path": None, "tool_name": "Bash",
+                    "tool_input": {"command": "rm -rf build"}}
+
+
+async def test_a_codex_session_ending_while_a_card_is_held_closes_it_before_session_ended(tmp_path: Path) -> None:
+    # Codex 0.169 fires SessionEnd (mapped to session.ended): nothing may be left open at it
+    # (AEP-0002 §7.1), and the held hook is freed with no decision.
+    async with running(base_config(tmp_path, receivers={"codex": {"endpoint": "127.0.0.1:0"}})) as service:
+        service.host.control.set_route("codex", True)
+        port = service.receivers["codex"].port
+        held = asyncio.create_task(shim(port, "codex", "PermissionRequest", CODEX_PERMISSION))
+        (rid,) = await held_requests(service.host.control)
+        end = {"hook_event_name": "SessionEnd", "session_id": SID, "cwd": "/w", "reason": "exit"}
+        assert await asyncio.wait_for(shim(port, "codex", "SessionEnd", end), 15) == (0, b"{}")
+        assert await asyncio.wait_for(held, 15) == (0, b"{}")
+        assert service.host.control.holds == {}
+    events = read_jsonl(tmp_path / "logs" / "codex" / f"{SID}.jsonl")
+    assert [(e["type"], e.get("subject")) for e in events] == [
+        ("attention.requested", "Bash"), ("attention.resolved", rid), ("session.ended", None)]

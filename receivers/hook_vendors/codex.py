@@ -20,7 +20,9 @@ VENDOR = "codex"
 
 HANDLING = HookHandling(permission_reply=permission_reply,
                         # Codex has no failure twin: PostToolUse is the only moment the tool is known to have run.
-                        dismissed_by=frozenset({"PostToolUse"}))
+                        dismissed_by=frozenset({"PostToolUse"}),
+                        # Codex 0.169 fires SessionEnd (session.ended): nothing held may outlive it.
+                        session_end=frozenset({"SessionEnd"}))
 
 
 def registration(url: str | None, cfg: Any) -> Wiring:
