@@ -27,11 +27,16 @@ class NotDurable(Exception):
     """Some events of a batch are not in the durable record (``Pipeline.consume_acked``).
 
     ``sessions`` holds the ``session`` of every event not written; ``failed`` counts them.
+    ``lanes`` (``Fanout.consume_each_acked``) are the events of the other sessions, per pipeline.
     """
 
-    def __init__(self, failed: int, total: int, sessions: set[Any]) -> None:
+    def __init__(self, failed: int, total: int, sessions: set[Any], events: list[Event] | None = None,
+                 lanes: list[tuple[Pipeline, list[Event]]] | None = None) -> None:
         super().__init__(f"{failed} of {total} events not written to the durable record")
         self.failed, self.total, self.sessions = failed, total, sessions
+        self.events = events or []
+        """Every event stamped for the batch, those of ``sessions`` included."""
+        self.lanes = lanes or []
 
 
 class QueuedExporter:
@@ -172,7 +177,7 @@ class Pipeline:
                 failed += self.deliver(stamped, lost=lost)
                 events.extend(stamped)
         if failed:
-            raise NotDurable(failed, len(events), lost)
+            raise NotDurable(failed, len(events), lost, events)
         return events
 
     def _process(self, batch: Batch) -> Batch:
@@ -279,6 +284,23 @@ class Fanout:
         for p in self.pipelines:
             # Each pipeline maps its own copy: processors may rewrite drafts in place.
             out.append((p, await p.consume([dict(i) if isinstance(i, dict) else i for i in batch])))
+        return out
+
+    async def consume_each_acked(self, batch: Batch) -> list[tuple[Pipeline, list[Event]]]:
+        """``consume_each`` for a sender that resends what it is not acknowledged (a JetStream
+        consumer): ``Pipeline.consume_acked`` on every pipeline, then ``NotDurable`` naming the
+        sessions some durable record did not take, with the lanes of the other sessions' events."""
+        out: list[tuple[Pipeline, list[Event]]] = []
+        failed, lost = 0, set[Any]()
+        for p in self.pipelines:
+            try:
+                out.append((p, await p.consume_acked([dict(i) if isinstance(i, dict) else i for i in batch])))
+            except NotDurable as exc:
+                failed, lost = failed + exc.failed, lost | exc.sessions
+                out.append((p, exc.events))
+        if failed:
+            lanes = [(p, [e for e in events if e.get("session") not in lost]) for p, events in out]
+            raise NotDurable(failed, sum(len(events) for _, events in out), lost, lanes=lanes)
         return out
 
     async def consume_acked(self, batch: Batch) -> list[Event]:

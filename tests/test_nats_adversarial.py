@@ -17,7 +17,7 @@ from aep_collector.pipeline.envelope import Stamper
 from aep_collector.pipeline.natsconn import Link, NatsConnection
 from nats.js import api
 
-from tests.helpers import running
+from tests.helpers import read_jsonl, running
 from tests.nats_support import NatsNode, free_port, stream_with_max_msg_size
 from tests.relay_double import wait_until
 from tests.test_nats_exporter import events, make_exporter, stored
@@ -284,6 +284,34 @@ async def test_two_emitters_minting_one_id_are_both_taken_in(node: NatsNode, tmp
         await wait_until(lambda: any(e["seq"] == 2 for e in history(tmp_path / "gw")), "the last event", 20)
         assert gw.host.health.counters.get((RECEIVER, "duplicates")) is None
     assert history(tmp_path / "gw") == [mine, theirs, stamped(2)]
+
+
+async def test_an_event_the_gateways_jsonl_cannot_write_is_not_acknowledged_and_is_written_later(
+        node: NatsNode, tmp_path: Path) -> None:
+    """Acknowledged only once written: the durable consumer must not move past an event the gateway's
+    history lacks. Its session's file is a directory for a while (any per-file write failure)."""
+    nc = await nats.connect(node.url)
+    try:
+        await nc.jetstream().add_stream(api.StreamConfig(name="AEP_EVENTS", subjects=["aep.events.>"]))
+    finally:
+        await nc.close()
+    blocked = tmp_path / "gw" / "logs" / CC / "s1.jsonl"
+    blocked.mkdir(parents=True)
+    other = stamped(2, session="s2", source="aep://edge-x/claude-code/s2")
+    await publish(node.url, [json.dumps(stamped(1)).encode(), json.dumps(other).encode()])
+    cfg = gateway(tmp_path / "gw", [node.url])
+    cfg["receivers"]["nats"]["ack_wait"] = 1.0  # redelivered soon after
+
+    def written() -> list[dict[str, Any]]:
+        return [e for f in sorted((tmp_path / "gw" / "logs").rglob("*.jsonl")) if f.is_file() for e in read_jsonl(f)]
+
+    async with running(cfg) as gw:
+        await wait_until(lambda: written() == [other], "the other session's event written", 20)
+        await wait_until(lambda: gw.host.health.counters.get(("exporter/jsonl", "dropped"), 0) >= 2,
+                         "the blocked event tried again", 20)
+        blocked.rmdir()
+        await wait_until(lambda: len(written()) == 2, "the blocked event written once it can be", 20)
+    assert sorted(e["seq"] for e in written()) == [1, 2]  # and the other one not again
 
 
 async def test_an_edge_answering_a_command_with_garbage_gets_it_nacked_busy(node: NatsNode, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from aep_collector.pipeline.natsconn import (
     NatsStream,
     token,
 )
+from aep_collector.pipeline.pipeline import NotDurable
 from aep_collector.pipeline.validate import envelope_errors
 from aep_collector.pipeline.wire import DecodeError, dumps_bytes, loads
 from aep_collector.processors.capture.ceiling import honest_claim
@@ -195,6 +196,7 @@ class NatsReceiver:
     async def _take(self, msgs: list[Any]) -> None:
         """Pipeline first, then the acknowledgements: nothing is acknowledged before it is written."""
         events: list[Event] = []
+        acks: list[tuple[Any, Event | None]] = []  # each message, with the event it brings in (if any)
         batch: set[tuple[str, str]] = set()  # a copy stored twice (outside JetStream's duplicate window) may share a fetch
         for msg in msgs:
             event = self._parse(msg)
@@ -206,19 +208,30 @@ class NatsReceiver:
             key = _key(event)
             if key in self.seen or key in batch:
                 self.host.health.count(self.id, "duplicates")
+                acks.append((msg, None))
                 continue
             batch.add(key)
             events.append(event)
+            acks.append((msg, event))
+        held: set[Any] = set()
         if events:
             try:
-                await self._consume(events)
+                held = await self._consume(events)
             except Exception as exc:  # not acknowledged: JetStream redelivers after ack_wait
                 self.host.health.incident(self.id, "pipeline-error", f"{type(exc).__name__}: {exc}")
                 return
-            self.host.health.recover(self.id, "pipeline-error")
-            self.host.health.count(self.id, "accepted", len(events))
-            self._remember(map(_key, events))
-        for msg in msgs:
+            taken = [e for e in events if e.get("session") not in held] if held else events
+            if held:  # the durable record did not take them: not acknowledged, so JetStream redelivers them
+                self.host.health.incident(self.id, "not-written",
+                                          f"{len(events) - len(taken)} events of {len(held)} session(s) not in the "
+                                          "durable record; left unacknowledged, taken again when redelivered")
+            else:
+                self.host.health.recover(self.id, "pipeline-error")
+            self.host.health.count(self.id, "accepted", len(taken))
+            self._remember(map(_key, taken))
+        for msg, event in acks:
+            if event is not None and held and event.get("session") in held:
+                continue
             with contextlib.suppress(Exception):  # a lost ack means a redelivery, which is skipped
                 await msg.ack()
 
@@ -255,14 +268,21 @@ class NatsReceiver:
             value["capture"] = claim
         return None
 
-    async def _consume(self, events: list[Event]) -> None:
-        lanes = await self.next.consume_each(events)
+    async def _consume(self, events: list[Event]) -> set[Any]:
+        """Hand ``events`` to the pipelines (nothing acknowledged counts as written before the durable
+        record has it); returns the sessions whose events it did not take (none: all written)."""
+        held: set[Any] = set()
+        try:
+            lanes = await self.next.consume_each_acked(events)
+        except NotDurable as exc:  # the other sessions' events went through
+            lanes, held = exc.lanes, exc.sessions
         for pipeline, out in lanes:
             for event in out:
                 if event.get("type") in ACK_TYPES:  # kept to re-send exactly what went out
                     self.acks.setdefault(_key(event), []).append((pipeline, event))
         while len(self.acks) > MAX_ACKS:
             self.acks.popitem(last=False)
+        return held
 
     def _remember(self, keys: Any) -> None:
         for key in keys:
@@ -341,8 +361,9 @@ class NatsReceiver:
             return None
         fresh = [a for a in acks if _key(a) not in self.seen]
         if fresh:
-            await self._consume(fresh)
-            self._remember(map(_key, fresh))
+            held = await self._consume(fresh)
+            # One the durable record did not take comes again from the stream (the edge published it).
+            self._remember(_key(a) for a in fresh if a.get("session") not in held)
         key = (str(command.get("source")), str(command.get("id")))
         retransmitted = key in self.forwarded
         self.forwarded[key] = None
