@@ -125,6 +125,37 @@ async def test_a_stream_that_binds_other_subjects_is_refused_by_name_at_edge_and
         assert "binds ['other.>']" in problem
 
 
+async def test_a_gateway_restarted_with_new_ack_settings_applies_them_to_its_durable(
+        node: NatsNode, tmp_path: Path) -> None:
+    """nats-py reuses an existing durable as it is: a changed ack_wait or max_ack_pending must
+    still reach the server, not be silently ignored."""
+    async def settings() -> tuple[float, int] | None:
+        nc = await nats.connect(node.url)
+        try:
+            info = await nc.jetstream().consumer_info("AEP_EVENTS", "aep-gateway")
+            return info.config.ack_wait, info.config.max_ack_pending
+        except Exception:
+            return None
+        finally:
+            await nc.close()
+
+    async def until(want: tuple[float, int], what: str) -> None:
+        got = None
+        for _ in range(400):
+            if (got := await settings()) == want:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{what}: the durable has {got}")
+
+    async with running(gateway(tmp_path / "gw", [node.url])):
+        await until((30.0, 20_000), "the durable made with the defaults")
+    cfg = gateway(tmp_path / "gw", [node.url])
+    cfg["receivers"]["nats"].update(ack_wait=7.0, max_ack_pending=500)
+    async with running(cfg) as gw:
+        await until((7.0, 500), "the durable updated on restart")
+        assert gw.host.health.snapshot()["ok"]
+
+
 async def test_a_gateway_that_cannot_consume_says_so_in_healthz_until_it_can(node: NatsNode, tmp_path: Path) -> None:
     cfg = gateway(tmp_path / "gw", [node.url])
     cfg["receivers"]["nats"]["stream"]["create"] = False

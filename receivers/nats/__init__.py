@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections import OrderedDict
@@ -146,12 +147,29 @@ class NatsReceiver:
 
         nc = await self.link.wait(3600.0)
         js = nc.jetstream(timeout=self.config.control_timeout)
+        stream, durable = self.config.stream.name, self.config.durable
         await self.config.stream.ensure(js)
-        return await js.pull_subscribe(
-            f"{self.config.stream.subject_prefix}.>", durable=self.config.durable, stream=self.config.stream.name,
+        sub = await js.pull_subscribe(
+            f"{self.config.stream.subject_prefix}.>", durable=durable, stream=stream,
             config=api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT, ack_wait=self.config.ack_wait,
                                       max_ack_pending=self.config.max_ack_pending,
                                       deliver_policy=api.DeliverPolicy.ALL))
+        # An existing durable is taken as it is by the client: settings changed since it was made
+        # (both can be updated in place) are applied here, or they would be ignored without a word.
+        current = (await js.consumer_info(stream, durable)).config
+        want = (self.config.ack_wait, self.config.max_ack_pending)
+        if (current.ack_wait, current.max_ack_pending) != want:
+            had = f"ack_wait {current.ack_wait} s and max_ack_pending {current.max_ack_pending}"
+            try:
+                await js.add_consumer(stream, config=dataclasses.replace(
+                    current, ack_wait=want[0], max_ack_pending=want[1]))
+            except Exception as exc:  # a server that cannot update it: consumed all the same, and shown
+                self.host.health.incident(self.id, "durable-settings-kept",
+                                          f"durable {durable} keeps {had}: {type(exc).__name__}: {exc}")
+            else:
+                log.info("%s: durable %s now has ack_wait %s s and max_ack_pending %d (it had %s)", self.id,
+                         durable, want[0], want[1], had)
+        return sub
 
     async def _run(self) -> None:
         from nats.errors import TimeoutError as NatsTimeout
