@@ -95,6 +95,8 @@ def test_tokens_are_single_safe_and_distinct() -> None:
     ({"stream": {"replicas": 2}}, "replicas must be 1, 3 or 5"),
     ({"stream": {"subject_prefix": "aep.*"}}, "subject_prefix"),
     ({"control_prefix": "aep.>"}, "control_prefix"),
+    ({"control_prefix": "aep.events.control"}, "inside subject_prefix"),
+    ({"control_prefix": "fleet", "stream": {"subject_prefix": "fleet"}}, "inside subject_prefix"),
     ({"max_in_flight": 0}, "max_in_flight"),
 ])
 def test_bad_configs_are_refused_by_name(raw: dict[str, Any], message: str, tmp_path: Path) -> None:

@@ -86,6 +86,11 @@ class NatsExporterConfig:
         prefix = self.control_prefix
         if not prefix or any(not t or token(t) != t for t in prefix.split(".")):
             raise ValueError(f"control_prefix {prefix!r}: dot-separated tokens of letters, digits, '_' and '-'")
+        events = self.stream.subject_prefix
+        if prefix == events or prefix.startswith(f"{events}."):
+            # The stream binds <subject_prefix>.>: it would store each command and answer it first.
+            raise ValueError(f"control_prefix {prefix!r} is inside subject_prefix {events!r}: the stream would "
+                             "capture every command sent to this collector")
 
 
 class NatsExporter:
