@@ -145,6 +145,8 @@ class ControlRouter:
         # events it takes in), by name, with how to reach each: more than one is ambiguous.
         self.remotes: OrderedDict[tuple[str, str], dict[str, Forward]] = OrderedDict()
         self._rechecks: set[asyncio.Task[Any]] = set()
+        self.ended: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        """(agent, session, claimant): that collector sent ``session.ended`` as its last word on the session."""
         self.max_remotes = max(max_decisions, 10_000)
         self.cancelled: OrderedDict[tuple[str, str], None] = OrderedDict()
         """Sessions whose run was cancelled and whose agent has not been told to stop yet."""
@@ -193,14 +195,16 @@ class ControlRouter:
         """Whether an operator's answer could reach us now (if not, receivers do not hold)."""
         return self.routes.get(agent, 0) > 0
 
-    def remote(self, agent: str, session: str, forward: Forward, claimant: str = "") -> None:
+    def remote(self, agent: str, session: str, forward: Forward, claimant: str = "", ended: bool = False) -> None:
         """``session`` of ``agent`` is held on the collector ``claimant``: its commands go through ``forward``.
 
         A gateway learns this from the events it takes in; that collector decides the command
         (dedupe and byte-identical re-acks included) and its acks come back through ``forward``.
         A second collector claiming the session makes it ambiguous (AEP-0004 §4: never guess which,
         never both) until one of them is found gone: a forward with a ``probe`` says whether its
-        collector still answers, and the others are probed when a new claimant appears.
+        collector still answers, and the others are probed when a new claimant appears. A claimant
+        whose session ended there (``ended``: it sent ``session.ended``) yields to one where it has
+        not, until it sends another event of that session (a session resumed on another host).
         """
         key = (agent, session)
         claims = self.remotes.get(key)
@@ -210,6 +214,12 @@ class ControlRouter:
             self.remotes.move_to_end(key)
         fresh = claimant not in claims
         claims[claimant] = forward
+        if ended:
+            self.ended[(agent, session, claimant)] = None
+            while len(self.ended) > self.max_remotes:
+                self.ended.popitem(last=False)
+        elif self.ended:
+            self.ended.pop((agent, session, claimant), None)
         while len(self.remotes) > self.max_remotes:
             self.remotes.popitem(last=False)
         if fresh and len(claims) > 1:
@@ -217,7 +227,16 @@ class ControlRouter:
 
     def claimants(self, agent: str, session: str) -> list[str]:
         """The collectors claiming ``session`` of ``agent`` (more than one: an ambiguous route)."""
-        return list(self.remotes.get((agent, session), ()))
+        return list(self._claims((agent, session)))
+
+    def _claims(self, key: tuple[str, str]) -> dict[str, Forward]:
+        """The claims of ``key`` that count: those of collectors where the session has not ended,
+        if there are any (a session that ended everywhere still goes to its one claimant)."""
+        claims = self.remotes.get(key) or {}
+        if len(claims) < 2 or not self.ended:
+            return claims
+        open_ = {n: f for n, f in claims.items() if (*key, n) not in self.ended}
+        return open_ or claims
 
     def recheck(self, agent: str, session: str) -> None:
         """Drop, in the background, the claimants of a contested session whose collector is gone."""
@@ -229,8 +248,8 @@ class ControlRouter:
         """The claims of ``key`` once every claimant that no longer answers is dropped (while
         more than one claims it: a lone claimant keeps its claim, gone or not)."""
         claims = self.remotes.get(key, {})
-        if len(claims) < 2:
-            return claims
+        if len(self._claims(key)) < 2:
+            return self._claims(key)
         names = list(claims)
         probes = [getattr(claims[n], "probe", None) for n in names]
         alive = await asyncio.gather(*(p() if p is not None else _alive() for p in probes))
@@ -239,7 +258,7 @@ class ControlRouter:
                 del claims[name]
                 log.info("control: %s no longer answers; its claim on session %s of %s is dropped",
                          name, key[1], key[0])
-        return claims
+        return self._claims(key)
 
     # -- holds ------------------------------------------------------------------------------------
 
@@ -296,7 +315,7 @@ class ControlRouter:
         session = command.get("session")
         try:
             # Only a string session can be held anywhere (an object one is malformed: _submit says so).
-            claims = self.remotes.get((target_agent, session)) if isinstance(session, str) else None
+            claims = self._claims((target_agent, session)) if isinstance(session, str) else None
             if claims and isinstance(session, str) and not self.pending(target_agent, session):
                 if len(claims) > 1:
                     claims = await self._live_claims((target_agent, session))

@@ -289,6 +289,32 @@ async def test_a_session_an_edge_that_is_gone_claimed_goes_to_the_edge_now_holdi
         node.kill()
 
 
+async def test_a_session_ended_on_one_live_edge_and_resumed_on_another_goes_to_the_other(tmp_path: Path) -> None:
+    """Edge A ended the session before edge B took it up (resumed there): A holds nothing of it."""
+    node = NatsNode(tmp_path).start()
+    try:
+        async with fleet(tmp_path, [node.url]) as (watcher, a, b, gw):
+            await post(a, {"session_id": "sx", "hook_event_name": "SessionStart", "source": "startup"})
+            await post(a, {"session_id": "sx", "hook_event_name": "SessionEnd", "reason": "exit"})
+            await wait_until(lambda: watcher.of("sx", "session.ended"), "edge A's end of sx at the gateway", 20)
+            await post(b, {"session_id": "sx", "hook_event_name": "SessionStart", "source": "resume"})
+            await wait_until(lambda: len(watcher.of("sx", "session.started")) == 2, "edge B's sx at the gateway", 20)
+            hook = asyncio.create_task(post(b, permission("sx")))
+            rid = await wait_until(held_request(watcher, b, "sx"), "edge B's request, held", 20)
+            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
+            await operator.connect()
+            try:
+                ack = await operator.send("control.attention.respond", "sx", subject=rid,
+                                          data={"answer": {"option": "allow"}})
+            finally:
+                await operator.close()
+            assert ack["type"] == "control.accepted"
+            assert (await asyncio.wait_for(hook, 10))[1]["hookSpecificOutput"]["decision"] == {"behavior": "allow"}
+            assert not [e for e in history(tmp_path / "a") if e["type"].startswith("control.")]
+    finally:
+        node.kill()
+
+
 async def test_a_second_edge_with_a_collector_name_in_use_serves_no_commands_and_says_so(tmp_path: Path) -> None:
     """Two hosts with one hostname and one state_dir path get one default name: a command sent to
     that control subject would reach both collectors' routers, two decisions for one command."""

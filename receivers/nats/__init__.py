@@ -327,7 +327,7 @@ class NatsReceiver:
             if accepts is not None:
                 self.known[agent] = raw
                 control.register(agent, accepts, self.next)
-        control.remote(agent, session, self._forwarder(subject), subject)
+        control.remote(agent, session, self._forwarder(subject), subject, ended=event["type"] == "session.ended")
 
     def _forwarder(self, subject: str) -> _Forwarder:
         forwarder = self._forwarders.get(subject)
