@@ -2,7 +2,8 @@
 
 A failing answer is nacked ``invalid`` and the request stays pending (the router does that with
 the message returned here). Legacy ``{option}``/``{text}`` answers are accepted for a one-field
-form, as an operator replying to a single question naturally would.
+form, as an operator replying to a single question naturally would; an option must name one of
+its choices (free words go as text).
 """
 
 from __future__ import annotations
@@ -83,6 +84,19 @@ def field_problem(spec: dict[str, Any], value: Any) -> str | None:
     return None
 
 
+def _option_problem(option: Any, spec: dict[str, Any]) -> str | None:
+    """Why ``option`` cannot answer a one-field form: an option names one of the field's choices
+    (by id, or by label as AEP-0008 reads text); words for a string field or an "other" go as text."""
+    if spec.get("type") != "select":
+        return f"field {spec.get('id')!r} is answered with text or values, not an option"
+    ids = _choice_ids(spec)
+    labels = [str(c.get("label", "")).strip().lower() for c in spec.get("choices") or [] if isinstance(c, dict)]
+    word = option.strip().lower() if isinstance(option, str) else None
+    if word is None or (word not in [i.lower() for i in ids] and word not in labels):
+        return f"option must be one of the choices {ids} of field {spec.get('id')!r} (other answers go as text)"
+    return None
+
+
 def form_validator(fields: list[dict[str, Any]], legacy: bool = False) -> Callable[[dict[str, Any]], str | None]:
     """A validator for the control router: ``None`` if the answer is acceptable, else why not."""
     specs = {str(f.get("id")): f for f in fields if isinstance(f, dict)}
@@ -93,6 +107,10 @@ def form_validator(fields: list[dict[str, Any]], legacy: bool = False) -> Callab
                 return "answer.values must be an object"
         elif not (legacy and ("option" in answer or "text" in answer)):
             return "this form takes answer.values" + (" (or option/text for its one field)" if legacy else "")
+        elif answer.get("option") is not None:
+            problem = _option_problem(answer["option"], fields[0])
+            if problem:
+                return problem
         values = form_values(answer, fields)
         for key in values:
             if key not in specs:

@@ -259,3 +259,28 @@ async def test_a_codex_session_ending_while_a_card_is_held_closes_it_before_sess
     events = read_jsonl(tmp_path / "logs" / "codex" / f"{SID}.jsonl")
     assert [(e["type"], e.get("subject")) for e in events] == [
         ("attention.requested", "Bash"), ("attention.resolved", rid), ("session.ended", None)]
+
+
+TOKEN_ASK = {"session_id": SID, "hook_event_name": "Elicitation", "mcp_server_name": "vault", "elicitation_id": "e5",
+             "mode": "form", "message": "Which token?", "requested_schema": {
+                 "type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}}}
+ONE_QUESTION = {**ASK, "tool_input": {"questions": [{**ASK["tool_input"]["questions"][0]}]}}
+
+
+@pytest.mark.parametrize("body", [TOKEN_ASK, ONE_QUESTION], ids=["elicitation", "ask-user-question"])
+async def test_a_permission_answer_sent_to_a_question_is_nacked_not_taken_as_its_answer(
+        stack: Stack, operator: ControlClient, body: dict[str, Any]) -> None:
+    # `respond --allow` on the wrong request: option "allow" names none of this form's choices.
+    # Taken as free text, the agent was told the user answered "allow" (or that the token is
+    # "allow"). An option must be one the request offers; words go as text.
+    hook = asyncio.create_task(stack.post(body))
+    (rid,) = await held_requests(stack.router)
+    with pytest.raises(NackError) as info:
+        await operator.send(RESPOND, SID, subject=rid, data={"answer": {"option": "allow"}}, retries=0)
+    assert info.value.reason == "invalid"
+    assert not hook.done()
+    await operator.send(RESPOND, SID, subject=rid, data={"answer": {"text": "hunter2"}})
+    status, reply = await asyncio.wait_for(hook, 10)
+    out = reply["hookSpecificOutput"]
+    assert status == 200 and (out.get("content") or out["decision"]["updatedInput"]["answers"]) in (
+        {"token": "hunter2"}, {"Which database?": "hunter2"})
