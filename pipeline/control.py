@@ -256,8 +256,7 @@ class ControlRouter:
         for name, up in zip(names, alive, strict=True):
             if not up and len(claims) > 1 and name in claims:
                 del claims[name]
-                log.info("control: %s no longer answers; its claim on session %s of %s is dropped",
-                         name, key[1], key[0])
+                log.info("control: %s no longer answers; its claim on a session of %s is dropped", name, key[0])
         return self._claims(key)
 
     # -- holds ------------------------------------------------------------------------------------
@@ -361,8 +360,8 @@ class ControlRouter:
         resolves is decided afresh."""
         self.health.count("control", "ambiguous")
         self.health.incident("control", "ambiguous-session",
-                             f"{len(names)} collectors claim session {str(command.get('session'))[:64]} "
-                             f"of {agent[:64]} ({', '.join(n[:64] for n in names)}); its commands go to none")
+                             f"{len(names)} collectors claim one session of {agent[:64]} "
+                             f"({', '.join(n[:64] for n in names)}); its commands go to none")
         cid, source = command.get("id"), command.get("source")
         if not (isinstance(cid, str) and cid and isinstance(source, str) and source):
             await self._submit(command, agent)  # malformed: counted and dropped as any other
