@@ -731,6 +731,14 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+def redirected(resp: Any) -> str:
+    """The tail of a failure message for an HTTP answer that is a redirect (never followed: a POST
+    redirected is replayed as a bodiless GET): where it points, so the endpoint can be corrected."""
+    if not 300 <= resp.status < 400:
+        return ""
+    return f" (a redirect to {resp.headers.get('Location', 'nowhere named')!r}: set the endpoint to it)"
+
+
 def http_failure(status: int, retry_after_header: str | None, what: str, retryable: bool) -> Exception:
     """What a peer's non-2xx HTTP answer means for the queue: a retry (after its Retry-After, if
     it named one) or a batch that can never be delivered. Each protocol says which statuses retry."""

@@ -3,7 +3,7 @@
 ``mode: batched`` POSTs each delivered batch as one ``application/cloudevents-batch+json`` array;
 ``mode: structured`` POSTs one ``application/cloudevents+json`` event per request. It sits behind the
 persistent sending queue: 2xx delivers; 408, 429 and 5xx are retried (``Retry-After`` honoured);
-any other answer drops the batch (counted, logged). A receiver dedupes a retried copy on
+any other answer drops the batch (counted, logged). A redirect is not followed: that answer too. A receiver dedupes a retried copy on
 ``(source, id)``. An event whose ``capture`` is above ``max_capture`` is down-levelled to it first
 (AEP-0001 §8.2, the same hop rule a relay applies), so nothing above the ceiling leaves.
 """
@@ -19,7 +19,7 @@ import aiohttp
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import http_failure
+from aep_collector.pipeline.sending_queue import http_failure, redirected
 from aep_collector.pipeline.wire import dumps_bytes
 
 from .projection import to_cloudevent
@@ -108,11 +108,14 @@ class CloudEventsExporter:
     async def _post(self, body: bytes, content_type: str) -> None:
         assert self._session is not None
         headers = {"Content-Type": content_type, **self.config.headers}
-        async with self._session.post(self.config.endpoint, data=body, headers=headers) as resp:
+        # Not followed: aiohttp turns a POST answered 301/302/303 into a bodiless GET, whose 2xx
+        # would count the batch delivered, and would send ``headers`` to wherever it points.
+        async with self._session.post(self.config.endpoint, data=body, headers=headers, allow_redirects=False) as resp:
             await resp.read()
             if 200 <= resp.status < 300:
                 return
-            raise http_failure(resp.status, resp.headers.get("Retry-After"), f"CloudEvents POST got HTTP {resp.status}",
+            raise http_failure(resp.status, resp.headers.get("Retry-After"),
+                               f"CloudEvents POST got HTTP {resp.status}{redirected(resp)}",
                                retryable=resp.status in (408, 429) or resp.status >= 500)
 
     async def shutdown(self) -> None:

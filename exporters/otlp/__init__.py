@@ -4,7 +4,8 @@ It sits behind the persistent sending queue (``deliver``): a batch becomes one
 ``ExportLogsServiceRequest``. Retries follow the OTLP specification: gRPC ``CANCELLED``,
 ``DEADLINE_EXCEEDED``, ``ABORTED``, ``OUT_OF_RANGE``, ``UNAVAILABLE``, ``DATA_LOSS`` (and
 ``RESOURCE_EXHAUSTED`` when the server sends ``RetryInfo``) and HTTP 429/502/503/504 are retried,
-honouring ``RetryInfo`` / ``Retry-After``; any other refusal drops the batch (counted, logged).
+honouring ``RetryInfo`` / ``Retry-After``; any other refusal drops the batch (counted, logged), a
+redirect too (not followed).
 A partial success (``rejected_log_records``) is counted and logged, never retried. An event that
 cannot be projected is left out (counted ``dropped``). ``deliver`` returns how many of the batch
 the receiver did not take (left out or rejected), so the queue counts only the rest ``exported``.
@@ -23,7 +24,7 @@ import grpc
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import Permanent, RetryLater, http_failure, retry_after
+from aep_collector.pipeline.sending_queue import Permanent, RetryLater, http_failure, redirected, retry_after
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
 
@@ -159,7 +160,9 @@ class OtlpExporter:
         if self.config.compression == "gzip":
             data = gzip.compress(data)
             headers["Content-Encoding"] = "gzip"
-        async with self._session.post(self.config.endpoint, data=data, headers=headers) as resp:
+        # Not followed: aiohttp turns a POST answered 301/302/303 into a bodiless GET, whose 2xx
+        # would count the batch delivered, and would send ``headers`` to wherever it points.
+        async with self._session.post(self.config.endpoint, data=data, headers=headers, allow_redirects=False) as resp:
             payload = await resp.read()
             if 200 <= resp.status < 300:
                 out = ExportLogsServiceResponse()
@@ -169,7 +172,7 @@ class OtlpExporter:
                     except Exception:  # noqa: BLE001 -- a 2xx is a delivery, whatever its body
                         pass
                 return out
-            raise http_failure(resp.status, resp.headers.get("Retry-After"), f"OTLP/HTTP export got HTTP {resp.status}",
+            raise http_failure(resp.status, resp.headers.get("Retry-After"), f"OTLP/HTTP export got HTTP {resp.status}{redirected(resp)}",
                                retryable=resp.status in RETRYABLE_HTTP)
 
     async def shutdown(self) -> None:
