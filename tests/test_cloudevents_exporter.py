@@ -207,3 +207,39 @@ async def test_a_redirect_is_not_followed_and_the_batch_is_not_counted_delivered
         await exp.shutdown()
         await runner.cleanup()
     assert elsewhere == []
+
+
+async def test_structured_mode_one_event_refused_for_good_does_not_take_the_rest_of_its_batch(tmp_path):
+    """In structured mode the first refusal (a 400, a 413 for one large event) raised ``Permanent``
+    out of ``deliver``: the queue dropped the whole batch, events never POSTed included. Now the
+    refused event is counted ``failed`` and shown; the others are POSTed and counted ``exported``."""
+    from aep_collector.pipeline.sending_queue import SendingQueue, SendingQueueConfig
+
+    bad = GOLDEN[1]["id"]
+    taken: list[dict] = []
+
+    async def post(request: web.Request) -> web.Response:
+        ce = json.loads(await request.read())
+        if ce["id"] == bad:
+            return web.Response(status=413)
+        taken.append(ce)
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_post("/ce", post)
+    runner, port = await serve(app)
+    cid = "exporter/cloudevents"
+    exp = await make(endpoint=f"http://127.0.0.1:{port}/ce", mode="structured", max_capture="full")
+    health = exp.health
+    q = SendingQueue(cid, tmp_path / "q", SendingQueueConfig(fsync="never"), exp.deliver, health)
+    q.start()
+    try:
+        q.put(GOLDEN[:4])
+        await wait_until(lambda: not q.pending_events, "the batch settled")
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+        await runner.cleanup()
+    assert taken == [PINS[0], PINS[2], PINS[3]]
+    assert {what: n for (c, what), n in health.counters.items() if c == cid} == {"failed": 1, "exported": 3}
+    assert "export-refused" in health.snapshot()["problems"][cid]

@@ -3,7 +3,8 @@
 ``mode: batched`` POSTs each delivered batch as one ``application/cloudevents-batch+json`` array;
 ``mode: structured`` POSTs one ``application/cloudevents+json`` event per request. It sits behind the
 persistent sending queue: 2xx delivers; 408, 429 and 5xx are retried (``Retry-After`` honoured);
-any other answer drops the batch (counted, logged). A redirect is not followed: that answer too. A receiver dedupes a retried copy on
+any other answer drops the batch (counted, logged); in structured mode only the events refused. A
+redirect is not followed: that answer too. A receiver dedupes a retried copy on
 ``(source, id)``. An event whose ``capture`` is above ``max_capture`` is down-levelled to it first
 (AEP-0001 §8.2, the same hop rule a relay applies), so nothing above the ceiling leaves.
 """
@@ -19,7 +20,7 @@ import aiohttp
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import http_failure, redirected
+from aep_collector.pipeline.sending_queue import Permanent, http_failure, redirected
 from aep_collector.pipeline.wire import dumps_bytes
 
 from .projection import to_cloudevent
@@ -94,16 +95,38 @@ class CloudEventsExporter:
                 ident = event.get("id") if isinstance(event, dict) else None
                 self.health.incident(self.id, "unprojectable", f"{ident}: {type(exc).__name__}: {exc}")
         left_out = len(events) - len(ces)
+        refused = 0
         if ces:
             if self.config.mode == "batched":
                 await self._post(b"[" + b",".join(ces) + b"]", BATCH)
             else:
-                for body in ces:  # a failure retries the whole batch: the receiver dedupes the copies
-                    await self._post(body, STRUCTURED)
+                refused = await self._post_each(ces)
         # Counted once the batch is settled: a retried batch would count them again on every attempt.
         if left_out:
             self.health.count(self.id, "dropped", left_out)
-        return left_out
+        return left_out + refused
+
+    async def _post_each(self, bodies: list[bytes]) -> int:
+        """POST each of ``bodies`` on its own; how many the receiver refused for good (counted ``failed``).
+
+        A failure to retry raises, and the whole batch is retried: the receiver dedupes the copies.
+        One event refused for good (too large, invalid) is that event's loss, not its batch's: the
+        rest are still POSTed. Only when every one is refused does the refusal go to the queue."""
+        refusals: list[Permanent] = []
+        for body in bodies:
+            try:
+                await self._post(body, STRUCTURED)
+            except Permanent as exc:
+                refusals.append(exc)
+        if not refusals:
+            return 0
+        if len(refusals) == len(bodies):
+            raise refusals[0]
+        self.health.count(self.id, "failed", len(refusals))
+        self.health.fail(self.id, "export-refused", f"{len(refusals)} of {len(bodies)} events refused: {refusals[0]}")
+        log.error("%s: dropped %d of %d events the receiver refused for good: %s", self.id, len(refusals),
+                  len(bodies), refusals[0])
+        return len(refusals)
 
     async def _post(self, body: bytes, content_type: str) -> None:
         assert self._session is not None
