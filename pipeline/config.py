@@ -32,7 +32,9 @@ import yaml
 
 from .component import Factory, Kind, Registry
 
-_ENV = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{([^}]*)\}")
+# A default is literal text: ``$$`` in it is a ``$`` as anywhere else, and a ``${`` in it (a nested
+# substitution) is not a default at all: it falls to the last branch, an error, never literal text.
+_ENV = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-((?:\$\$|\$(?!\{)|[^$}])*))?\}|\$\{([^}]*)\}")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 MAPPING_TYPE = "mapping"
@@ -217,13 +219,16 @@ def substitute_env(value: Any, file: str, path: str, env: typing.Mapping[str, st
             if m.group(0) == "$$":
                 return "$"
             if m.group(3) is not None:
+                if "${" in m.group(3):
+                    raise ConfigError(file, path, f"substitutions do not nest (${{{m.group(3)}...}}): "
+                                      "a default is literal text; $$ writes a literal $")
                 raise ConfigError(file, path, f"unsupported substitution ${{{m.group(3)}}}: "
                                   "use ${env:VAR} or ${env:VAR:-default}")
             name, default = m.group(1), m.group(2)
             if name in env:
                 return env[name]
             if default is not None:
-                return default
+                return default.replace("$$", "$")
             raise ConfigError(file, path, f"environment variable {name} is not set "
                               f"(write ${{env:{name}:-default}} to give a default)")
         return _ENV.sub(repl, value)

@@ -250,3 +250,36 @@ def test_service_section_values_reach_the_config(registry):
     assert cfg.limits.max_held_requests == 7 and cfg.limits.max_sessions == 100_000
     assert (cfg.telemetry.log_level, cfg.telemetry.metrics_endpoint) == ("debug", "127.0.0.1:0")
     assert cfg.telemetry.health_window == 5.0 and isinstance(cfg.telemetry.health_window, float)
+
+
+NESTED_DEFAULT = """\
+receivers:
+  claude_code: {endpoint: "127.0.0.1:0"}
+processors: {mapping: , runs: , capture: }
+exporters:
+  jsonl: {directory: "DIR/logs"}
+service:
+  state_dir: ${env:AEP_TEST_UNSET_STATE_DIR:-${env:HOME}/aep}
+  pipelines:
+    p: {receivers: [claude_code], processors: [mapping, runs, capture], exporters: [jsonl]}
+"""
+
+
+def test_a_nested_substitution_is_an_error_not_a_folder_named_after_it(tmp_path):
+    # It was read as the default "${env:HOME" plus a literal "}": state went to a folder named
+    # "${env:HOME}/aep" under the working directory, and validate said the file was valid.
+    path = tmp_path / "nested.yaml"
+    path.write_text(NESTED_DEFAULT.replace("DIR", str(tmp_path)))
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
+                         capture_output=True, text=True, cwd=tmp_path,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert out.returncode == 1, out.stdout
+    assert f"error: {path}: service.state_dir: substitutions do not nest" in out.stderr
+
+
+def test_a_default_spells_a_dollar_as_the_rest_of_the_file_does():
+    assert substitute_env("${env:B:-pa$$word}", "f", "k", {}) == "pa$word"
+    assert substitute_env("${env:B:-a$b}", "f", "k", {}) == "a$b"
+    assert substitute_env("${env:B:-{x}}", "f", "k", {}) == "{x}"
+    with pytest.raises(ConfigError, match="do not nest"):
+        substitute_env("${env:B:-${env:C:-x}}", "f", "k", {"C": "1"})
