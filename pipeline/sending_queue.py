@@ -51,6 +51,7 @@ import json
 import logging
 import os
 import random
+import re
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -729,6 +730,31 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_GRPC_KEY = re.compile(r"[0-9a-z_.-]+")
+
+
+def headers_problem(headers: Any, grpc: bool = False) -> str | None:
+    """Why an exporter's ``headers`` cannot go on every request, or None. A header the HTTP client
+    refuses (a newline) failed every delivery, retried for good; a name the server cannot parse was
+    answered 400, so every batch was dropped. Values are never quoted: they are often secrets.
+    ``grpc``: sent as gRPC metadata (lowercased), whose values must be printable ASCII."""
+    if not isinstance(headers, dict):
+        return "headers must be a mapping of header names to values"
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            return f"header name {name!r} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~ only)"
+        if grpc and (not _GRPC_KEY.fullmatch(name.lower()) or name.lower().startswith("grpc-")):
+            return f"header name {name!r} cannot be gRPC metadata (letters, digits, '-', '_' and '.'; no grpc- prefix)"
+        if not isinstance(value, str):
+            return f"header {name!r} must have a string value"
+        if grpc and not all(" " <= c <= "~" for c in value):
+            return f"header {name!r} must have a printable ASCII value (gRPC metadata)"
+        if any(c < " " and c != "\t" or c == "\x7f" for c in value):
+            return f"header {name!r} has a control character (a newline?) in its value"
+    return None
 
 
 def redirected(resp: Any) -> str:

@@ -274,3 +274,28 @@ async def test_a_redirect_is_not_followed_and_the_batch_is_not_counted_delivered
         await exp.shutdown()
         await runner.cleanup()
     assert elsewhere == []
+
+
+@pytest.mark.parametrize(("protocol", "headers", "message"), [
+    ("http", {"X-Key": "secret\nX-Other: 1"}, "header 'X-Key' has a control character"),
+    ("http", {"Bad Name": "x"}, "header name 'Bad Name' is not an HTTP token"),
+    ("grpc", {"X-Key": "secrét"}, "header 'X-Key' must have a printable ASCII value"),
+    ("grpc", {"Bad Name": "x"}, "header name 'Bad Name' is not an HTTP token"),
+    ("grpc", {"grpc-timeout": "1S"}, "header name 'grpc-timeout' cannot be gRPC metadata"),
+])
+def test_headers_that_cannot_go_on_a_request_are_refused_at_config_load_by_name(protocol, headers, message):
+    """They passed validation and failed every export: gRPC refused the metadata locally (an error
+    retried for good, the queue stuck), aiohttp a newline, a receiver a name it cannot parse (400:
+    every batch dropped). The value, often a secret, is never quoted."""
+    with pytest.raises(ValueError, match=message) as refused:
+        OtlpExporterConfig(protocol=protocol, headers=headers).validate()
+    assert "secret" not in str(refused.value)
+
+
+async def test_a_non_ascii_header_value_still_goes_over_http(http_receiver):
+    exp, _ = await exporter(protocol="http", endpoint=http_receiver["url"], headers={"X-Team": "équipe"})
+    try:
+        await exp.deliver([GOLDEN[3]])
+    finally:
+        await exp.shutdown()
+    assert records_of(http_receiver["requests"][0]) == [PINS["3"]]

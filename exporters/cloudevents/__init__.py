@@ -20,7 +20,7 @@ import aiohttp
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import Permanent, http_failure, redirected
+from aep_collector.pipeline.sending_queue import Permanent, headers_problem, http_failure, redirected
 from aep_collector.pipeline.wire import dumps_bytes
 
 from .projection import to_cloudevent
@@ -52,6 +52,9 @@ class CloudEventsConfig:
             raise ValueError(f"endpoint must be an http(s) URL, got {self.endpoint!r}")
         if self.timeout <= 0:
             raise ValueError("timeout must be positive")
+        problem = headers_problem(self.headers)
+        if problem:
+            raise ValueError(problem)
         if self.max_capture not in CAPTURE_ORDER:
             raise ValueError(f"max_capture must be one of {', '.join(CAPTURE_ORDER)}")
 

@@ -24,7 +24,14 @@ import grpc
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import Permanent, RetryLater, http_failure, redirected, retry_after
+from aep_collector.pipeline.sending_queue import (
+    Permanent,
+    RetryLater,
+    headers_problem,
+    http_failure,
+    redirected,
+    retry_after,
+)
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
 
@@ -66,6 +73,9 @@ class OtlpExporterConfig:
             raise ValueError("timeout must be positive")
         if self.max_capture not in CAPTURE_ORDER:
             raise ValueError(f"max_capture must be one of {', '.join(CAPTURE_ORDER)}")
+        problem = headers_problem(self.headers, grpc=self.protocol == "grpc")
+        if problem:
+            raise ValueError(problem)
         assert self.endpoint is not None
         if self.protocol == "http":
             parts = urlsplit(self.endpoint)
