@@ -189,6 +189,17 @@ class ServiceSection:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     pipelines: Any = None
 
+    def validate(self) -> None:
+        # Path("") is the working directory: the relay token and the epochs would land wherever
+        # the collector was started, while the operator commands look in ~/.aep.
+        no_folder(self.state_dir, "state_dir")
+
+
+def no_folder(value: str, key: str) -> None:
+    """Raise ``ValueError`` naming ``key`` if a folder setting is blank (``${env:VAR}`` set but empty)."""
+    if not value.strip():
+        raise ValueError(f"{key} is empty: it must name a folder (an environment variable set but empty?)")
+
 
 @dataclass
 class ServiceConfig:

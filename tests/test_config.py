@@ -283,3 +283,17 @@ def test_a_default_spells_a_dollar_as_the_rest_of_the_file_does():
     assert substitute_env("${env:B:-{x}}", "f", "k", {}) == "{x}"
     with pytest.raises(ConfigError, match="do not nest"):
         substitute_env("${env:B:-${env:C:-x}}", "f", "k", {"C": "1"})
+
+
+def test_a_folder_setting_left_empty_is_an_error_not_the_working_directory(tmp_path):
+    # AEP_STATE_DIR= (set, empty) gave state_dir "": the relay token, the epochs and the queues went
+    # to whatever folder the collector was started in, and the operator commands looked in ~/.aep.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "AEP_STATE_DIR": "", "AEP_LOG_DIR": " "}
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate",
+                          "--config", str(ROOT / "config" / "default.yaml")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert out.returncode == 1, out.stdout
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert [e.split(": ")[2] for e in errors] == ["exporters.jsonl.directory", "service.state_dir"], out.stderr
+    assert all("is empty: it must name a folder" in e for e in errors)
+    assert list(tmp_path.iterdir()) == []

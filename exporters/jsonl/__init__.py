@@ -35,6 +35,7 @@ from typing import Any, Literal
 import orjson
 from aep_collector.pipeline.atomic import sync_dir
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
+from aep_collector.pipeline.config import no_folder
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.jsonl_files import is_rotated, rotated_name
 from aep_collector.pipeline.model import Event
@@ -70,6 +71,7 @@ class JsonlConfig:
     file a session is writing is never deleted."""
 
     def validate(self) -> None:
+        no_folder(self.directory, "directory")  # "" would be the working directory
         if self.fsync_interval <= 0:
             raise ValueError("fsync_interval must be positive")
         if self.max_open_files < 1:
