@@ -17,8 +17,9 @@ A scenario is a list of turns, built with :func:`text`, :func:`tool` and :func:`
 
 Which turn answers a request is read from the request itself: the number of tool-call turns the
 conversation already holds (so a CLI's retries, side calls and restarts do not shift the script).
-Past the last turn, or for a request that offers no tools (title generation, routing), the server
-answers with text (``side_text``; JSON built from the schema when the request asks for JSON).
+Past the last turn, or for a request that offers no tools (title generation, routing) or names an
+output schema (Codex's approval reviewer), the server answers with text (``side_text``; JSON built
+from the schema when the request asks for JSON).
 
 Every request is recorded (:attr:`FakeModel.requests`, a list of :class:`Request`), so a test can
 read what the agent sent back to the model: :meth:`FakeModel.tool_results` gives the text of every
@@ -232,6 +233,16 @@ def _instance(schema: Any, depth: int = 0) -> Any:
     return "ok"
 
 
+def output_schema(req: Request) -> dict[str, Any] | None:
+    """The JSON schema ``req`` asks its answer to follow (any dialect), if it names one."""
+    b = req.body if isinstance(req.body, dict) else {}
+    gen = b.get("generationConfig") or {}
+    schema = gen.get("responseJsonSchema") or gen.get("responseSchema") or \
+        ((b.get("response_format") or {}).get("json_schema") or {}).get("schema") or \
+        ((b.get("text") or {}).get("format") or {}).get("schema")
+    return schema if isinstance(schema, dict) and schema else None
+
+
 def shell_args(t: Tool, command: str) -> dict[str, Any] | str:
     """Arguments for shell tool ``t`` running ``command``, named after its schema."""
     if t.custom:
@@ -300,9 +311,10 @@ class FakeModel:
     # -- what the agent sent ------------------------------------------------------------------------
 
     def model_requests(self) -> list[Request]:
-        """Requests that asked the model something with tools offered (the agent's own turns)."""
+        """Requests that asked the model something with tools offered (the agent's own turns; a
+        request naming an output schema is a side call, not a turn)."""
         with self._lock:
-            return [r for r in self.requests if r.tools]
+            return [r for r in self.requests if r.tools and output_schema(r) is None]
 
     def tool_results(self) -> list[str]:
         """Tool results in the last request that offered tools (the agent's whole conversation so far)."""
@@ -319,8 +331,13 @@ class FakeModel:
         return f"{prefix}{next(self._ids):04d}"
 
     def answer(self, req: Request) -> Turn:
-        """The turn that answers ``req``: by conversation progress, or side text."""
-        if not req.tools:
+        """The turn that answers ``req``: by conversation progress, or side text.
+
+        A request that names an output schema is a side call even when it offers tools (Codex
+        0.169's approval reviewer sends three tools and a ``text.format`` schema): it is answered
+        with JSON built from the schema, never with the next scripted tool call.
+        """
+        if not req.tools or output_schema(req) is not None:
             return Turn(text=self.side_text)
         i = req.tool_turns()
         if i < len(self.turns) and all(t.calls for t in self.turns[:i]):
@@ -426,10 +443,8 @@ def _handler(model: FakeModel) -> type[BaseHTTPRequestHandler]:
             """The text of a text turn; JSON from the schema when the request asks for JSON."""
             b = req.body if isinstance(req.body, dict) else {}
             gen = b.get("generationConfig") or {}
-            schema = gen.get("responseJsonSchema") or gen.get("responseSchema") or \
-                ((b.get("response_format") or {}).get("json_schema") or {}).get("schema") or \
-                ((b.get("text") or {}).get("format") or {}).get("schema")
-            if schema and not req.tools:
+            schema = output_schema(req)
+            if schema:
                 return json.dumps(_instance(schema))
             if gen.get("responseMimeType") == "application/json" and not req.tools:
                 return "{}"

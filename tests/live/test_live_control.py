@@ -17,9 +17,14 @@ PermissionRequest hook fires and the collector holds it for the operator.
   (which never asks), so the test drives Qwen's SDK mode (stream-json I/O, ``initialize`` first,
   ``--approval-mode default``), where the hook fires and decides before the SDK host is asked.
 
-Codex cannot reach a control moment here: ``codex exec`` forces approval "never", so its
-PermissionRequest hook never fires non-interactively (live-vendors facts; the Codex test in
-``test_live_hooks.py`` shows the rest of its lifecycle).
+- Codex PermissionRequest (through the command shim): plain ``codex exec`` forces approval
+  "never", but ``exec --approve-for-me`` runs with approval "on-request" and routes approvals to
+  Codex's automatic reviewer, and the PermissionRequest hook runs before that reviewer. A shell call
+  with ``sandbox_permissions: "require_escalated"`` asks: allow runs it outside the sandbox, deny
+  with guidance reaches the model as ``Rejected("<text>")``, and when the hold window passes the
+  card times out and the reviewer (a side call the fake answers from its schema) lets it run.
+  Codex 0.169 waits for every PermissionRequest hook before it runs the tool, so a held card is
+  always settled (answered, timed out or hung up) before the PostToolUse that pairs with it.
 """
 
 from __future__ import annotations
@@ -159,3 +164,57 @@ async def test_qwen_code_permission_request_allow(tmp_path: Path) -> None:
     assert (live.work / "qwen-allowed.txt").exists()
     events = live.check(ended=False)  # no SessionEnd from a Qwen run that is not interactive
     assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
+
+
+# -- Codex: PermissionRequest through the command shim ----------------------------------------------
+
+
+def escalated(command: str) -> Any:
+    """Codex's shell call asking to leave the sandbox: the one call ``exec --approve-for-me`` reviews."""
+    return tool("exec_command", cmd=command, sandbox_permissions="require_escalated", justification="write the file")
+
+
+async def test_codex_permission_allow(tmp_path: Path) -> None:
+    async with controlled(tmp_path, [escalated("touch codex-allowed.txt"), text("done")], "codex") as (live, op):
+        run = asyncio.create_task(live.arun("make the file", "--approve-for-me"))
+        req = await requested(live)
+        assert req["data"]["kind"] == "permission" and req["data"]["respond_via"] == ["control"]
+        ack = await op.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"option": "allow"}})
+        assert ack["type"] == "control.accepted"
+        await run
+    assert (live.work / "codex-allowed.txt").exists()  # escalated out of the sandbox: the hook's allow did it
+    events = live.check()
+    assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
+
+
+async def test_codex_permission_deny_with_guidance(tmp_path: Path) -> None:
+    guidance = "not that file; write notes.md instead"
+    async with controlled(tmp_path, [escalated("touch codex-denied.txt"), text("ok")], "codex") as (live, op):
+        run = asyncio.create_task(live.arun("make the file", "--approve-for-me"))
+        req = await requested(live)
+        await op.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"text": guidance}})
+        await run
+    assert not (live.work / "codex-denied.txt").exists()
+    [result] = live.model.tool_results()
+    assert guidance in result, result  # Codex: exec_command failed ... Rejected("<guidance>")
+    # Codex fires no hook for the call it rejected: its tool.requested stays open (as Claude Code's).
+    events = live.check(tools=0, tools_closed=False)
+    [answered] = [e for e in events if e["type"] == "attention.answered"]
+    assert answered["data"]["answer"]["option"] == "deny"
+    closed_once(events, req["id"])
+
+
+async def test_codex_permission_hold_window_passes(tmp_path: Path) -> None:
+    # Nobody answers: after the hold window the hook frees Codex with no decision, Codex's own
+    # reviewer decides (the fake answers its schema with "allow") and the tool runs.
+    with Live(SPECS["codex"], tmp_path, [escalated("touch codex-late.txt"), text("done")],
+              receiver={"attention_timeout": 2}, exporters=RELAY_ROLE) as live:
+        async with operated(live):
+            await live.arun("make the file", "--approve-for-me")
+    assert (live.work / "codex-late.txt").exists()
+    events = live.check()
+    [req] = [e for e in events if e["type"] == "attention.requested"]
+    assert req["data"]["respond_via"] == ["control"]
+    assert closed_once(events, req["id"])[0]["type"] == "attention.timeout"
+    seen = types(events)
+    assert seen.index("attention.timeout") < seen.index("tool.completed"), seen
