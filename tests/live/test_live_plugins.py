@@ -21,7 +21,9 @@ registry).
 Control, where a CLI reaches it non-interactively (the operator is the official SDK, ``aep_sdk``,
 subscribed to and answering through the collector's own relay role, ``relay_server``):
 - pi's opt-in ``tool_call`` gate, Hermes' ``pre_tool_call`` gate and Kimi Code's PreToolUse gate:
-  an operator's deny with guidance reaches the model as the tool result; allow lets the tool run.
+  an operator's deny with guidance reaches the model as the tool result; allow lets the tool run;
+  with nobody answering, the card times out after the hold window and the vendor runs the tool by
+  itself (pi: no block; Hermes ``--yolo`` and Kimi ``-p`` approve on their own).
 - OpenCode and Kilo permission asks: ``run`` auto-rejects a bus ``permission.asked`` at once
   (``permission.bash: "ask"``; "permission requested: bash (echo hi); auto-rejecting"), before any
   operator could answer, and the ``permission.ask`` plugin hook never fires. So the tier asserts
@@ -235,7 +237,7 @@ async def first_request(sub: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("vendor", "answer"), [("pi", "deny"), ("pi", "allow"), ("hermes", "deny"),
-                                                ("kimi_code", "deny")])
+                                                ("hermes", "allow"), ("kimi_code", "deny"), ("kimi_code", "allow")])
 async def test_gate_answered_by_the_operator(tmp_path: Path, vendor: str, answer: str, operator_for: Any) -> None:
     receiver, env = GATES[vendor]
     guidance = "not that; write notes.md instead"
@@ -263,3 +265,25 @@ async def test_gate_answered_by_the_operator(tmp_path: Path, vendor: str, answer
     legs = [e for e in events if e.get("subject") == req["id"] and e["type"].startswith("attention.")]
     assert [e["type"] for e in legs] == ["attention.answered", "attention.resolved"], types(events)
 
+
+
+@pytest.mark.parametrize("vendor", ["pi", "hermes", "kimi_code"])
+async def test_gate_hold_window_passes(tmp_path: Path, vendor: str, operator_for: Any) -> None:
+    """Nobody answers: the card times out and the vendor goes on by itself (the gate fails open)."""
+    receiver, env = GATES[vendor]
+    exporters = {"relay_server": {"endpoint": "127.0.0.1:0", "token": TOKEN}}
+    with Live(SPECS[vendor], tmp_path, [shell(f"echo {MARK}"), text("all done")],
+              receiver={**receiver, "attention_timeout": 2}, exporters=exporters) as live:
+        live.env.update(env)
+        sub, _client = await operator_for(live)  # a live route: the gate holds
+        run = asyncio.create_task(live.arun(f"run echo {MARK}"))
+        req = await first_request(sub)
+        assert req["data"]["respond_via"] == ["control"], req
+        await run
+    assert any(MARK in r for r in live.model.tool_results()), live.describe()  # the tool ran
+    started, ended = LIFECYCLE[vendor]
+    events = live.check(started=started, ended=ended)
+    legs = [e for e in events if e.get("subject") == req["id"] and e["type"].startswith("attention.")]
+    assert [e["type"] for e in legs] == ["attention.timeout"], types(events)
+    seen = types(events)
+    assert seen.index("attention.timeout") < seen.index("tool.completed"), seen
