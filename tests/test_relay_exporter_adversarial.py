@@ -302,3 +302,42 @@ async def test_events_never_claim_more_capture_than_the_hello_declared(
     assert first["data"].get("trigger") == "user"
     assert canary not in json.dumps(relay.frames_from(CC))
     assert second == kept  # within the declaration: untouched
+
+
+@pytest.mark.parametrize(("code", "name"), [(1008, "policy violation"), (1009, "message too big"),
+                                            (1013, "try again later")])
+async def test_a_relay_that_closes_each_connection_with_a_code_shows_it_in_healthz(
+        exporters: Any, stamper: Stamper, code: int, name: str) -> None:
+    """A relay that answers the hello and then closes with 1008, 1009 or 1013 on the first event:
+    each new hello cleared the connection problems, so /healthz read ok while the event never
+    reached it (redialled for good, the sending queue's delivery waiting). The close is shown."""
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "hello", "versions": ["0.1"]}))
+        async for raw in ws:
+            if "." in json.loads(raw).get("type", ""):
+                await ws.close(code, "refused here")
+                return
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        exporter, host = await exporters(f"ws://127.0.0.1:{port}/socket")
+        delivery = asyncio.create_task(exporter.deliver([make(stamper, "s1")]))
+        try:
+            await wait_until(lambda: CC in exporter.links and exporter.links[CC].connections >= 3, "a few connections")
+            detail = problems(host).get("relay-closed", "")
+            assert f"code {code} ({name}): 'refused here'" in detail and CC in detail
+            assert not host.health.snapshot()["ok"] and not delivery.done()
+        finally:
+            delivery.cancel()
+
+
+async def test_a_relay_restart_is_not_shown_as_a_relay_closing_on_us(
+        relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
+    exporter, host = await exporters(relay.ws_url)
+    await exporter.deliver([make(stamper, "s1")])
+    await relay.stop()  # closes every socket with 1001
+    await relay.start()
+    await exporter.deliver([make(stamper, "s1")])
+    assert exporter.links[CC].connections == 2
+    assert "relay-closed" not in problems(host) and host.health.snapshot()["ok"]

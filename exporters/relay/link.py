@@ -32,6 +32,7 @@ from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Event
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.frames import CloseCode
 
 from .frames import backoff_delay, capped, category, hello, hello_problem, is_command, is_event, parse
 from .outbox import Outbox, Pending, Ticket, pending, settle
@@ -359,6 +360,8 @@ class AgentLink:
             log.info("%s: relay connection for %s down (code %s)", self.owner.id, self.agent, ws.close_code)
             self.owner.live_changed()
             self._route(False)
+        if was_live:
+            self._closed_by_relay(ws)
         back = [item for _, item in self.inflight]
         self._requeued = len(back)
         self.inflight.clear()
@@ -375,6 +378,23 @@ class AgentLink:
         finally:
             # Else the socket stays open and the relay keeps it as a claimant of our sessions.
             ws.transport.abort()
+
+    def _closed_by_relay(self, ws: ClientConnection) -> None:
+        """Show a relay's close of a live connection with a code that says why (1008 policy, 1009 too
+        big, 1013 backpressure, ...) as an incident: the next hello clears the connection problems, so
+        a relay that closes every connection after its hello would otherwise read healthy while
+        nothing reaches it. A restart (1001) and a normal close (1000) are not problems."""
+        frame = getattr(ws.protocol, "close_rcvd", None)
+        if frame is None or frame.code in (1000, 1001) or self._closing:
+            return
+        try:
+            name = CloseCode(frame.code).name.lower().replace("_", " ")
+        except ValueError:
+            name = "an unregistered code"
+        reason = f": {frame.reason!r}" if frame.reason else ""
+        self.owner.host.health.incident(self.owner.id, "relay-closed",
+                                        f"{self.agent}: the relay closed the connection with code {frame.code} "
+                                        f"({name}){reason}; {self.pending} events wait for it")
 
     def _claims(self) -> list[Pending]:
         queued = self.outbox.sessions()
