@@ -237,13 +237,17 @@ class Live:
             assert res.returncode == 0, f"{self.spec.cli} exited {res.returncode}:\n{res.stdout}\n{res.stderr}"
         return res
 
-    async def stream_json(self, prompt: str, *args: str, initialize: bool = False,
-                          timeout: float = 90) -> list[dict[str, Any]]:
+    async def stream_json(self, prompt: str, *args: str, initialize: bool = False, timeout: float = 90,
+                          host: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+                          ) -> list[dict[str, Any]]:
         """Drive the CLI in stream-json I/O (SDK mode) with ``args`` until its ``result`` message.
 
-        The test is the permission-prompt host and never answers: only the hooks (the operator)
-        can decide. Returns the ``control_request``/``control_cancel_request`` messages the CLI sent
-        its host. ``initialize`` sends the SDK's ``initialize`` control request first (Qwen Code).
+        The test is the permission-prompt host. By default it never answers: only the hooks (the
+        operator) can decide. ``host(request)`` answers instead (the user deciding in the CLI's own
+        prompt): it gets each ``control_request``'s ``request`` and returns the success response's
+        payload (e.g. ``{"behavior": "allow"}``), or None to leave it unanswered. Returns the
+        ``control_request``/``control_cancel_request`` messages the CLI sent its host.
+        ``initialize`` sends the SDK's ``initialize`` control request first (Qwen Code).
         """
         argv = [*self.prefix, *args, "--input-format", "stream-json", "--output-format", "stream-json"]
         proc = await asyncio.create_subprocess_exec(*argv, cwd=self.work, env=self.env, stdin=asyncio.subprocess.PIPE,
@@ -266,6 +270,11 @@ class Live:
                     msg = json.loads(line)
                     if msg.get("type") in ("control_request", "control_cancel_request"):
                         prompts.append(msg)
+                        answer = host(msg.get("request") or {}) if host and msg["type"] == "control_request" else None
+                        if answer is not None:
+                            send({"type": "control_response", "response": {
+                                "subtype": "success", "request_id": msg.get("request_id"), "response": answer}})
+                            await proc.stdin.drain()
                     elif msg.get("type") == "result":
                         break
         except TimeoutError:

@@ -13,9 +13,12 @@ PermissionRequest hook fires and the collector holds it for the operator.
 - AskUserQuestion answered with values: Claude Code 2.1.328 offers the tool only with a permission
   prompt host (``--permission-prompt-tool stdio``, stream-json I/O); the model receives the labels.
 
-- Qwen Code PermissionRequest answered allow: ``qwen -p`` offers no shell tool unless ``--yolo``
-  (which never asks), so the test drives Qwen's SDK mode (stream-json I/O, ``initialize`` first,
-  ``--approval-mode default``), where the hook fires and decides before the SDK host is asked.
+- Qwen Code PermissionRequest answered allow, and deny with guidance: ``qwen -p`` offers no shell
+  tool unless ``--yolo`` (which never asks), so the test drives Qwen's SDK mode (stream-json I/O,
+  ``initialize`` first, ``--approval-mode default``), where the hook fires and decides before the
+  SDK host is asked. Left unanswered, the card times out and Qwen then asks its host
+  (``can_use_tool``), where the user allows: Qwen 0.24.4 runs the hook first and its own prompt
+  only after, never both at once.
 
 - Codex PermissionRequest (through the command shim): plain ``codex exec`` forces approval
   "never", but ``exec --approve-for-me`` runs with approval "on-request" and routes approvals to
@@ -165,6 +168,44 @@ async def test_qwen_code_permission_request_allow(tmp_path: Path) -> None:
     events = live.check(ended=False)  # no SessionEnd from a Qwen run that is not interactive
     assert closed_once(events, req["id"])[0]["data"]["resolution"] == "answered"
 
+
+async def test_qwen_code_permission_request_deny_with_guidance(tmp_path: Path) -> None:
+    guidance = "not that file; write notes.md instead"
+    async with controlled(tmp_path, [shell("touch qwen-denied.txt"), text("ok")], "qwen_code") as (live, op):
+        driver = asyncio.create_task(live.stream_json("make the file", "--approval-mode", "default",
+                                                      initialize=True))
+        req = await requested(live)
+        await op.send(RESPOND, req["session"], subject=req["id"], data={"answer": {"text": guidance}})
+        prompts = await driver
+    assert prompts == []  # the hook's deny decided: the SDK host was never asked
+    assert not (live.work / "qwen-denied.txt").exists()
+    assert any(guidance in r for r in live.model.tool_results()), live.describe()
+    events = live.check(ended=False, tools=0)
+    [answered] = [e for e in events if e["type"] == "attention.answered"]
+    assert answered["data"]["answer"]["option"] == "deny"
+    closed_once(events, req["id"])
+
+
+async def test_qwen_code_permission_request_left_to_the_user(tmp_path: Path) -> None:
+    # Nobody answers the card: after the hold window the hook frees Qwen with no decision, Qwen
+    # asks its own prompt (the SDK host's can_use_tool) and the user there allows the call.
+    def user(request: dict[str, Any]) -> dict[str, Any] | None:
+        return {"behavior": "allow", "updatedInput": request.get("input")} \
+            if request.get("subtype") == "can_use_tool" else None
+
+    with Live(SPECS["qwen_code"], tmp_path, [shell("touch qwen-user.txt"), text("done")],
+              receiver={"attention_timeout": 2}, exporters=RELAY_ROLE) as live:
+        async with operated(live):
+            prompts = await live.stream_json("make the file", "--approval-mode", "default", initialize=True,
+                                             host=user)
+    assert [p["request"]["subtype"] for p in prompts if p["type"] == "control_request"] == ["can_use_tool"]
+    assert (live.work / "qwen-user.txt").exists()
+    events = live.check(ended=False)
+    [req] = [e for e in events if e["type"] == "attention.requested"]
+    assert req["data"]["respond_via"] == ["control"]
+    assert closed_once(events, req["id"])[0]["type"] == "attention.timeout"
+    seen = types(events)
+    assert seen.index("attention.timeout") < seen.index("tool.completed"), seen
 
 # -- Codex: PermissionRequest through the command shim ----------------------------------------------
 
