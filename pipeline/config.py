@@ -617,6 +617,7 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
     for name, spec in pipelines.items():
         with errs.check():
             cfg.pipelines[str(name)] = _pipeline(cfg, str(name), spec, declared, used, file)
+    errs.errors.extend(_shared_ports(cfg, used, file))
     n = len(spoiled)  # the substitution errors come first; what they spoiled later is noise
     errs.errors = errs.errors[:n] + [e for e in errs.errors[n:] if not any(_under(e.path, p) for p in spoiled)]
     errs.done()
@@ -639,6 +640,53 @@ def _components(cfg: ServiceConfig, registry: Registry, raw: dict[str, Any], fil
             with errs.check():
                 cfg.components(kind)[cid] = _component(cfg, registry, kind, cid, body, file)
     return declared
+
+
+_ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _same_address(a: str, b: str) -> bool:
+    """Whether binding hosts ``a`` and ``b`` on one port would collide."""
+    return a == b or a in _ANY_HOST or b in _ANY_HOST or ("localhost" in (a, b) and {a, b} <= _LOOPBACK)
+
+
+def _shared_ports(cfg: ServiceConfig, used: set[tuple[Kind, str]], file: str) -> list[ConfigError]:
+    """Two listeners of this config on one port: an error at the later one, naming the earlier.
+
+    Each would start alone, and together the second failed at start with a bare "address already
+    in use". A component config says where it listens with ``listens()`` (key -> ``host:port``);
+    port 0 (any free port) never collides, and an endpoint that does not parse is reported by its
+    own component.
+    """
+    listeners = [(f"{kind.plural}.{cid}.{key}", endpoint)
+                 for kind in Kind for cid, (_, ccfg) in cfg.components(kind).items() if (kind, cid) in used
+                 for key, endpoint in _listens(ccfg).items() if isinstance(endpoint, str)]
+    if cfg.telemetry.metrics_endpoint:
+        listeners.append(("service.telemetry.metrics.endpoint", cfg.telemetry.metrics_endpoint))
+    seen: list[tuple[str, str, int]] = []
+    out = []
+    for where, endpoint in listeners:
+        try:
+            host, port = parse_endpoint(endpoint)
+        except ConfigError:
+            continue
+        host = host.lower()
+        other = next((w for w, h, p in seen if p == port and _same_address(h, host)), None)
+        if port and other:
+            out.append(ConfigError(file, where, f"{endpoint}: {other} listens on this port too; "
+                                                "give each listener its own port"))
+        seen.append((where, host, port))
+    return out
+
+
+def _listens(ccfg: Any) -> dict[str, Any]:
+    listens = getattr(ccfg, "listens", None)
+    try:
+        found = listens() if callable(listens) else {}
+    except Exception:  # a plug-in's bug: its own start reports the port, named, if it is taken
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _warnings(cfg: ServiceConfig, used: set[tuple[Kind, str]]) -> list[str]:

@@ -7,7 +7,7 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .component import CreateSettings
@@ -202,26 +202,34 @@ class Service:
         if not self._built:
             self.build()
         try:
-            for exp in self.exporters.values():
-                await exp.start(self.host)
+            for cid, exp in self.exporters.items():
+                await self._starting(f"exporters.{cid}", exp.start(self.host))
             for q in self.queues:
                 q.start()
-            for proc in self.processors.values():
+            for (_, pid), proc in self.processors.items():
                 start = getattr(proc, "start", None)
                 if start is not None:
-                    await start(self.host)
-            for rec in self.receivers.values():
-                await rec.start(self.host)
+                    await self._starting(f"processors.{pid}", start(self.host))
+            for cid, rec in self.receivers.items():
+                await self._starting(f"receivers.{cid}", rec.start(self.host))
             if self.config.telemetry.metrics_endpoint:
                 from .metrics import MetricsServer
 
                 self.metrics = MetricsServer(self, self.config.telemetry.metrics_endpoint)
-                await self.metrics.start()
+                await self._starting("service.telemetry.metrics", self.metrics.start())
         except BaseException:
             await self.shutdown()
             raise
         log.info("aep-collector started: %d receivers, %d pipelines, %d exporters",
                  len(self.receivers), len(self.pipelines), len(self.exporters))
+
+    async def _starting(self, where: str, start: Awaitable[Any]) -> None:
+        """``await start``; an ``OSError`` (a port taken, say) becomes a ``ConfigError`` naming the
+        component, which a bare "address already in use" among a dozen listeners did not."""
+        try:
+            await start
+        except OSError as exc:
+            raise ConfigError(self.config.file, where, f"cannot start: {exc}") from exc
 
     async def shutdown(self, grace: float = 5.0) -> None:
         """Free held hooks, stop receivers (no new input, in-flight requests finish), flush exporters."""

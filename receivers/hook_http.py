@@ -91,6 +91,10 @@ class HookReceiverConfig:
     body_timeout: float = DEFAULT_BODY_TIMEOUT
     """Seconds a request body may take to arrive whole (else 408); separate from any hold window."""
 
+    def listens(self) -> dict[str, str]:
+        """Where it listens, by key (the config checks no two listeners share a port)."""
+        return {"endpoint": self.endpoint}
+
     def validate(self) -> None:
         if self.max_concurrent_requests < 1:
             raise ValueError("max_concurrent_requests must be at least 1")

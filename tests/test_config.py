@@ -297,3 +297,47 @@ def test_a_folder_setting_left_empty_is_an_error_not_the_working_directory(tmp_p
     assert [e.split(": ")[2] for e in errors] == ["exporters.jsonl.directory", "service.state_dir"], out.stderr
     assert all("is empty: it must name a folder" in e for e in errors)
     assert list(tmp_path.iterdir()) == []
+
+
+SHARED_PORTS = """\
+receivers:
+  claude_code: {endpoint: "127.0.0.1:PORT1"}
+  codex: {endpoint: "127.0.0.1:PORT1"}
+  gemini_cli: {endpoint: "127.0.0.1:0"}
+  qwen_code: {endpoint: "127.0.0.1:0"}
+  otlp:
+    profile: codex
+    grpc: {endpoint: "localhost:PORT2"}
+processors: {mapping: , runs: , capture: }
+exporters:
+  jsonl: {directory: "DIR/logs"}
+  relay_server: {endpoint: "0.0.0.0:PORT2"}
+  relay_server/unused: {endpoint: "127.0.0.1:PORT1"}
+service:
+  state_dir: DIR/state
+  telemetry: {metrics: {endpoint: "127.0.0.1:PORT1"}}
+  pipelines:
+    p:
+      receivers: [claude_code, codex, gemini_cli, qwen_code, otlp]
+      processors: [mapping, runs, capture]
+      exporters: [jsonl, relay_server]
+"""
+
+
+def test_two_listeners_on_one_port_are_an_error_naming_both(tmp_path):
+    # validate called this valid; at start the second bind failed with a bare "address already in
+    # use" that named neither component. Port 0 never collides; an unused component never listens.
+    path = tmp_path / "ports.yaml"
+    path.write_text(SHARED_PORTS.replace("DIR", str(tmp_path)).replace("PORT1", "18471").replace("PORT2", "18472"))
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1, out.stdout
+    errors = [line.removeprefix(f"error: {path}: ") for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "receivers.codex.endpoint: 127.0.0.1:18471: receivers.claude_code.endpoint listens on this port too; "
+        "give each listener its own port",
+        "exporters.relay_server.endpoint: 0.0.0.0:18472: receivers.otlp.grpc.endpoint listens on this port too; "
+        "give each listener its own port",
+        "service.telemetry.metrics.endpoint: 127.0.0.1:18471: receivers.claude_code.endpoint listens on this "
+        "port too; give each listener its own port",
+    ], out.stderr

@@ -110,3 +110,26 @@ async def test_a_shutdown_that_hangs_is_left_and_the_rest_still_stop(tmp_path: P
     # JSONL exporter, listed before the hanging one and so stopped after it, was stopped too.
     assert stopped == ["jsonl"]
     assert any("exporter odd did not shut down within 0.2s" in r.getMessage() for r in caplog.records)
+
+
+def test_a_port_another_program_holds_is_named_with_its_component(tmp_path: Path) -> None:
+    # It was "error: cannot start: [Errno 98] ... address already in use": which of the default
+    # config's fourteen listeners, the user had to work out from the port.
+    import socket
+    import subprocess
+    import sys
+
+    import yaml
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        raw = base_config(tmp_path, receivers={"claude_code": {"endpoint": f"127.0.0.1:{port}"}})
+        path = tmp_path / "taken.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(path)],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.returncode == 1
+    assert f"error: {path}: receivers.claude_code: cannot start: " in out.stderr, out.stderr
+    assert "address already in use" in out.stderr and "Traceback" not in out.stderr

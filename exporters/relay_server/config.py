@@ -51,6 +51,10 @@ class RelayServerConfig:
         if self.token is not None and not self.token.strip():
             self.token = None
 
+    def listens(self) -> dict[str, str]:
+        """Where it listens, by key (the config checks no two listeners share a port)."""
+        return {"endpoint": self.endpoint}
+
     def validate(self) -> None:
         host, _, port = self.endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 <= int(port) < 65536:

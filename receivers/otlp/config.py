@@ -69,6 +69,11 @@ class OtlpConfig:
         """The mapping key the receiver's signals carry (``vscode-otel`` / ``codex-otel``)."""
         return PROFILES[self.profile]
 
+    def listens(self) -> dict[str, str]:
+        """Where it listens, by key (the config checks no two listeners share a port)."""
+        return {f"{name}.endpoint": section.endpoint for name, section in (("grpc", self.grpc), ("http", self.http))
+                if isinstance(section, GrpcConfig | HttpConfig) and isinstance(section.endpoint, str)}
+
     def validate(self) -> None:
         """Raise ``ValueError`` (``ConfigError`` for a nested key) in the user's terms."""
         known = ", ".join(PROFILES)
