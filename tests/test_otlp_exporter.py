@@ -299,3 +299,34 @@ async def test_a_non_ascii_header_value_still_goes_over_http(http_receiver):
     finally:
         await exp.shutdown()
     assert records_of(http_receiver["requests"][0]) == [PINS["3"]]
+
+
+@pytest.mark.parametrize(("endpoint", "problem"), [
+    ("http://127.0.0.1:4317/v1/logs", "no path"),  # the OTLP/HTTP URL given to gRPC: retried for good
+    ("127.0.0.1:99999", "the port is not a number from 1 to 65535"),  # gRPC dialled 34463
+    ("127.0.0.1:abc", "the port is not a number from 1 to 65535"),
+    ("127.0.0.1", "no port"),  # gRPC dialled 443
+    ("https://", "no host"),  # every batch dropped: 'the target uri is not valid'
+    ("[::1:4317", "Invalid IPv6 URL"),
+    ("dns:///collector:4317", "unknown scheme 'dns'"),
+])
+def test_a_grpc_endpoint_grpc_cannot_dial_as_written_is_refused_at_config_load(endpoint, problem):
+    with pytest.raises(ValueError, match=r"endpoint must be host:port or http\(s\)://host:port, got .*" + problem):
+        OtlpExporterConfig(protocol="grpc", endpoint=endpoint).validate()
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:4317", "collector.example:4317", "[::1]:4317",
+                                      "http://127.0.0.1:4317", "https://otlp.example", "https://otlp.example:443/",
+                                      "unix:/run/otel.sock"])
+def test_grpc_endpoints_that_dial_as_written_are_kept(endpoint):
+    OtlpExporterConfig(protocol="grpc", endpoint=endpoint).validate()
+
+
+async def test_a_grpc_endpoint_with_a_trailing_slash_delivers(grpc_receiver):
+    logs, port = grpc_receiver
+    exp, _ = await exporter(endpoint=f"http://127.0.0.1:{port}/")
+    try:
+        await exp.deliver([GOLDEN[3]])
+    finally:
+        await exp.shutdown()
+    assert records_of(logs.requests[0]) == [PINS["3"]]

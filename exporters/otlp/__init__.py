@@ -82,8 +82,38 @@ class OtlpExporterConfig:
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise ValueError(f"endpoint must be an http(s) URL such as {DEFAULT_ENDPOINT['http']}, "
                                  f"got {self.endpoint!r}")
-        elif "://" in self.endpoint and not self.endpoint.startswith(("http://", "https://")):
-            raise ValueError(f"endpoint must be host:port or http(s)://host:port, got {self.endpoint!r}")
+        else:
+            problem = _grpc_target_problem(self.endpoint)
+            if problem:
+                raise ValueError(f"endpoint must be host:port or http(s)://host:port, got {self.endpoint!r}: {problem}")
+
+
+def _grpc_target_problem(endpoint: str) -> str | None:
+    """Why a gRPC ``endpoint`` cannot be dialled as written, or None. gRPC itself takes a path or a
+    bad port as a name it fails to resolve on every export (retried for good), reads port 99999 as
+    34463, and dials 443 when none is given: each is refused here instead."""
+    if endpoint.startswith(("unix:", "unix-abstract:")):
+        return None  # a local socket, as gRPC names it: no host or port to check
+    scheme, sep, rest = endpoint.rpartition("://")
+    if sep and scheme not in ("http", "https"):
+        return f"unknown scheme {scheme!r}"
+    try:
+        parts = urlsplit("//" + rest)
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        return str(exc)
+    if not parts.hostname:
+        return "no host"
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username is not None:
+        return "a gRPC endpoint has no path, query or user info (the service path is fixed)"
+    try:
+        port = parts.port
+    except ValueError:
+        return "the port is not a number from 1 to 65535"
+    if port is None and scheme != "https":
+        return "no port (the OTLP/gRPC port is 4317)"
+    if port == 0:
+        return "the port is not a number from 1 to 65535"
+    return None
 
 
 class OtlpExporter:
@@ -105,7 +135,7 @@ class OtlpExporter:
         if cfg.protocol == "grpc":
             target = cfg.endpoint
             secure = target.startswith("https://")
-            target = target.split("://", 1)[-1]
+            target = target.split("://", 1)[-1].rstrip("/")  # validate() allowed one trailing slash
             options = [("grpc.enable_http_proxy", 0)]  # loopback or a named collector: never a proxy
             compression = grpc.Compression.Gzip if cfg.compression == "gzip" else None
             self._channel = (grpc.aio.secure_channel(target, grpc.ssl_channel_credentials(), options, compression)
