@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import importlib
 import logging
+import typing
 from importlib.metadata import entry_points
 
 from .component import Factory, Kind, Registry
@@ -67,10 +68,31 @@ def _check_plugin(factory: Factory) -> None:
         raise TypeError(f"{factory.kind.value} type {factory.type!r}: config_class "
                         f"{getattr(factory.config_class, '__name__', factory.config_class)!r} is not a dataclass")
     try:
+        _resolve_hints(factory.config_class)
+    except Exception as exc:
+        # The config reads the annotations to coerce every key: unresolved, validate and run crashed.
+        raise TypeError(f"{factory.kind.value} type {factory.type!r}: the field types of its config cannot be "
+                        f"resolved ({type(exc).__name__}: {exc}); import them at run time, not only under "
+                        "TYPE_CHECKING") from None
+    try:
         factory.default_config()  # the defaults are the default config: every field needs one
     except Exception as exc:
         raise TypeError(f"{factory.kind.value} type {factory.type!r}: its default config cannot be built "
                         f"({type(exc).__name__}: {exc}); every config field needs a default") from None
+
+
+def _resolve_hints(cls: type, seen: set[type] | None = None) -> None:
+    """Resolve the annotations of config class ``cls`` and of the config classes nested in them."""
+    seen = set() if seen is None else seen
+    if cls in seen:
+        return
+    seen.add(cls)
+    stack = list(typing.get_type_hints(cls).values())
+    while stack:
+        tp = stack.pop()
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            _resolve_hints(tp, seen)
+        stack.extend(typing.get_args(tp))
 
 
 def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:

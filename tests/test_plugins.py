@@ -70,3 +70,46 @@ def test_a_broken_plugin_is_reported_not_fatal(tmp_path):
     assert res.returncode == 0
     assert "warning: plug-in broken" in res.stderr and "ModuleNotFoundError" in res.stderr
     assert "claude_code" in res.stdout
+
+
+UNRESOLVED = '''\
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aep_collector.api import exporter_factory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+@dataclass
+class Config:
+    path: Path | None = None
+
+
+FACTORY = exporter_factory("late_hints", Config, lambda settings, config: None)
+'''
+
+
+def test_a_plugin_whose_config_types_do_not_resolve_is_reported_at_load(tmp_path):
+    # Its factory loaded and `components` listed it, then validate and run died with a NameError
+    # traceback: the config reads each field's annotation, here imported only for type checkers.
+    site = tmp_path / "late"
+    dist = site / "aep_late-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-late\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[aep_collector.components]\nlate = aep_late:FACTORY\n")
+    (site / "aep_late.py").write_text(UNRESOLVED)
+    cfg = base_config(tmp_path)
+    cfg["exporters"]["late_hints"] = None
+    cfg["service"]["pipelines"]["agents"]["exporters"].append("late_hints")
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(cfg))
+    res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
+                         capture_output=True, text=True, cwd=ROOT, env=env_with(site))
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "warning: plug-in late" in res.stderr
+    assert "exporter type 'late_hints': the field types of its config cannot be resolved (NameError" in res.stderr
+    assert f"error: {path}: exporters.late_hints: unknown exporter type 'late_hints'" in res.stderr
