@@ -58,6 +58,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -730,6 +731,22 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not an http(s) URL an exporter can POST to, or None. aiohttp refuses a port
+    that is not a number from 1 to 65535 only when it sends: every delivery failed, retried for good."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed IPv6 bracket
+        return f"{exc}"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not an http(s) URL with a host"
+    try:
+        port = parts.port  # checked only when asked
+    except ValueError:
+        port = 0
+    return "the port is not a number from 1 to 65535" if port == 0 else None
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")

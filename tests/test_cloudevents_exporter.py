@@ -258,3 +258,17 @@ def test_headers_that_cannot_go_on_a_request_are_refused_at_config_load_by_name(
     with pytest.raises(ValueError, match=message) as refused:
         CloudEventsConfig(endpoint="http://127.0.0.1:9/ce", headers=headers).validate()
     assert "secret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(("endpoint", "problem"), [
+    ("http://127.0.0.1:99999/ce", "the port is not a number from 1 to 65535"),
+    ("http://127.0.0.1:abc/ce", "the port is not a number from 1 to 65535"),
+    ("http://127.0.0.1:0/ce", "the port is not a number from 1 to 65535"),
+    ("http://[::1/ce", "Invalid IPv6 URL"),
+    ("ftp://127.0.0.1/ce", "not an http"),
+])
+def test_an_endpoint_aiohttp_cannot_post_to_is_refused_at_config_load(endpoint, problem):
+    """A port out of range or not a number passed validation: aiohttp refused it on every POST,
+    retried for good, the sending queue stuck behind the first batch."""
+    with pytest.raises(ValueError, match=r"endpoint must be an http\(s\) URL, got .*: " + problem):
+        CloudEventsConfig(endpoint=endpoint).validate()

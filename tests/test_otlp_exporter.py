@@ -330,3 +330,15 @@ async def test_a_grpc_endpoint_with_a_trailing_slash_delivers(grpc_receiver):
     finally:
         await exp.shutdown()
     assert records_of(logs.requests[0]) == [PINS["3"]]
+
+
+@pytest.mark.parametrize(("endpoint", "problem"), [
+    ("http://127.0.0.1:99999/v1/logs", "the port is not a number from 1 to 65535"),
+    ("http://127.0.0.1:abc/v1/logs", "the port is not a number from 1 to 65535"),
+    ("http://[::1/v1/logs", "Invalid IPv6 URL"),
+])
+def test_an_http_endpoint_aiohttp_cannot_post_to_is_refused_at_config_load(endpoint, problem):
+    """A port out of range or not a number passed validation: aiohttp refused it on every export,
+    retried for good, the sending queue stuck behind the first batch."""
+    with pytest.raises(ValueError, match=r"endpoint must be an http\(s\) URL .*: " + problem):
+        OtlpExporterConfig(protocol="http", endpoint=endpoint).validate()

@@ -14,13 +14,18 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
 
 import aiohttp
 from aep_collector.pipeline.component import CreateSettings, Factory, Kind
 from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
-from aep_collector.pipeline.sending_queue import Permanent, headers_problem, http_failure, redirected
+from aep_collector.pipeline.sending_queue import (
+    Permanent,
+    headers_problem,
+    http_failure,
+    redirected,
+    url_problem,
+)
 from aep_collector.pipeline.wire import dumps_bytes
 
 from .projection import to_cloudevent
@@ -47,9 +52,9 @@ class CloudEventsConfig:
     """The exporter's capture ceiling: an event declaring more is down-levelled to it."""
 
     def validate(self) -> None:
-        parts = urlsplit(self.endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"endpoint must be an http(s) URL, got {self.endpoint!r}")
+        problem = url_problem(self.endpoint)
+        if problem:
+            raise ValueError(f"endpoint must be an http(s) URL, got {self.endpoint!r}: {problem}")
         if self.timeout <= 0:
             raise ValueError("timeout must be positive")
         problem = headers_problem(self.headers)

@@ -31,6 +31,7 @@ from aep_collector.pipeline.sending_queue import (
     http_failure,
     redirected,
     retry_after,
+    url_problem,
 )
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
@@ -78,10 +79,10 @@ class OtlpExporterConfig:
             raise ValueError(problem)
         assert self.endpoint is not None
         if self.protocol == "http":
-            parts = urlsplit(self.endpoint)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
+            problem = url_problem(self.endpoint)
+            if problem:
                 raise ValueError(f"endpoint must be an http(s) URL such as {DEFAULT_ENDPOINT['http']}, "
-                                 f"got {self.endpoint!r}")
+                                 f"got {self.endpoint!r}: {problem}")
         else:
             problem = _grpc_target_problem(self.endpoint)
             if problem:
