@@ -428,8 +428,9 @@ def _value_errors(obj: Any, written: set[str], failed: set[str], file: str, path
             return out
         except ExceptionGroup as group:  # validate() listed every problem itself
             leaves = _leaves(group)
-            if not all(isinstance(e, ValueError) for e in leaves):
-                raise
+            bugs = [e for e in leaves if not isinstance(e, ValueError)]
+            if bugs:
+                return out + _check_failed(bugs[0], reset, file, path)
             report(leaves)
             return out
         except ValueError as exc:
@@ -449,6 +450,16 @@ def _value_errors(obj: Any, written: set[str], failed: set[str], file: str, path
             except (TypeError, ValueError):
                 return out
             validate = obj.validate
+        except Exception as exc:  # not a finding but a bug of validate() (a plug-in's, say)
+            return out + _check_failed(exc, reset, file, path)
+
+
+def _check_failed(exc: BaseException, reset: set[str], file: str, path: str) -> list[ConfigError]:
+    """A ``validate()`` that crashed, as one error at the component (not a traceback); none if it
+    crashed on a default standing in for a value already reported."""
+    if reset:
+        return []
+    return [ConfigError(file, path, f"its config check failed: {type(exc).__name__}: {exc}")]
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:

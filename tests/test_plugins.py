@@ -113,3 +113,43 @@ def test_a_plugin_whose_config_types_do_not_resolve_is_reported_at_load(tmp_path
     assert "warning: plug-in late" in res.stderr
     assert "exporter type 'late_hints': the field types of its config cannot be resolved (NameError" in res.stderr
     assert f"error: {path}: exporters.late_hints: unknown exporter type 'late_hints'" in res.stderr
+
+
+CRASHING_CHECK = '''\
+from dataclasses import dataclass
+
+from aep_collector.api import exporter_factory
+
+
+@dataclass
+class Config:
+    limit: int = 1
+
+    def validate(self) -> None:
+        if self.limit > "10":  # the plug-in's bug: TypeError, not the ValueError of a finding
+            raise ValueError("limit must be at most 10")
+
+
+FACTORY = exporter_factory("odd_check", Config, lambda settings, config: None)
+'''
+
+
+def test_a_plugin_config_check_that_crashes_is_an_error_naming_the_component(tmp_path):
+    # validate and run printed the TypeError's traceback; a crashing create was already named.
+    site = tmp_path / "odd"
+    dist = site / "aep_odd-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-odd\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[aep_collector.components]\nodd = aep_odd:FACTORY\n")
+    (site / "aep_odd.py").write_text(CRASHING_CHECK)
+    cfg = base_config(tmp_path)
+    cfg["exporters"]["odd_check"] = {"limit": 3}
+    cfg["service"]["pipelines"]["agents"]["exporters"].append("odd_check")
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps(cfg))
+    for command in (["validate", "--config", str(path)], ["--config", str(path)]):
+        res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", *command],
+                             capture_output=True, text=True, cwd=ROOT, env=env_with(site), timeout=120)
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert (f"error: {path}: exporters.odd_check: its config check failed: TypeError: '>' not supported"
+                in res.stderr)
