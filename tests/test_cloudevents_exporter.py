@@ -272,3 +272,17 @@ def test_an_endpoint_aiohttp_cannot_post_to_is_refused_at_config_load(endpoint, 
     retried for good, the sending queue stuck behind the first batch."""
     with pytest.raises(ValueError, match=r"endpoint must be an http\(s\) URL, got .*: " + problem):
         CloudEventsConfig(endpoint=endpoint).validate()
+
+
+def test_an_extension_named_like_a_cloudevents_attribute_never_overwrites_it():
+    """AEP extensions pass unprefixed, and ``specversion`` or ``aepcapture`` are legal AEP extension
+    names: they replaced the attribute the projection wrote, so the CE claimed ``specversion`` 0.3
+    (a receiver refuses the whole batch) or a capture level the event does not declare."""
+    event = {**GOLDEN[0], "specversion": "0.3", "aepcapture": "full", "aepsessionid": "other",
+             "datacontenttype": "text/plain", "dataschema": "x", "vendorext": "v"}
+    ce = to_cloudevent(event)
+    assert ce["specversion"] == "1.0" and ce["vendorext"] == "v"
+    assert ce.get("aepcapture") == GOLDEN[0].get("capture") and ce.get("aepsessionid") == GOLDEN[0].get("session")
+    assert ce.get("datacontenttype") == ("application/json" if "data" in GOLDEN[0] else None)
+    assert "dataschema" not in ce
+    assert to_cloudevent(GOLDEN[0]) == {k: v for k, v in ce.items() if k != "vendorext"}

@@ -21,6 +21,10 @@ COPIED = ("id", "source", "subject", "time")  # B2, with data
 CORE = frozenset({"aep", "id", "type", "subject", "time", "source", "agent", "session", "run", "step", "seq",
                   "epoch", "cause", "traceparent", "severity", "capture", "data"})
 _NAME = re.compile(r"^[a-z0-9]{1,20}$")
+# CE attributes the forward projection writes itself beside CORE's: an AEP extension of one of these
+# names (legal in AEP: none is an AEP core name) would overwrite it, e.g. ``specversion: "0.3"``
+# making every receiver refuse the batch, or ``aepcapture`` declaring a level the event does not have.
+WRITTEN = frozenset({"specversion", "datacontenttype", "dataschema", "traceparent", *RENAMED.values()})
 
 
 def to_cloudevent(event: dict[str, Any]) -> dict[str, Any]:
@@ -40,8 +44,8 @@ def to_cloudevent(event: dict[str, Any]) -> dict[str, Any]:
     if "traceparent" in event:
         ce["traceparent"] = event["traceparent"]  # B5: the Distributed Tracing extension
     for name, value in event.items():
-        if name not in CORE:
-            ce[name] = value  # AEP extension attributes pass unprefixed
+        if name not in CORE and name not in WRITTEN:
+            ce[name] = value  # AEP extension attributes pass unprefixed; one that would overwrite is left out
     if "data" in event:
         ce["data"] = event["data"]
     return ce
