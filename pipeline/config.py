@@ -430,7 +430,7 @@ def _value_errors(obj: Any, written: set[str], failed: set[str], file: str, path
             leaves = _leaves(group)
             bugs = [e for e in leaves if not isinstance(e, ValueError)]
             if bugs:
-                return out + _check_failed(bugs[0], reset, file, path)
+                return out + _check_failed(bugs[0], reset | failed, file, path)
             report(leaves)
             return out
         except ValueError as exc:
@@ -451,13 +451,13 @@ def _value_errors(obj: Any, written: set[str], failed: set[str], file: str, path
                 return out
             validate = obj.validate
         except Exception as exc:  # not a finding but a bug of validate() (a plug-in's, say)
-            return out + _check_failed(exc, reset, file, path)
+            return out + _check_failed(exc, reset | failed, file, path)
 
 
-def _check_failed(exc: BaseException, reset: set[str], file: str, path: str) -> list[ConfigError]:
+def _check_failed(exc: BaseException, stand_ins: set[str], file: str, path: str) -> list[ConfigError]:
     """A ``validate()`` that crashed, as one error at the component (not a traceback); none if it
     crashed on a default standing in for a value already reported."""
-    if reset:
+    if stand_ins:
         return []
     return [ConfigError(file, path, f"its config check failed: {type(exc).__name__}: {exc}")]
 
