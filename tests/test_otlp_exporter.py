@@ -342,3 +342,17 @@ def test_an_http_endpoint_aiohttp_cannot_post_to_is_refused_at_config_load(endpo
     retried for good, the sending queue stuck behind the first batch."""
     with pytest.raises(ValueError, match=r"endpoint must be an http\(s\) URL .*: " + problem):
         OtlpExporterConfig(protocol="http", endpoint=endpoint).validate()
+
+
+@pytest.mark.parametrize(("claimed", "counted"), [(1000, 2), (-5, 0)])
+async def test_a_partial_success_is_counted_within_the_records_sent(grpc_receiver, claimed, counted):
+    """A receiver's ``rejected_log_records`` was counted as given: 1000 rejected of a batch of 2 (or
+    a negative count) made /metrics say more events were rejected than were ever sent."""
+    logs, port = grpc_receiver
+    logs.rejected = claimed
+    exp, host = await exporter(endpoint=f"127.0.0.1:{port}")
+    try:
+        assert await exp.deliver([GOLDEN[3], GOLDEN[24]]) == counted
+    finally:
+        await exp.shutdown()
+    assert host.health.counters.get(("exporter/otlp", "rejected"), 0) == counted

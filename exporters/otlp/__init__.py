@@ -174,11 +174,14 @@ class OtlpExporter:
         if left_out:
             self.health.count(self.id, "dropped", left_out)
         rejected = response.partial_success.rejected_log_records if response.HasField("partial_success") else 0
+        # A receiver's count is taken within what was sent: past it (or below 0) it would count
+        # more events rejected than the batch held, and ``dropped + rejected + exported`` would lie.
+        rejected = min(max(rejected, 0), len(records))
         if rejected:
             self.health.count(self.id, "rejected", rejected)
             log.warning("%s: the OTLP receiver rejected %d of %d records: %s", self.id, rejected, len(records),
                         response.partial_success.error_message or "no reason given")
-        return left_out + min(rejected, len(records))
+        return left_out + rejected
 
     async def _grpc(self, body: Any) -> ExportLogsServiceResponse:
         metadata = tuple((k.lower(), v) for k, v in self.config.headers.items()) or None
