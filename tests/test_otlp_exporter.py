@@ -356,3 +356,57 @@ async def test_a_partial_success_is_counted_within_the_records_sent(grpc_receive
     finally:
         await exp.shutdown()
     assert host.health.counters.get(("exporter/otlp", "rejected"), 0) == counted
+
+
+def big(i: int, size: int) -> dict:
+    return {**GOLDEN[3], "id": f"big-{i}", "capture": "full", "data": {"text": "x" * size}}
+
+
+async def test_a_batch_over_the_grpc_receivers_size_limit_is_split_not_dropped():
+    """A receiver answers a request over its receive limit (4 MiB by default: a backlog's full
+    batches after an outage) RESOURCE_EXHAUSTED "larger than max", without RetryInfo: the whole
+    batch was dropped though each event would fit. It is split until each part fits; an event too
+    large even alone is the only one refused (counted ``failed``)."""
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 * 1024)])
+    logs = Logs()
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(logs, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    exp, host = await exporter(endpoint=f"127.0.0.1:{port}", max_capture="full")
+    events = [big(i, 20_000) for i in range(12)]
+    events[7] = big(7, 100_000)
+    try:
+        assert await exp.deliver(events) == 1
+        with pytest.raises(Permanent, match="larger than max"):  # alone and too large: refused as before
+            await exp.deliver([events[7]])
+    finally:
+        await exp.shutdown()
+        await server.stop(None)
+    got = [r["attributes"]["aep.event_id"] for req in logs.requests for r in records_of(req)]
+    assert got == [e["id"] for e in events if e["id"] != "big-7"]
+    assert host.health.counters[("exporter/otlp", "failed")] == 1
+    assert "export-refused" in host.health.snapshot()["problems"]["exporter/otlp"]
+
+
+async def test_a_batch_answered_413_is_split_not_dropped():
+    limit = 64 * 1024
+    taken: list[str] = []
+
+    async def v1_logs(request: web.Request) -> web.Response:
+        body = await request.read()
+        if len(body) > limit:
+            return web.Response(status=413)
+        taken.extend(r["attributes"]["aep.event_id"] for r in records_of(ExportLogsServiceRequest.FromString(body)))
+        return web.Response(body=ExportLogsServiceResponse().SerializeToString(), content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/logs", v1_logs)
+    runner, port = await serve(app)
+    exp, _ = await exporter(protocol="http", endpoint=f"http://127.0.0.1:{port}/v1/logs", max_capture="full")
+    events = [big(i, 20_000) for i in range(12)]
+    try:
+        assert await exp.deliver(events) == 0
+    finally:
+        await exp.shutdown()
+        await runner.cleanup()
+    assert taken == [e["id"] for e in events]

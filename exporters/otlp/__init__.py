@@ -6,7 +6,9 @@ It sits behind the persistent sending queue (``deliver``): a batch becomes one
 ``RESOURCE_EXHAUSTED`` when the server sends ``RetryInfo``) and HTTP 429/502/503/504 are retried,
 honouring ``RetryInfo`` / ``Retry-After``; any other refusal drops the batch (counted, logged), a
 redirect too (not followed).
-A partial success (``rejected_log_records``) is counted and logged, never retried. An event that
+A request refused for its size (HTTP 413, gRPC ``RESOURCE_EXHAUSTED`` "larger than max") is split
+in halves until each part fits; only a record too large alone is dropped. A partial success
+(``rejected_log_records``) is counted and logged, never retried. An event that
 cannot be projected is left out (counted ``dropped``). ``deliver`` returns how many of the batch
 the receiver did not take (left out or rejected), so the queue counts only the rest ``exported``.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -46,6 +49,16 @@ log = logging.getLogger("aep.exporter.otlp")
 RETRYABLE_GRPC = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.ABORTED,
                             grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS})
 RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
+# How gRPC servers word a message over their receive limit (C core and Go: "larger than max",
+# Java: "exceeds maximum size"): RESOURCE_EXHAUSTED for the request's size, not a quota.
+_TOO_LARGE = re.compile(r"larger than max|exceeds maximum size", re.IGNORECASE)
+
+
+class TooLarge(Permanent):
+    """The receiver refused a request for its size (HTTP 413, gRPC RESOURCE_EXHAUSTED "larger than
+    max"): a smaller one may pass."""
+
+
 DEFAULT_ENDPOINT = {"grpc": "127.0.0.1:4317", "http": "http://127.0.0.1:4318/v1/logs"}
 
 
@@ -166,22 +179,42 @@ class OtlpExporter:
         if not records:
             self.health.count(self.id, "dropped", left_out)
             return left_out
-        body = request(records)
-        if self.config.protocol == "grpc":
-            response = await self._grpc(body)
-        else:
-            response = await self._http(body)
+        rejected, refused, why = await self._export(records)
+        if refused == len(records):
+            raise Permanent(why)  # not even one record alone fits: the queue drops the batch, as for any refusal
         if left_out:
             self.health.count(self.id, "dropped", left_out)
+        if rejected:
+            self.health.count(self.id, "rejected", rejected)
+        if refused:
+            self.health.count(self.id, "failed", refused)
+            self.health.fail(self.id, "export-refused", f"{refused} of {len(records)} records too large alone: {why}")
+            log.error("%s: dropped %d of %d records the receiver refused as too large even alone: %s", self.id,
+                      refused, len(records), why)
+        return left_out + rejected + refused
+
+    async def _export(self, records: list[dict[str, Any]]) -> tuple[int, int, str]:
+        """Export ``records``: (rejected by the receiver, refused as too large, why). A request over
+        the receiver's size limit (a backlog's full batches after an outage, 4 MiB by default) is
+        split in halves and each sent, so the batch is not dropped whole; a record too large even
+        alone is refused alone. A failure to retry raises: the whole batch is retried."""
+        body = request(records)
+        try:
+            response = await (self._grpc(body) if self.config.protocol == "grpc" else self._http(body))
+        except TooLarge as exc:
+            if len(records) == 1:
+                return 0, 1, str(exc)
+            half = len(records) // 2
+            first, second = await self._export(records[:half]), await self._export(records[half:])
+            return first[0] + second[0], first[1] + second[1], first[2] or second[2]
         rejected = response.partial_success.rejected_log_records if response.HasField("partial_success") else 0
         # A receiver's count is taken within what was sent: past it (or below 0) it would count
         # more events rejected than the batch held, and ``dropped + rejected + exported`` would lie.
         rejected = min(max(rejected, 0), len(records))
         if rejected:
-            self.health.count(self.id, "rejected", rejected)
             log.warning("%s: the OTLP receiver rejected %d of %d records: %s", self.id, rejected, len(records),
                         response.partial_success.error_message or "no reason given")
-        return left_out + rejected
+        return rejected, 0, ""
 
     async def _grpc(self, body: Any) -> ExportLogsServiceResponse:
         metadata = tuple((k.lower(), v) for k, v in self.config.headers.items()) or None
@@ -195,6 +228,8 @@ class OtlpExporter:
                 if delay is not None:
                     raise RetryLater(delay, what) from None
                 raise ConnectionError(what) from None
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _TOO_LARGE.search(exc.details() or ""):
+                raise TooLarge(what) from None
             raise Permanent(what) from None
 
     async def _http(self, body: Any) -> ExportLogsServiceResponse:
@@ -216,6 +251,8 @@ class OtlpExporter:
                     except Exception:  # noqa: BLE001 -- a 2xx is a delivery, whatever its body
                         pass
                 return out
+            if resp.status == 413:
+                raise TooLarge("OTLP/HTTP export got HTTP 413")
             raise http_failure(resp.status, resp.headers.get("Retry-After"), f"OTLP/HTTP export got HTTP {resp.status}{redirected(resp)}",
                                retryable=resp.status in RETRYABLE_HTTP)
 
