@@ -87,6 +87,11 @@ class Permanent(Exception):
     """Raised by ``deliver``: this batch can never be delivered; drop it (counted) and go on."""
 
 
+class TooLarge(Permanent):
+    """Raised by ``deliver`` (or inside it): the peer refused a request for its size (HTTP 413, gRPC
+    ``RESOURCE_EXHAUSTED`` "larger than max"); a smaller one may pass, so an exporter splits it."""
+
+
 class RetryLater(Exception):
     """Raised by ``deliver``: retry the batch after ``delay`` seconds (e.g. an HTTP Retry-After)."""
 

@@ -286,3 +286,41 @@ def test_an_extension_named_like_a_cloudevents_attribute_never_overwrites_it():
     assert ce.get("datacontenttype") == ("application/json" if "data" in GOLDEN[0] else None)
     assert "dataschema" not in ce
     assert to_cloudevent(GOLDEN[0]) == {k: v for k, v in ce.items() if k != "vendorext"}
+
+
+async def test_a_batch_answered_413_is_split_and_only_an_event_too_large_alone_is_refused(tmp_path):
+    """A batch over the receiver's body limit (a backlog's full batches after an outage) was
+    answered 413 and dropped whole, though each event would fit. It is split until each part fits."""
+    from aep_collector.pipeline.sending_queue import SendingQueue, SendingQueueConfig
+
+    limit = 64 * 1024
+    taken: list[str] = []
+
+    async def post(request: web.Request) -> web.Response:
+        body = await request.read()
+        if len(body) > limit:
+            return web.Response(status=413)
+        taken.extend(ce["id"] for ce in json.loads(body))
+        return web.Response(status=202)
+
+    app = web.Application()
+    app.router.add_post("/ce", post)
+    runner, port = await serve(app)
+    events = [{**GOLDEN[3], "id": f"big-{i}", "data": {"text": "x" * (100_000 if i == 7 else 20_000)}}
+              for i in range(12)]
+    cid = "exporter/cloudevents"
+    exp = await make(endpoint=f"http://127.0.0.1:{port}/ce", max_capture="full")
+    health = exp.health
+    q = SendingQueue(cid, tmp_path / "q", SendingQueueConfig(fsync="never"), exp.deliver, health)
+    q.start()
+    try:
+        q.put(events)
+        await wait_until(lambda: not q.pending_events, "the batch settled")
+        with pytest.raises(Permanent, match="413"):  # alone and too large: refused as before
+            await exp.deliver([events[7]])
+    finally:
+        await q.drain(1)
+        await exp.shutdown()
+        await runner.cleanup()
+    assert taken == [e["id"] for e in events if e["id"] != "big-7"]
+    assert {what: n for (c, what), n in health.counters.items() if c == cid} == {"failed": 1, "exported": 11}

@@ -4,7 +4,7 @@
 ``mode: structured`` POSTs one ``application/cloudevents+json`` event per request. It sits behind the
 persistent sending queue: 2xx delivers; 408, 429 and 5xx are retried (``Retry-After`` honoured);
 any other answer drops the batch (counted, logged); in structured mode only the events refused. A
-redirect is not followed: that answer too. A receiver dedupes a retried copy on
+redirect is not followed: that answer too. A batch answered 413 is split until each part fits. A receiver dedupes a retried copy on
 ``(source, id)``. An event whose ``capture`` is above ``max_capture`` is down-levelled to it first
 (AEP-0001 §8.2, the same hop rule a relay applies), so nothing above the ceiling leaves.
 """
@@ -21,6 +21,7 @@ from aep_collector.pipeline.host import Health, Host
 from aep_collector.pipeline.model import Event
 from aep_collector.pipeline.sending_queue import (
     Permanent,
+    TooLarge,
     headers_problem,
     http_failure,
     redirected,
@@ -105,35 +106,50 @@ class CloudEventsExporter:
         left_out = len(events) - len(ces)
         refused = 0
         if ces:
-            if self.config.mode == "batched":
-                await self._post(b"[" + b",".join(ces) + b"]", BATCH)
-            else:
-                refused = await self._post_each(ces)
+            refusals = await (self._post_split(ces) if self.config.mode == "batched" else self._post_each(ces))
+            refused = self._refused(refusals, len(ces))
         # Counted once the batch is settled: a retried batch would count them again on every attempt.
         if left_out:
             self.health.count(self.id, "dropped", left_out)
         return left_out + refused
 
-    async def _post_each(self, bodies: list[bytes]) -> int:
-        """POST each of ``bodies`` on its own; how many the receiver refused for good (counted ``failed``).
+    async def _post_each(self, bodies: list[bytes]) -> list[Permanent]:
+        """POST each of ``bodies`` on its own; the refusals of those the receiver refused for good.
 
         A failure to retry raises, and the whole batch is retried: the receiver dedupes the copies.
         One event refused for good (too large, invalid) is that event's loss, not its batch's: the
-        rest are still POSTed. Only when every one is refused does the refusal go to the queue."""
+        rest are still POSTed."""
         refusals: list[Permanent] = []
         for body in bodies:
             try:
                 await self._post(body, STRUCTURED)
             except Permanent as exc:
                 refusals.append(exc)
+        return refusals
+
+    async def _post_split(self, bodies: list[bytes]) -> list[Permanent]:
+        """POST ``bodies`` as one batch; one refused for its size (413: a backlog's full batches after
+        an outage) is split in halves until each part fits, and only an event too large alone is
+        refused. Any other refusal raises (the whole batch's), as does a failure to retry."""
+        try:
+            await self._post(b"[" + b",".join(bodies) + b"]", BATCH)
+        except TooLarge as exc:
+            if len(bodies) == 1:
+                return [exc]
+            half = len(bodies) // 2
+            return await self._post_split(bodies[:half]) + await self._post_split(bodies[half:])
+        return []
+
+    def _refused(self, refusals: list[Permanent], total: int) -> int:
+        """Count and show ``refusals`` of ``total`` events; all of them go to the queue as one refusal."""
         if not refusals:
             return 0
-        if len(refusals) == len(bodies):
+        if len(refusals) == total:
             raise refusals[0]
         self.health.count(self.id, "failed", len(refusals))
-        self.health.fail(self.id, "export-refused", f"{len(refusals)} of {len(bodies)} events refused: {refusals[0]}")
+        self.health.fail(self.id, "export-refused", f"{len(refusals)} of {total} events refused: {refusals[0]}")
         log.error("%s: dropped %d of %d events the receiver refused for good: %s", self.id, len(refusals),
-                  len(bodies), refusals[0])
+                  total, refusals[0])
         return len(refusals)
 
     async def _post(self, body: bytes, content_type: str) -> None:
@@ -145,6 +161,8 @@ class CloudEventsExporter:
             await resp.read()
             if 200 <= resp.status < 300:
                 return
+            if resp.status == 413:
+                raise TooLarge("CloudEvents POST got HTTP 413")
             raise http_failure(resp.status, resp.headers.get("Retry-After"),
                                f"CloudEvents POST got HTTP {resp.status}{redirected(resp)}",
                                retryable=resp.status in (408, 429) or resp.status >= 500)

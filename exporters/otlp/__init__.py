@@ -30,6 +30,7 @@ from aep_collector.pipeline.model import Event
 from aep_collector.pipeline.sending_queue import (
     Permanent,
     RetryLater,
+    TooLarge,
     headers_problem,
     http_failure,
     redirected,
@@ -52,11 +53,6 @@ RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
 # How gRPC servers word a message over their receive limit (C core and Go: "larger than max",
 # Java: "exceeds maximum size"): RESOURCE_EXHAUSTED for the request's size, not a quota.
 _TOO_LARGE = re.compile(r"larger than max|exceeds maximum size", re.IGNORECASE)
-
-
-class TooLarge(Permanent):
-    """The receiver refused a request for its size (HTTP 413, gRPC RESOURCE_EXHAUSTED "larger than
-    max"): a smaller one may pass."""
 
 
 DEFAULT_ENDPOINT = {"grpc": "127.0.0.1:4317", "http": "http://127.0.0.1:4318/v1/logs"}
