@@ -200,6 +200,12 @@ def wiring(vendor: str, url: str | None = None, config_path: str | None = None, 
     Copies the shim to ``<hook dir>/bin`` first: the commands it returns run that copy.
     """
     decl = declaration(vendor)
+    if url is not None:
+        try:  # what the registered shim commands accept: else every hook would fail open, unseen
+            shim.parse_url(url)
+        except shim.Failed as exc:
+            raise ValueError(f"--url {url!r}: {exc}; the receivers speak plain HTTP, e.g. "
+                             f"http://127.0.0.1:{decl.port}") from None
     rtype = decl.receiver_type
     cfg = None
     if config_path is not None:

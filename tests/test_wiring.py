@@ -332,3 +332,21 @@ def test_trust_requirements_are_stated(vendor: str, tmp_path: Path, capsys: pyte
     _, _, err = hooks(tmp_path, vendor, "--install", capsys=capsys)
     assert {"codex": "--dangerously-bypass-hook-trust", "gemini-cli": "trustedFolders.json",
             "hermes": "--accept-hooks"}[vendor] in err
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("127.0.0.1:9999", "only http:// receiver URLs are supported"),
+    ("https://127.0.0.1:9999", "only http:// receiver URLs are supported"),
+    ("http://localhost", "the receiver URL must name its port"),
+])
+@pytest.mark.parametrize("flag", ["--install", None])
+def test_a_url_the_hook_commands_cannot_reach_is_refused(tmp_path: Path, url: str, why: str, flag: str | None,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # It was printed (and installed, exit 0); at every hook the shim refused the URL and answered
+    # neutrally, so the agent ran as if unwired and no event ever reached the collector.
+    code, out, err = hooks(tmp_path, "codex", *([flag] if flag else []), "--url", url, capsys=capsys)
+    assert code == 1 and out == ""
+    assert err.strip().splitlines()[-1] == (f"error: --url {url!r}: {why}; the receivers speak plain HTTP, "
+                                            "e.g. http://127.0.0.1:8378")
+    assert not (tmp_path / ".codex").exists()
+
