@@ -182,7 +182,8 @@ def cmd_hooks(args: argparse.Namespace) -> int:
                     return 0
                 changes = wiring.install(reg, home, project, dry_run=args.dry_run)
         except (KeyError, ConfigError, ValueError, wiring.WiringError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            # A KeyError's str() is its message in quotes: error: "unknown vendor 'x' ...".
+            print(f"error: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", file=sys.stderr)
             return 1
     for change in changes:
         print(change.line(args.dry_run))

@@ -350,3 +350,8 @@ def test_a_url_the_hook_commands_cannot_reach_is_refused(tmp_path: Path, url: st
                                             "e.g. http://127.0.0.1:8378")
     assert not (tmp_path / ".codex").exists()
 
+
+def test_an_unknown_vendor_is_one_plain_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = hooks(tmp_path, "claude", capsys=capsys)
+    assert code == 1 and out == ""
+    assert err.startswith("error: unknown vendor 'claude' (known: "), err  # not the KeyError's quoted repr
