@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the collector (the default command)")
     run.add_argument("--config", dest="run_config", metavar="FILE", help="pipeline config file")
     val = sub.add_parser("validate", help="check a pipeline config")
-    val.add_argument("--config", dest="val_config", metavar="FILE", required=True, help="pipeline config file")
+    val.add_argument("--config", dest="val_config", metavar="FILE", help="pipeline config file (required)")
     comp = sub.add_parser("components", help="list receiver, processor and exporter types")
     comp.add_argument("--json", action="store_true", help="print JSON with default configs")
     ev = sub.add_parser("validate-events", help="validate a JSONL file of AEP events")
@@ -203,9 +203,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+_CONFIG_OF = {"run": "run_config", "validate": "val_config", "hooks": "hooks_config", "status": "status_config"}
+"""The commands that read a pipeline config, and where their own ``--config`` lands."""
+
+
 def _main(argv: list[str] | None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    # `aep-collector --config FILE hooks codex` once printed the default ports' registration and
+    # `... status` checked the default config's ports: the --config before the command was dropped.
+    if args.config is not None:
+        if args.command is not None and args.command not in _CONFIG_OF:
+            parser.error(f"--config does not apply to {args.command}")
+        if args.command is not None and getattr(args, _CONFIG_OF[args.command]) is None:
+            setattr(args, _CONFIG_OF[args.command], args.config)
     if args.command == "validate":
+        if args.val_config is None:
+            parser.error("validate needs --config FILE")
         return cmd_validate(args.val_config)
     if args.command == "components":
         return cmd_components(args.json)

@@ -311,3 +311,37 @@ def test_env_values_fill_number_keys_like_integer_and_boolean_ones(tmp_path: Pat
     assert [(e.path, e.message) for e in info.value.errors] == [
         ("receivers.claude_code.reply_timeout", "expected a number, got string 'inf'"),
         ("exporters.jsonl.fsync_interval", "expected a number, got string 'soon'")]
+
+
+PORT_CONFIG = """\
+receivers:
+  codex: {endpoint: "127.0.0.1:9378"}
+processors: {mapping: , runs: , capture: }
+exporters:
+  jsonl: {directory: "DIR/logs"}
+service:
+  state_dir: DIR/state
+  pipelines:
+    p: {receivers: [codex], processors: [mapping, runs, capture], exporters: [jsonl]}
+"""
+
+
+def test_a_config_given_before_the_command_is_the_one_it_reads(tmp_path: Path) -> None:
+    # `aep-collector --config FILE hooks codex` printed the registration for the default port 8378
+    # (the hooks then reached no receiver of this config) and `--config FILE status` checked the
+    # default config's ports: the --config before the command was dropped without a word.
+    path = tmp_path / "c.yaml"
+    path.write_text(PORT_CONFIG.replace("DIR", str(tmp_path)))
+    exe = [sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(path)]
+    env = {**os.environ, "HOME": str(tmp_path), "AEP_STATE_DIR": str(tmp_path / "state")}
+    hooks = subprocess.run([*exe, "hooks", "codex", "--home", str(tmp_path)], capture_output=True, text=True,
+                           env=env)
+    assert hooks.returncode == 0, hooks.stderr
+    assert "--url http://127.0.0.1:9378" in hooks.stdout
+    status = subprocess.run([*exe, "status"], capture_output=True, text=True, env=env)
+    listed = [line.split()[:2] for line in status.stdout.splitlines() if line.startswith("    ")]
+    assert ["codex", "127.0.0.1:9378"] in listed and ["claude_code", "127.0.0.1:8377"] not in listed, status.stdout
+    validate = subprocess.run([*exe, "validate"], capture_output=True, text=True, env=env)
+    assert validate.returncode == 0 and f"{path}: valid" in validate.stdout, validate.stderr
+    ignored = subprocess.run([*exe, "components"], capture_output=True, text=True, env=env)
+    assert ignored.returncode == 2 and "--config does not apply to components" in ignored.stderr
