@@ -341,3 +341,16 @@ async def test_a_relay_restart_is_not_shown_as_a_relay_closing_on_us(
     await exporter.deliver([make(stamper, "s1")])
     assert exporter.links[CC].connections == 2
     assert "relay-closed" not in problems(host) and host.health.snapshot()["ok"]
+
+
+async def test_an_event_the_relay_refuses_as_invalid_shows_in_healthz(
+        relay: RelayDouble, exporters: Any, stamper: Stamper) -> None:
+    """The relay answers an envelope-invalid event (a plug-in's, say) with ``invalid-event`` naming
+    its id and does not keep it, while the next pong confirms the write: it was logged as a refused
+    *command* and counted, and /healthz read ok with the event lost at the relay."""
+    exporter, host = await exporters(relay.ws_url)
+    bad = {**make(stamper, "s1"), "Bad_Name": 1}  # an extension name AEP-0001 §5.4 does not allow
+    await exporter.deliver([bad, make(stamper, "s1")])
+    await wait_until(lambda: "event-refused" in problems(host), "the refusal shown")
+    assert bad["id"] in problems(host)["event-refused"] and "Bad_Name" in problems(host)["event-refused"]
+    assert not host.health.snapshot()["ok"] and len(relay.stored) == 1

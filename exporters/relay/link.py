@@ -582,6 +582,15 @@ class AgentLink:
         code = str(frame.get("code", "error"))
         detail = frame.get("detail")
         cause = frame.get("cause")
+        if cause is not None and code == "invalid-event":
+            # AEP-0003 §3.6: the relay refused an event of ours (``cause`` is its id) and will not
+            # buffer or fan it out, though the next pong confirms it: lost at the relay, so shown.
+            self.owner.host.health.count(self.owner.id, "relay-refusals")
+            shown = f"{detail}"[:200] if detail else "no detail given"
+            self.owner.host.health.incident(self.owner.id, "event-refused",
+                                            f"{self.agent}: the relay refused event {str(cause)[:80]!r} as invalid: "
+                                            f"{shown!r}")
+            return
         if cause is not None:
             # AEP-0004 §4.3: a relay-behalf refusal of command ``cause``; it never enters history.
             self.owner.host.health.count(self.owner.id, "relay-refusals")
