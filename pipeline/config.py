@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import re
 import types
@@ -346,10 +347,15 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
         if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):  # what ${env:N:-10000} substitutes to
             return int(value)
     elif tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str) and _NUMBER.fullmatch(value):  # what ${env:T:-1.5} substitutes to
-            return float(value)
+            number = float(value)
+        elif isinstance(value, str) and _NUMBER.fullmatch(value):  # what ${env:T:-1.5} substitutes to
+            number = float(value)
+        if number is not None and math.isfinite(number):
+            return number
+        if number is not None:  # .inf, .nan, 1e999: passed every "must be positive" and broke later
+            raise ConfigError(file, path, f"expected a finite number, got {_describe(value)}")
     elif tp is str:
         if isinstance(value, str):
             return value

@@ -341,3 +341,33 @@ def test_two_listeners_on_one_port_are_an_error_naming_both(tmp_path):
         "service.telemetry.metrics.endpoint: 127.0.0.1:18471: receivers.claude_code.endpoint listens on this "
         "port too; give each listener its own port",
     ], out.stderr
+
+
+INFINITE = """\
+receivers:
+  claude_code: {endpoint: "127.0.0.1:8377", attention_timeout: VALUE}
+processors: {mapping: , runs: , capture: }
+exporters:
+  jsonl: {directory: "DIR/logs"}
+service:
+  state_dir: DIR/state
+  pipelines:
+    p: {receivers: [claude_code], processors: [mapping, runs, capture], exporters: [jsonl]}
+"""
+
+
+@pytest.mark.parametrize(("value", "got"), [(".inf", "number inf"), (".nan", "number nan"),
+                                            ('"${env:AEP_TEST_UNSET_T:-1e999}"', "string '1e999'")])
+def test_a_number_that_is_not_finite_is_an_error(tmp_path, value, got):
+    # It passed every "must be positive" check (nan compares false, inf is positive): validate said
+    # valid, and `hooks claude-code --config` died with an OverflowError traceback (inf) or
+    # "error: cannot convert float NaN to integer", naming no key.
+    path = tmp_path / "c.yaml"
+    path.write_text(INFINITE.replace("DIR", str(tmp_path)).replace("VALUE", value))
+    exe = [sys.executable, "-m", "aep_collector.pipeline.cli"]
+    for command in (["validate", "--config", str(path)],
+                    ["hooks", "claude-code", "--config", str(path), "--home", str(tmp_path)]):
+        out = subprocess.run([*exe, *command], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert (f"{path}: receivers.claude_code.attention_timeout: expected a finite number, got {got}"
+                in out.stderr), out.stderr
