@@ -349,7 +349,7 @@ def coerce(tp: Any, value: Any, file: str, path: str) -> Any:
     elif tp is float:
         number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
+            number = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else math.inf
         elif isinstance(value, str) and _NUMBER.fullmatch(value):  # what ${env:T:-1.5} substitutes to
             number = float(value)
         if number is not None and math.isfinite(number):
@@ -525,11 +525,41 @@ def load_yaml(path: str | Path) -> Any:
             errs.add(file, key_path, f"duplicate key ({first}, again at {again}): keys must be "
                                      "unique; the later one would silently replace the first")
         errs.done()
-        return loader.construct_document(node)
+        try:
+            return loader.construct_document(node)
+        except (ValueError, OverflowError) as exc:  # a date or number PyYAML cannot build: 2026-02-30
+            raise ConfigError(file, "", f"not valid YAML: {_unbuildable(loader, node, exc)}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(file, "", f"not valid YAML: {_yaml_problem(exc, text)}") from None
     finally:
         loader.dispose()
+
+
+_SCALAR_KINDS = {"tag:yaml.org,2002:timestamp": "a date", "tag:yaml.org,2002:int": "an integer",
+                 "tag:yaml.org,2002:float": "a number"}
+
+
+def _unbuildable(loader: yaml.SafeLoader, root: yaml.Node, exc: Exception) -> str:
+    """Where the plain scalar is that YAML reads as a date or number but cannot build, and why."""
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.ScalarNode) and node.tag in _SCALAR_KINDS:
+            try:
+                loader.yaml_constructors[node.tag](loader, node)
+            except (ValueError, OverflowError) as bad:
+                m = node.start_mark
+                shown = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+                return (f"line {m.line + 1}, column {m.column + 1}: {shown} reads as "
+                        f"{_SCALAR_KINDS[node.tag]} and is not one ({bad}); quote it if it is text")
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(n for pair in reversed(node.value) for n in reversed(pair))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed(node.value))
+    return str(exc)
 
 
 def _decode(data: bytes, file: str) -> str:

@@ -345,3 +345,38 @@ def test_a_config_given_before_the_command_is_the_one_it_reads(tmp_path: Path) -
     assert validate.returncode == 0 and f"{path}: valid" in validate.stdout, validate.stderr
     ignored = subprocess.run([*exe, "components"], capture_output=True, text=True, env=env)
     assert ignored.returncode == 2 and "--config does not apply to components" in ignored.stderr
+
+
+
+def _block_config(tmp: Path, receiver: str) -> str:
+    return (f"receivers:\n  claude_code:\n{receiver}"
+            "processors: {mapping: , runs: , capture: }\n"
+            f"exporters: {{jsonl: {{directory: '{tmp}/logs'}}}}\n"
+            f"service: {{state_dir: '{tmp}/state', pipelines: {{a: {{receivers: [claude_code], "
+            "processors: [mapping, runs, capture], exporters: [jsonl]}}}\n")
+
+
+@pytest.mark.parametrize(("value", "needle"), [
+    ("2026-02-30", "line 4, column 20: 2026-02-30 reads as a date and is not one (day is out of range for month); "
+                   "quote it if it is text"),
+    ("1" + "0" * 5000, "line 4, column 20: 1000000000000000000000000000000000000000... reads as an integer and is "
+                       "not one (Exceeds the limit (4300 digits)"),
+])
+def test_a_plain_value_yaml_cannot_build_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           value: str, needle: str) -> None:
+    # An unquoted 2026-02-30 (a header value, a token) matches YAML's date pattern, and building the
+    # date raised ValueError: validate and run printed a traceback naming neither file nor line.
+    path = tmp_path / "c.yaml"
+    path.write_text(_block_config(tmp_path, f"    # a comment\n    reply_timeout: {value}\n"))
+    assert main(["validate", "--config", str(path)]) == 1
+    (line,) = _errors(capsys)
+    assert line.startswith(f"error: {path}: not valid YAML: {needle}"), line
+
+
+def test_a_whole_number_too_big_for_a_float_key_is_an_error_at_its_key(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.yaml"  # float(10**400) raised OverflowError out of validate
+    path.write_text(_block_config(tmp_path, f"    reply_timeout: 1{'0' * 400}\n"))
+    assert main(["validate", "--config", str(path)]) == 1
+    (line,) = _errors(capsys)
+    assert line.startswith(f"error: {path}: receivers.claude_code.reply_timeout: expected a finite number"), line
