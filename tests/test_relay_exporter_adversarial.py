@@ -324,10 +324,15 @@ async def test_a_relay_that_closes_each_connection_with_a_code_shows_it_in_healt
         exporter, host = await exporters(f"ws://127.0.0.1:{port}/socket")
         delivery = asyncio.create_task(exporter.deliver([make(stamper, "s1")]))
         try:
-            await wait_until(lambda: CC in exporter.links and exporter.links[CC].connections >= 3, "a few connections")
-            detail = problems(host).get("relay-closed", "")
+            await wait_until(lambda: "relay-closed" in problems(host), "the close shown")
+            detail = problems(host)["relay-closed"]
             assert f"code {code} ({name}): 'refused here'" in detail and CC in detail
-            assert not host.health.snapshot()["ok"] and not delivery.done()
+            assert not host.health.snapshot()["ok"]
+            if code == 1009:  # the event it closed on is left out (see the frame-limit test below)
+                assert await asyncio.wait_for(delivery, 30) == 1
+            else:
+                await wait_until(lambda: exporter.links[CC].connections >= 3, "a few connections")
+                assert not delivery.done()
         finally:
             delivery.cancel()
 
@@ -354,3 +359,26 @@ async def test_an_event_the_relay_refuses_as_invalid_shows_in_healthz(
     await wait_until(lambda: "event-refused" in problems(host), "the refusal shown")
     assert bad["id"] in problems(host)["event-refused"] and "Bad_Name" in problems(host)["event-refused"]
     assert not host.health.snapshot()["ok"] and len(relay.stored) == 1
+
+
+async def test_an_event_over_the_relays_frame_limit_is_dropped_alone_not_resent_for_good(
+        stamper: Stamper, exporters: Any, tmp_path: Any) -> None:
+    """A collector's relay role with ``max_body`` 8 KiB closes the connection with 1009 on a 20 KB
+    event. It went back to the outbox head and was resent on every connection: closed again, for
+    good, the sending queue's delivery waiting and every later event behind it. The largest
+    unconfirmed event is now left out (counted ``failed``, ``event-too-big``); the rest arrive."""
+    from tests.helpers import running
+    from tests.test_relay_server import config
+
+    async with running(config(tmp_path, token=TOKEN, max_body=8192)) as service:
+        role = service.exporters["relay_server"]
+        exporter, host = await exporters(role.url.replace("http://", "ws://") + "/socket")
+        events = [make(stamper, "s1", data={"note": "x" * (20_000 if i == 1 else 10)}) for i in range(3)]
+        assert await asyncio.wait_for(exporter.deliver(events), 30) == 1  # bounded: it waited for good
+        assert await exporter.deliver([make(stamper, "s1")]) == 0  # the link goes on
+        stored = [entry.event["id"] for entry in role.surface.buffers.whole("s1")]
+    detail = problems(host)["event-too-big"]
+    assert events[1]["id"] in detail and "1009" in detail
+    assert host.health.counters[(EXPORTER, "failed")] == 1
+    assert exporter.links[CC].connections == 2
+    assert events[1]["id"] not in stored and {events[0]["id"], events[2]["id"]} <= set(stored)

@@ -100,6 +100,7 @@ class RelayExporter:
             raise RuntimeError("the relay exporter is shut down")
         by_agent, no_agent = self._by_agent(events)
         tickets = []
+        done: list[Ticket] = []  # settled parts of a batch larger than the outbox
         cap = self.config.outbox_size
         for agent, batch in by_agent.items():
             link = self._link(agent)
@@ -112,6 +113,7 @@ class RelayExporter:
                 await ticket.done
                 if ticket.lost:
                     raise RuntimeError(f"{ticket.lost} events were dropped from the relay outbox before delivery")
+                done.append(ticket)
                 batch = batch[cap:]
             ticket = Ticket(len(batch))
             link.enqueue(batch, ticket, wake=False)
@@ -129,7 +131,10 @@ class RelayExporter:
         # Counted once the batch settled: a retried batch would count them again on every attempt.
         if no_agent:
             self.host.health.count(self.id, "dropped", no_agent)
-        return no_agent
+        refused = sum(t.refused for t in (*done, *tickets))  # too big for the relay: never retried
+        if refused:
+            self.host.health.count(self.id, "failed", refused)
+        return no_agent + refused
 
     def _by_agent(self, events: list[Event]) -> tuple[dict[str, list[Event]], int]:
         """``events`` grouped by agent, in order, and how many have no agent (shown as an incident)."""

@@ -132,6 +132,8 @@ class AgentLink:
         self._logged: set[str] = set()
         self._down_since_live = True
         self._requeued = 0
+        self._claimed: list[Pending] = []
+        """The claims the current connection re-sent (a 1009 may be about one of them)."""
 
     # -- the exporter's side ---------------------------------------------------------------
 
@@ -360,9 +362,11 @@ class AgentLink:
             log.info("%s: relay connection for %s down (code %s)", self.owner.id, self.agent, ws.close_code)
             self.owner.live_changed()
             self._route(False)
-        if was_live:
             self._closed_by_relay(ws)
         back = [item for _, item in self.inflight]
+        if was_live and getattr(ws.protocol.close_rcvd, "code", None) == CloseCode.MESSAGE_TOO_BIG:
+            back = self._too_big(back)
+        self._claimed = []
         self._requeued = len(back)
         self.inflight.clear()
         self._ping = None
@@ -396,6 +400,39 @@ class AgentLink:
                                         f"{self.agent}: the relay closed the connection with code {frame.code} "
                                         f"({name}){reason}; {self.pending} events wait for it")
 
+    def _too_big(self, back: list[Pending]) -> list[Pending]:
+        """``back`` (what was in flight when the relay closed with 1009) without the event it cannot take.
+
+        The frame over the relay's limit was read last and is still unconfirmed, so it is in flight
+        or among this connection's claims; whichever of those is largest is at least its size, so
+        over the limit too. Resent, it would close every connection for good with the sending
+        queue's delivery waiting behind it: it is left out instead, the largest one per close."""
+        claims = self._claimed
+        biggest = max((*back, *claims), key=lambda item: len(item.text), default=None)
+        if biggest is None:
+            return back
+        if biggest in claims and biggest not in back:  # delivered before; only its re-claim is too big
+            if biggest.session is not None and self.latest.get(biggest.session) is biggest:
+                del self.latest[biggest.session]
+            return back
+        back = [item for item in back if item is not biggest]
+        if biggest.session is not None and self.latest.get(biggest.session) is biggest:
+            del self.latest[biggest.session]
+        if biggest.ticket is not None:
+            biggest.ticket.refuse()  # ``deliver`` counts it and leaves it out of the retried batch
+        else:
+            self.owner.host.health.count(self.owner.id, "failed")
+        try:
+            ident = json.loads(biggest.text).get("id")
+        except ValueError:
+            ident = None
+        detail = (f"{self.agent}: the relay closed the connection with 1009 (message too big): event {ident!r} "
+                  f"({len(biggest.text.encode())} bytes), the largest unconfirmed, is over its limit and was "
+                  "dropped (the JSONL log keeps it)")
+        log.error("%s: %s", self.owner.id, detail)
+        self.owner.host.health.incident(self.owner.id, "event-too-big", detail)
+        return back
+
     def _claims(self) -> list[Pending]:
         queued = self.outbox.sessions()
         return [item for session, item in self.latest.items() if session not in queued]
@@ -403,6 +440,7 @@ class AgentLink:
     # -- writing ---------------------------------------------------------------------------
 
     async def _write(self, ws: ClientConnection, claims: list[Pending]) -> None:
+        self._claimed = claims
         for item in claims:  # not tracked: a lost claim is recomputed on the next connection
             await ws.send(item.text)
         self._writer_error = None

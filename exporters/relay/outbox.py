@@ -36,6 +36,8 @@ class Ticket:
     def __init__(self, n: int) -> None:
         self.left = n
         self.lost = 0
+        self.refused = 0
+        """Events the relay can never take (too big for it): left out of the batch, not retried."""
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if n == 0:
             self.done.set_result(None)
@@ -43,6 +45,13 @@ class Ticket:
     def settle(self, delivered: bool = True) -> None:
         self.left -= 1
         self.lost += not delivered
+        if self.left <= 0 and not self.done.done():
+            self.done.set_result(None)
+
+
+    def refuse(self) -> None:
+        self.left -= 1
+        self.refused += 1
         if self.left <= 0 and not self.done.done():
             self.done.set_result(None)
 
