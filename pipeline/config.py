@@ -664,6 +664,7 @@ def parse(raw: Any, registry: Registry, file: str = "<config>",
     for name, spec in pipelines.items():
         with errs.check():
             cfg.pipelines[str(name)] = _pipeline(cfg, str(name), spec, declared, used, file)
+    errs.errors.extend(_delivered_twice(cfg, file))
     errs.errors.extend(_shared_ports(cfg, used, file))
     n = len(spoiled)  # the substitution errors come first; what they spoiled later is noise
     errs.errors = errs.errors[:n] + [e for e in errs.errors[n:] if not any(_under(e.path, p) for p in spoiled)]
@@ -687,6 +688,28 @@ def _components(cfg: ServiceConfig, registry: Registry, raw: dict[str, Any], fil
             with errs.check():
                 cfg.components(kind)[cid] = _component(cfg, registry, kind, cid, body, file)
     return declared
+
+
+def _delivered_twice(cfg: ServiceConfig, file: str) -> list[ConfigError]:
+    """An exporter two pipelines reach from one receiver: an error at the later pipeline's entry.
+
+    Each pipeline maps and stamps what the receiver sends on its own, so the exporter got every
+    moment twice, as two events with their own ids and seqs: a session file with two
+    ``session.started``, a stream AEP's rules call invalid.
+    """
+    first: dict[tuple[str, str], str] = {}
+    out = []
+    for pname, spec in cfg.pipelines.items():
+        for i, eid in enumerate(spec.exporters):
+            shared = next((rid for rid in spec.receivers if (rid, eid) in first), None)
+            if shared is not None:
+                out.append(ConfigError(file, f"service.pipelines.{pname}.exporters[{i}]",
+                                       f"exporter {eid!r} already gets what receiver {shared} sends, through "
+                                       f"pipeline {first[(shared, eid)]}: every event would reach it twice, under two ids "
+                                       "(a session started twice); give one pipeline its own exporter"))
+            for rid in spec.receivers:
+                first.setdefault((rid, eid), pname)
+    return out
 
 
 _ANY_HOST = frozenset({"", "0.0.0.0", "::", "*"})

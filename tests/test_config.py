@@ -371,3 +371,40 @@ def test_a_number_that_is_not_finite_is_an_error(tmp_path, value, got):
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         assert (f"{path}: receivers.claude_code.attention_timeout: expected a finite number, got {got}"
                 in out.stderr), out.stderr
+
+
+TWICE = """\
+receivers:
+  claude_code: {endpoint: "127.0.0.1:0"}
+  codex: {endpoint: "127.0.0.1:0"}
+processors: {mapping: , runs: , capture: , capture/none: {ceiling: none}}
+exporters:
+  jsonl: {directory: "DIR/logs"}
+  jsonl/other: {directory: "DIR/other"}
+service:
+  state_dir: DIR/state
+  pipelines:
+    a: {receivers: [claude_code], processors: [mapping, runs, capture], exporters: [jsonl]}
+    b: {receivers: [codex, claude_code], processors: [mapping, runs, capture/none], exporters: [jsonl/other, jsonl]}
+    c: {receivers: [codex], processors: [mapping, runs, capture], exporters: [jsonl/other]}
+"""
+
+
+def test_one_receiver_reaching_one_exporter_through_two_pipelines_is_an_error(tmp_path):
+    # Each pipeline maps and stamps what the receiver sends: the exporter wrote every moment twice,
+    # under two ids, a session file with two session.started (validate-events: invalid). validate
+    # called the config valid.
+    path = tmp_path / "twice.yaml"
+    path.write_text(TWICE.replace("DIR", str(tmp_path)))
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1, out.stdout
+    errors = [line.removeprefix(f"error: {path}: ") for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        "service.pipelines.b.exporters[1]: exporter 'jsonl' already gets what receiver claude_code sends, through "
+        "pipeline a: every event would reach it twice, under two ids (a session started twice); give one pipeline "
+        "its own exporter",
+        "service.pipelines.c.exporters[0]: exporter 'jsonl/other' already gets what receiver codex sends, through "
+        "pipeline b: every event would reach it twice, under two ids (a session started twice); give one pipeline "
+        "its own exporter",
+    ], out.stderr
