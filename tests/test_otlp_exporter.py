@@ -410,3 +410,25 @@ async def test_a_batch_answered_413_is_split_not_dropped():
         await exp.shutdown()
         await runner.cleanup()
     assert taken == [e["id"] for e in events]
+
+
+def test_a_leap_second_projects_as_the_next_seconds_start():
+    """``:60`` is envelope-valid (RFC 3339 §5.6): datetime refused it, so the event was dropped."""
+    leap = to_otlp({**GOLDEN[3], "time": "2016-12-31T23:59:60.5Z"})
+    assert leap["time_unix_nano"] == to_otlp({**GOLDEN[3], "time": "2017-01-01T00:00:00.5Z"})["time_unix_nano"]
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z", "9999-12-31T23:59:59Z"])
+async def test_a_valid_time_otlp_cannot_hold_leaves_its_event_out_not_the_batch_retried_for_good(grpc_receiver, when):
+    """A time before 1970 (Go's zero time from a vendor, say) or after 2554 is envelope-valid, but
+    protobuf refused it as a fixed64 while building the request, outside the per-event check: the
+    whole batch raised, and the sending queue retried it for good with every later event behind."""
+    logs, port = grpc_receiver
+    exp, host = await exporter(endpoint=f"127.0.0.1:{port}")
+    try:
+        assert await exp.deliver([{**GOLDEN[13], "time": when}, GOLDEN[3]]) == 1
+    finally:
+        await exp.shutdown()
+    assert [r for req in logs.requests for r in records_of(req)] == [PINS["3"]]
+    assert host.health.counters[("exporter/otlp", "dropped")] == 1
+    assert "unprojectable" in host.health.snapshot()["problems"]["exporter/otlp"]

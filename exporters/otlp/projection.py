@@ -29,13 +29,22 @@ _TIME = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+
 
 
 def time_unix_nano(stamp: str) -> int:
-    """RFC 3339 -> epoch nanoseconds, exactly: whole seconds by datetime, the fraction by its digits."""
+    """RFC 3339 -> epoch nanoseconds, exactly: whole seconds by datetime, the fraction by its digits.
+
+    A leap second (``:60``, RFC 3339 §5.6) is the next second's start, as POSIX time counts it. A
+    time OTLP's ``fixed64`` cannot hold (before 1970, after 2554) raises ValueError: the event is
+    left out as unprojectable, where the protobuf's own error, raised for the whole request, had
+    the sending queue retry the batch for good."""
     m = _TIME.match(stamp)
     if m is None:
         raise ValueError(f"not an RFC 3339 time: {stamp!r}")
-    whole = datetime.fromisoformat(m.group(1) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
+    clock, leap = m.group(1), m.group(1).endswith(":60")
+    whole = datetime.fromisoformat((clock[:-2] + "59" if leap else clock) + ("+00:00" if m.group(3) == "Z" else m.group(3)))
     fraction = int((m.group(2) or "0").ljust(9, "0"))
-    return int(whole.timestamp()) * 1_000_000_000 + fraction
+    nanos = (int(whole.timestamp()) + leap) * 1_000_000_000 + fraction
+    if not 0 <= nanos < 1 << 64:
+        raise ValueError(f"time {stamp!r} is outside what OTLP's time_unix_nano holds (1970 to 2554)")
+    return nanos
 
 
 def above(capture: str, ceiling: str) -> bool:
