@@ -432,3 +432,17 @@ async def test_a_valid_time_otlp_cannot_hold_leaves_its_event_out_not_the_batch_
     assert [r for req in logs.requests for r in records_of(req)] == [PINS["3"]]
     assert host.health.counters[("exporter/otlp", "dropped")] == 1
     assert "unprojectable" in host.health.snapshot()["problems"]["exporter/otlp"]
+
+
+async def test_a_string_protobuf_cannot_carry_leaves_its_event_out_not_the_batch_retried_for_good(grpc_receiver):
+    """A lone surrogate (a plug-in's string; the queue keeps it exactly) is JSON the CloudEvents
+    exporter escapes, but protobuf refuses to encode it: raised while building the whole request,
+    it had the sending queue retry the batch for good. Each record is now built on its own."""
+    logs, port = grpc_receiver
+    exp, host = await exporter(endpoint=f"127.0.0.1:{port}", max_capture="full")
+    try:
+        assert await exp.deliver([{**GOLDEN[13], "data": {"note": "half a pair \ud800"}}, GOLDEN[3]]) == 1
+    finally:
+        await exp.shutdown()
+    assert [r for req in logs.requests for r in records_of(req)] == [PINS["3"]]
+    assert host.health.counters[("exporter/otlp", "dropped")] == 1

@@ -41,7 +41,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2_grpc import LogsServiceStub
 
 from .projection import CAPTURE_ORDER, above, to_otlp
-from .wire import request
+from .wire import log_record, request
 
 __all__ = ["FACTORY", "OtlpExporter", "OtlpExporterConfig", "retry_after"]
 
@@ -161,13 +161,17 @@ class OtlpExporter:
         """One export request for ``events``; raises to retry, ``Permanent`` to drop (see module doc).
 
         Returns how many of ``events`` the receiver did not take: left out here or rejected by it."""
-        records = []
+        records, built = [], []
         ceiling = self.config.max_capture
         for event in events:
             try:
                 if above(event.get("capture", "metadata"), ceiling):
                     event = _screened(event, ceiling)
-                records.append(to_otlp(event, ceiling))
+                record = to_otlp(event, ceiling)
+                # Protobuf refuses some JSON values (a lone surrogate a plug-in left in a string):
+                # found here, one event is left out; in the whole request, the batch raised for good.
+                built.append(log_record(record))
+                records.append(record)
             except (KeyError, ValueError, TypeError) as exc:  # not a stamped event: never retried
                 self.health.incident(self.id, "unprojectable", f"{event.get('id')}: {type(exc).__name__}: {exc}")
         # Counted once the batch is settled: a retried batch would count them again on every attempt.
@@ -175,7 +179,7 @@ class OtlpExporter:
         if not records:
             self.health.count(self.id, "dropped", left_out)
             return left_out
-        rejected, refused, why = await self._export(records)
+        rejected, refused, why = await self._export(records, built)
         if refused == len(records):
             raise Permanent(why)  # not even one record alone fits: the queue drops the batch, as for any refusal
         if left_out:
@@ -189,19 +193,20 @@ class OtlpExporter:
                       refused, len(records), why)
         return left_out + rejected + refused
 
-    async def _export(self, records: list[dict[str, Any]]) -> tuple[int, int, str]:
+    async def _export(self, records: list[dict[str, Any]], built: list[Any]) -> tuple[int, int, str]:
         """Export ``records``: (rejected by the receiver, refused as too large, why). A request over
         the receiver's size limit (a backlog's full batches after an outage, 4 MiB by default) is
         split in halves and each sent, so the batch is not dropped whole; a record too large even
         alone is refused alone. A failure to retry raises: the whole batch is retried."""
-        body = request(records)
+        body = request(records, built)
         try:
             response = await (self._grpc(body) if self.config.protocol == "grpc" else self._http(body))
         except TooLarge as exc:
             if len(records) == 1:
                 return 0, 1, str(exc)
             half = len(records) // 2
-            first, second = await self._export(records[:half]), await self._export(records[half:])
+            first = await self._export(records[:half], built[:half])
+            second = await self._export(records[half:], built[half:])
             return first[0] + second[0], first[1] + second[1], first[2] or second[2]
         rejected = response.partial_success.rejected_log_records if response.HasField("partial_success") else 0
         # A receiver's count is taken within what was sent: past it (or below 0) it would count

@@ -53,12 +53,13 @@ def log_record(rec: dict[str, Any]) -> LogRecord:
     return out
 
 
-def request(records: list[dict[str, Any]]) -> ExportLogsServiceRequest:
-    """One request: a ResourceLogs per distinct resource (per agent), records in their order."""
+def request(records: list[dict[str, Any]], built: list[LogRecord] | None = None) -> ExportLogsServiceRequest:
+    """One request: a ResourceLogs per distinct resource (per agent), records in their order.
+    ``built``: each record's ``log_record``, made beforehand (one at a time, to find any it refuses)."""
     groups: dict[tuple[tuple[str, Any], ...], list[LogRecord]] = {}
-    for rec in records:
+    for i, rec in enumerate(records):
         key = tuple(sorted(rec["resource"].items()))
-        groups.setdefault(key, []).append(log_record(rec))
+        groups.setdefault(key, []).append(built[i] if built is not None else log_record(rec))
     return ExportLogsServiceRequest(resource_logs=[
         ResourceLogs(resource=Resource(attributes=key_values(dict(key))),
                      scope_logs=[ScopeLogs(scope=SCOPE, log_records=recs)])
