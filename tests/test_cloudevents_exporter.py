@@ -324,3 +324,26 @@ async def test_a_batch_answered_413_is_split_and_only_an_event_too_large_alone_i
         await runner.cleanup()
     assert taken == [e["id"] for e in events if e["id"] != "big-7"]
     assert {what: n for (c, what), n in health.counters.items() if c == cid} == {"failed": 1, "exported": 11}
+
+
+async def test_structured_mode_a_refusal_of_the_request_itself_stops_at_the_first_post():
+    """401 (a wrong token) refuses every event alike: the batch is refused at the first POST, not
+    after one refused POST per event of it."""
+    posts = 0
+
+    async def post(request: web.Request) -> web.Response:
+        nonlocal posts
+        posts += 1
+        return web.Response(status=401)
+
+    app = web.Application()
+    app.router.add_post("/ce", post)
+    runner, port = await serve(app)
+    exp = await make(endpoint=f"http://127.0.0.1:{port}/ce", mode="structured")
+    try:
+        with pytest.raises(Permanent, match="401"):
+            await exp.deliver(GOLDEN[:5])
+    finally:
+        await exp.shutdown()
+        await runner.cleanup()
+    assert posts == 1

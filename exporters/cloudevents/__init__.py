@@ -65,6 +65,10 @@ class CloudEventsConfig:
             raise ValueError(f"max_capture must be one of {', '.join(CAPTURE_ORDER)}")
 
 
+class EventRefused(Permanent):
+    """The receiver refused what was POSTed for its content (400, 422): another event may pass."""
+
+
 def capped(event: Event, ceiling: str) -> Event:
     """``event`` as it may leave under ``ceiling``: down-levelled when it declares more."""
     declared = event.get("capture", "metadata")
@@ -117,13 +121,14 @@ class CloudEventsExporter:
         """POST each of ``bodies`` on its own; the refusals of those the receiver refused for good.
 
         A failure to retry raises, and the whole batch is retried: the receiver dedupes the copies.
-        One event refused for good (too large, invalid) is that event's loss, not its batch's: the
-        rest are still POSTed."""
+        One event refused for its content (400, 413, 422) is that event's loss, not its batch's: the
+        rest are still POSTed. A refusal of the request itself (401, 403, 404, a redirect) would
+        refuse every event alike: it raises at once, and the queue drops the batch as before."""
         refusals: list[Permanent] = []
         for body in bodies:
             try:
                 await self._post(body, STRUCTURED)
-            except Permanent as exc:
+            except (EventRefused, TooLarge) as exc:
                 refusals.append(exc)
         return refusals
 
@@ -163,6 +168,8 @@ class CloudEventsExporter:
                 return
             if resp.status == 413:
                 raise TooLarge("CloudEvents POST got HTTP 413")
+            if resp.status in (400, 422):
+                raise EventRefused(f"CloudEvents POST got HTTP {resp.status}")
             raise http_failure(resp.status, resp.headers.get("Retry-After"),
                                f"CloudEvents POST got HTTP {resp.status}{redirected(resp)}",
                                retryable=resp.status in (408, 429) or resp.status >= 500)
