@@ -382,3 +382,36 @@ async def test_an_event_over_the_relays_frame_limit_is_dropped_alone_not_resent_
     assert host.health.counters[(EXPORTER, "failed")] == 1
     assert exporter.links[CC].connections == 2
     assert events[1]["id"] not in stored and {events[0]["id"], events[2]["id"]} <= set(stored)
+
+
+async def test_a_reclaim_over_the_relays_frame_limit_is_no_longer_sent_and_nothing_else_is_dropped(
+        exporters: Any, stamper: Stamper) -> None:
+    """A relay restarted with a smaller frame limit is sent, first on the new connection, the claim
+    of an idle session: its latest event, delivered before and now over the limit (1009). That claim
+    is dropped from the reclaims; no event in flight is taken for it."""
+    limit = 1 << 20
+    closes: list[ServerConnection] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.recv()
+        await ws.send(json.dumps({"type": "hello", "versions": ["0.1"]}))
+        closes.append(ws)
+        async for raw in ws:
+            if len(raw) > limit:
+                await ws.close(1009, "too big")
+                return
+            frame = json.loads(raw)
+            if frame.get("type") == "ping":
+                await ws.send(json.dumps({"type": "pong", "t": frame["t"]}))
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        exporter, host = await exporters(f"ws://127.0.0.1:{port}/socket")
+        big = make(stamper, "idle", data={"note": "x" * 20_000})
+        assert await exporter.deliver([big]) == 0
+        limit = 8192
+        await closes[0].close(1001)  # the relay restarts with the smaller limit
+        small = make(stamper, "busy")
+        assert await asyncio.wait_for(exporter.deliver([small]), 30) == 0
+        await wait_until(lambda: "idle" not in exporter.links[CC].latest, "the reclaim given up")
+    assert "event-too-big" not in problems(host) and (EXPORTER, "failed") not in host.health.counters

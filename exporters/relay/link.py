@@ -411,7 +411,7 @@ class AgentLink:
         biggest = max((*back, *claims), key=lambda item: len(item.text), default=None)
         if biggest is None:
             return back
-        if biggest in claims and biggest not in back:  # delivered before; only its re-claim is too big
+        if not any(item is biggest for item in back):  # a claim, delivered before: only its re-claim is too big
             if biggest.session is not None and self.latest.get(biggest.session) is biggest:
                 del self.latest[biggest.session]
             return back
