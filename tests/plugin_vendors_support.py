@@ -161,7 +161,7 @@ class KiloServer:
 
     async def __aenter__(self) -> KiloServer:
         app = web.Application()
-        app.router.add_post("/session/{sid}/permissions/{pid}", self._route)
+        app.router.add_post("/permission/{pid}/reply", self._route)
         app.router.add_post("/question/{rid}/reply", self._route)
         self.runner = web.AppRunner(app)
         await self.runner.setup()

@@ -466,12 +466,12 @@ def test_permission_ask_replies() -> None:
 
 
 def test_kilo_rest_permission_body() -> None:
-    assert bus_replies.permission_route("s 1", "per/1") == "/session/s%201/permissions/per%2F1"
-    assert bus_replies.permission_route_body("once") == {"response": "once"}
-    assert bus_replies.permission_route_body("always", "ignored") == {"response": "always"}
-    assert bus_replies.permission_route_body("reject") == {"response": "reject"}
-    assert bus_replies.permission_route_body(None, "use X instead") == {"response": "reject", "message": "use X instead"}
-    assert bus_replies.permission_route_body("allow") == {"response": "reject"}  # not an option of this surface
+    assert bus_replies.permission_route("per/1") == "/permission/per%2F1/reply"
+    assert bus_replies.permission_route_body("once") == {"reply": "once"}
+    assert bus_replies.permission_route_body("always", "ignored") == {"reply": "always"}
+    assert bus_replies.permission_route_body("reject") == {"reply": "reject"}
+    assert bus_replies.permission_route_body(None, "use X instead") == {"reply": "reject", "message": "use X instead"}
+    assert bus_replies.permission_route_body("allow") == {"reply": "reject"}  # not an option of this surface
 
 
 def test_kilo_rest_question_body_uses_original_labels() -> None:

@@ -176,16 +176,16 @@ async def test_opencode_bus_ask_is_answered_over_the_same_route(env: Env) -> Non
     async with KiloServer() as server:
         rid, _ = await route_answer(env, server, "permission_asked", vendor="opencode", option="once")
         await server.called()
-    assert server.calls == [(f"/session/{SID}/permissions/perm_1", {"response": "once"},
+    assert server.calls == [("/permission/perm_1/reply", {"reply": "once"},
                              "%2Fhome%2Fuser%2Fproj%20%C3%BC")]
     request = next(e for e in env.session("opencode", SID) if e["id"] == rid)
     assert request["data"]["respond_via"] == ["control", "oob"]
 
 
 @pytest.mark.parametrize(("answer", "body", "recorded"), [
-    ({"option": "once"}, {"response": "once"}, {"option": "once"}),
-    ({"text": "always"}, {"response": "always"}, {"option": "always"}),
-    ({"text": "not in prod"}, {"response": "reject", "message": "not in prod"},
+    ({"option": "once"}, {"reply": "once"}, {"option": "once"}),
+    ({"text": "always"}, {"reply": "always"}, {"option": "always"}),
+    ({"text": "not in prod"}, {"reply": "reject", "message": "not in prod"},
      {"option": "reject", "text": "not in prod"}),
 ], ids=["once", "option-word", "free-text-rejects-with-the-message"])
 async def test_kilo_permission_asked_is_answered_over_the_reply_route(env: Env, answer: dict[str, Any],
@@ -197,7 +197,7 @@ async def test_kilo_permission_asked_is_answered_over_the_reply_route(env: Env, 
             if not env.router.holds and any(e["type"] == "attention.resolved" for e in env.session("kilocode", SID)):
                 break
             await asyncio.sleep(0.01)
-    assert server.calls == [(f"/session/{SID}/permissions/perm_1", body, "%2Fhome%2Fuser%2Fproj%20%C3%BC")]
+    assert server.calls == [("/permission/perm_1/reply", body, "%2Fhome%2Fuser%2Fproj%20%C3%BC")]
     events = env.session("kilocode", SID)
     request = next(e for e in events if e["id"] == rid)
     assert request["data"]["options"] == KILO["permission_asked"]["expected"]["data"]["options"]
@@ -220,7 +220,7 @@ async def test_kilo_background_hold_outlives_the_plugins_closed_post(env: Env) -
         assert list(env.router.holds) == [rid]
         await env.router.submit(respond(rid, SID, option="once"), "kilocode")
         await server.called()
-    assert server.calls[0][1] == {"response": "once"}
+    assert server.calls[0][1] == {"reply": "once"}
 
 
 async def test_kilo_question_answer_goes_back_with_the_original_labels(env: Env) -> None:

@@ -117,7 +117,7 @@ async def test_kilo_bus_ask_answered_through_the_relay_reaches_kilos_server(tmp_
         await wait_until(lambda: [e for e in jsonl(tmp_path, "kilocode") if e["type"] == "attention.resolved"] or None,
                          "the answer's legs")
     assert ack["type"] == "control.accepted"
-    assert kilo.calls == [(f"/session/{SID}/permissions/perm_1", {"response": "reject", "message": "not on main"},
+    assert kilo.calls == [("/permission/perm_1/reply", {"reply": "reject", "message": "not on main"},
                            "%2Fhome%2Fuser%2Fproj")]
     check_stream(jsonl(tmp_path, "kilocode"))
 

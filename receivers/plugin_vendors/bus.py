@@ -230,7 +230,7 @@ class BusSurface:
         try:
             if fields is None:
                 applied = permission_choice(outcome.answer, options, refusing="reject")
-                path = bus_replies.permission_route(session, vendor_id)
+                path = bus_replies.permission_route(vendor_id)
                 body: dict[str, Any] = bus_replies.permission_route_body(applied.option, applied.text)
                 answer = recorded(applied)  # any text is delivered as the reject message (kilocode.json)
             else:
@@ -275,7 +275,7 @@ class BusConfig(HeldConfig):
     """Seconds a held ask waits for an operator before ``{}`` (the plugin's own hold bound is above it)."""
     reply_routes: bool = True
     """Answer bus asks (OpenCode 1.18, Kilo >=7.4.6) over the vendor's server routes
-    (``POST /session/{id}/permissions/{id}``, ``POST /question/{id}/reply``) at the loopback
+    (``POST /permission/{id}/reply``, ``POST /question/{id}/reply``) at the loopback
     ``serverUrl`` the plugin forwards."""
     reply_route_timeout: float = 5.0
     """Seconds one such POST may take."""

@@ -13,6 +13,10 @@ Reply contract (daemon -> plugin), the plugin applies it and nothing else:
 * every other moment is observe-only: the reply is ``NEUTRAL_REPLY`` and the plugin ignores it.
 * Kilo Code >=7.4.6 has no held hook: answers go over the server's REST routes
   (``permission_route``/``permission_route_body``, ``question_route``/``question_route_body``).
+  Permissions go to ``POST /permission/{id}/reply`` ``{reply, message?}``: OpenCode 1.18.33 and
+  Kilo 7.7.7 still serve the deprecated ``POST /session/{id}/permissions/{id}``, but its payload is
+  ``{response}`` alone and a ``message`` there is dropped (seen live: the operator's guidance never
+  reached the rejected tool call).
 """
 
 from __future__ import annotations
@@ -48,16 +52,16 @@ def permission_reply(option: str | None) -> dict[str, str]:
     return allow_reply() if option == "allow" else deny_reply()
 
 
-def permission_route(session: str, permission_id: str) -> str:
-    """Kilo >=7.4.6 (and OpenCode SSE control) permission reply route."""
-    return f"/session/{quote(session, safe='')}/permissions/{quote(permission_id, safe='')}"
+def permission_route(permission_id: str) -> str:
+    """The permission reply route of Kilo >=7.4.6 and OpenCode 1.18 (the one that takes a message)."""
+    return f"/permission/{quote(permission_id, safe='')}/reply"
 
 
 def permission_route_body(option: str | None, text: str | None = None) -> dict[str, str]:
-    """``{response, message?}``; unmatched options refuse with the free text as the reject message."""
+    """``{reply, message?}``; unmatched options refuse with the free text as the reject message."""
     if option in ("once", "always"):
-        return {"response": option}
-    body = {"response": "reject"}
+        return {"reply": option}
+    body = {"reply": "reject"}
     if text:
         # kilocode.json permission_asked: guidance reaches the vendor as the reject message.
         body["message"] = text

@@ -26,22 +26,28 @@ subscribed to and answering through the collector's own relay role, ``relay_serv
   itself (pi: no block; Hermes ``--yolo`` and Kimi ``-p`` approve on their own).
 - OpenCode and Kilo permission asks: ``run`` auto-rejects a bus ``permission.asked`` at once
   (``permission.bash: "ask"``; "permission requested: bash (echo hi); auto-rejecting"), before any
-  operator could answer, and the ``permission.ask`` plugin hook never fires. So the tier asserts
-  what does happen: a card closed once by the vendor's own reply, and ``tool.failed`` for the
-  rejected call. Under ``opencode serve`` (prompt sent with ``POST /session/{id}/prompt_async``)
-  the ask stays pending, and ``POST /session/{id}/permissions/{id} {"response": "once"}`` answered
-  it by hand (200, then ``permission.replied`` and the tool ran): that is the route the receiver
-  answers on (``reply_routes``). An automated test of it is not in the tier yet: under this
-  machine's load the attempt timed out waiting for the card (not diagnosed).
+  operator could answer, and the ``permission.ask`` plugin hook never fires. So for ``run`` the
+  tier asserts what does happen: a card closed once by the vendor's own reply, and ``tool.failed``
+  for the rejected call. Under ``opencode serve`` / ``kilo serve`` (prompt sent with
+  ``POST /session/{id}/prompt_async``) the ask stays pending and the receiver answers it over the
+  server's ``POST /permission/{id}/reply`` (``reply_routes``): allow runs the tool, a reject's
+  message reaches the model, and an answer given over the same route by the user stands the
+  card down. The deprecated ``POST /session/{id}/permissions/{id}`` both CLIs still serve drops
+  the message (its payload is ``{response}`` alone): the receiver used it until this test.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
+import socket
+import subprocess
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from aep_collector.pipeline.control import RESPOND
@@ -287,3 +293,120 @@ async def test_gate_hold_window_passes(tmp_path: Path, vendor: str, operator_for
     assert [e["type"] for e in legs] == ["attention.timeout"], types(events)
     seen = types(events)
     assert seen.index("attention.timeout") < seen.index("tool.completed"), seen
+
+
+# -- OpenCode / Kilo bus asks under ``serve``, answered over the server's reply route ---------------
+
+
+async def until(condition: Any, what: str, timeout: float = 120) -> Any:
+    """Poll ``condition`` (gently: these reads parse the whole JSONL or call the server) until truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not (value := condition()):
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.2)
+    return value
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    """``opencode serve`` / ``kilo serve`` on a free loopback port, driven over its HTTP API."""
+
+    def __init__(self, live: Live) -> None:
+        self.live = live
+        self.base = f"http://127.0.0.1:{_free_port()}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json", "x-kilo-directory": quote(str(self.live.work), safe="")}
+        req = urllib.request.Request(self.base + path, method=method, data=data, headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def up(self) -> bool:
+        try:
+            self.call("GET", "/session")
+        except OSError:
+            return False
+        return True
+
+    async def __aenter__(self) -> Served:
+        port = self.base.rsplit(":", 1)[1]
+        self.proc = subprocess.Popen([*self.live.prefix, "serve", "--port", port, "--hostname", "127.0.0.1"],
+                                     cwd=self.live.work, env=self.live.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        await until(self.up, "the server to answer")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+async def nth_request(live: Live, n: int) -> dict[str, Any]:
+    """The ``n``-th attention request (1-based), once written."""
+    def found() -> dict[str, Any] | None:
+        reqs = [e for e in live.events() if e.get("type") == "attention.requested"]
+        return reqs[n - 1] if len(reqs) >= n else None
+    return await until(found, f"attention request #{n}")
+
+
+@pytest.mark.parametrize("vendor", ["opencode", "kilocode"])
+async def test_bus_asks_under_serve(tmp_path: Path, vendor: str, operator_for: Any) -> None:
+    """Three asks in one served session: the operator allows the first; the second is answered in
+    the vendor's own prompt (its reply route, as its UI does), which stands the card down; the
+    operator rejects the third with guidance, which reaches the model as the tool's error.
+
+    One session for all three: starting the server (plugins, provider package) is most of the time.
+    """
+    def prepare(live: Live) -> None:
+        SPECS[vendor].prepare(live)
+        write_json(live.work / ("opencode.json" if vendor == "opencode" else "kilo.json"),
+                   {"permission": {"bash": "ask"}})
+
+    spec = Spec(**{**SPECS[vendor].__dict__, "prepare": prepare})
+    guidance = "not that file; write notes.md instead"
+    turns = [shell("touch by-operator.txt"), shell("touch by-user.txt"), shell("touch refused.txt"), text("done")]
+    exporters = {"relay_server": {"endpoint": "127.0.0.1:0", "token": TOKEN}}
+    with Live(spec, tmp_path, turns, exporters=exporters) as live:
+        _sub, client = await operator_for(live)
+        async with Served(live) as served:
+            session = served.call("POST", "/session", {})["id"]
+            served.call("POST", f"/session/{session}/prompt_async",
+                        {"parts": [{"type": "text", "text": "make the three files"}]})
+            first = await nth_request(live, 1)
+            assert first["data"]["respond_via"] == ["control", "oob"], first
+            ack = await client.send(RESPOND, first["session"], subject=first["id"], data={"answer": {"option": "once"}})
+            assert ack["type"] == "control.accepted", ack
+            second = await nth_request(live, 2)
+            [pending] = await until(lambda: served.call("GET", "/permission"), "the pending ask")
+            served.call("POST", f"/permission/{pending['id']}/reply", {"reply": "once"})
+            third = await nth_request(live, 3)
+            ack = await client.send(RESPOND, third["session"], subject=third["id"],
+                                    data={"answer": {"text": guidance}})
+            assert ack["type"] == "control.accepted", ack
+            await until(lambda: "run.finished" in types(live.events()), "the run to finish")
+    assert (live.work / "by-operator.txt").exists() and (live.work / "by-user.txt").exists()
+    assert not (live.work / "refused.txt").exists()
+    # The reject message reached the vendor, which hands it to the model as the tool's error.
+    assert any(guidance in r for r in live.model.tool_results()), live.describe()
+    events = live.check(started=True, ended=False, tools=2)
+    legs = {r["id"]: [e["type"] for e in events if e.get("subject") == r["id"]] for r in (first, second, third)}
+    assert legs[first["id"]] == ["attention.answered", "attention.resolved"], types(events)
+    assert legs[second["id"]] == ["attention.resolved"], types(events)
+    assert legs[third["id"]] == ["attention.answered", "attention.resolved"], types(events)
+    [failed] = [e for e in events if e["type"] == "tool.failed"]
+    assert failed["data"]["tool"]["name"] == "bash"
