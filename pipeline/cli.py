@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         # `aep-collector hooks codex | head`: the reader left; that is not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # Ctrl-C before the collector's own handler is in place (config, plug-ins)
+        return 130
 
 
 _CONFIG_OF = {"run": "run_config", "validate": "val_config", "hooks": "hooks_config", "status": "status_config"}

@@ -380,3 +380,33 @@ def test_a_whole_number_too_big_for_a_float_key_is_an_error_at_its_key(tmp_path:
     assert main(["validate", "--config", str(path)]) == 1
     (line,) = _errors(capsys)
     assert line.startswith(f"error: {path}: receivers.claude_code.reply_timeout: expected a finite number"), line
+
+
+def test_ctrl_c_while_the_config_is_read_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    # Before the collector's own signal handler is in place (the config read, plug-ins imported),
+    # SIGINT raised KeyboardInterrupt out of main: a traceback. The config here is a FIFO no one
+    # writes (as `--config <(envsubst < tpl)` is while the writer works), so the read blocks.
+    import errno
+    import signal
+
+    fifo = tmp_path / "c.yaml"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "aep_collector.pipeline.cli", "--config", str(fifo)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    writer = None
+    try:
+        while writer is None:  # a non-blocking open for writing succeeds once the reader has it open
+            try:
+                writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as exc:
+                assert exc.errno == errno.ENXIO and proc.poll() is None
+                time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if writer is not None:
+            os.close(writer)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
