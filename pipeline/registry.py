@@ -111,8 +111,12 @@ def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:
                 factories = _factories(ep.load())
                 for factory in factories:
                     _check_plugin(factory)
+                # All of an entry point's factories or none: one that clashes (with a built-in, say)
+                # left those before it registered under a "cannot load" warning.
+                trial = Registry({k: dict(v) for k, v in registry.factories.items()}, dict(registry.origins))
                 for factory in factories:
-                    registry.register(factory, origin)
+                    trial.register(factory, origin)
+                registry.factories, registry.origins = trial.factories, trial.origins
             # SystemExit too: a plug-in module that calls sys.exit() on import (a missing dependency,
             # say) must not end the collector, silently, with the plug-in's exit code.
             except (Exception, SystemExit) as exc:  # a broken plug-in must not take the collector down
