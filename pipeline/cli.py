@@ -72,11 +72,10 @@ def _version() -> str:
 
 
 def _registry() -> Any:
-    from .registry import build_registry
+    from .registry import build_registry, tell
 
     registry, problems = build_registry()
-    for problem in problems:
-        print(f"warning: {problem}", file=sys.stderr)
+    tell(problems, lambda problem: print(f"warning: {problem}", file=sys.stderr))
     return registry
 
 

@@ -17,6 +17,7 @@ import functools
 import importlib
 import logging
 import typing
+from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from .component import Factory, Kind, Registry
@@ -121,8 +122,19 @@ def build_registry(load_plugins: bool = True) -> tuple[Registry, list[str]]:
             # say) must not end the collector, silently, with the plug-in's exit code.
             except (Exception, SystemExit) as exc:  # a broken plug-in must not take the collector down
                 problems.append(f"{origin}: {type(exc).__name__}: {exc}")
-                log.error("cannot load %s: %s: %s", origin, type(exc).__name__, exc)
     return registry, problems
+
+
+_told: set[str] = set()
+
+
+def tell(problems: list[str], say: Callable[[str], None]) -> None:
+    """``say`` each plug-in problem not yet told in this process: the CLI and the vendor lookup
+    both load the plug-ins, and each problem was printed twice (a bare log line and a warning)."""
+    for problem in problems:
+        if problem not in _told:
+            _told.add(problem)
+            say(problem)
 
 
 @functools.cache
@@ -131,5 +143,6 @@ def declared_vendors(load_plugins: bool = True) -> dict[str, VendorDeclaration]:
 
     Read once per process: entry points do not change under a running one.
     """
-    registry, _ = build_registry(load_plugins)
+    registry, problems = build_registry(load_plugins)
+    tell(problems, lambda problem: log.error("cannot load %s", problem))
     return registry.vendors()

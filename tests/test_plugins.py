@@ -185,3 +185,19 @@ def test_a_plugin_whose_second_factory_clashes_registers_none_of_them(tmp_path):
     assert res.returncode == 0
     assert "warning: plug-in half" in res.stderr and "exporter type 'jsonl'" in res.stderr
     assert "half_ok" not in res.stdout and "jsonl" in res.stdout
+
+
+@pytest.mark.parametrize("command", [["components"], ["validate", "--config", str(ROOT / "config" / "default.yaml")]])
+def test_a_broken_plugin_is_told_once(tmp_path, command):
+    # Each problem was printed twice: the registry's own log line ("cannot load plug-in ...", bare,
+    # logging not yet set up) and the CLI's "warning: plug-in ..." line.
+    site = tmp_path / "broken"
+    dist = site / "aep_broken-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-broken\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[aep_collector.components]\nbroken = aep_broken_missing:FACTORY\n")
+    res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", *command], capture_output=True,
+                         text=True, cwd=ROOT, env=env_with(site))
+    assert res.returncode == 0, res.stderr
+    told = [line for line in res.stderr.splitlines() if "aep_broken_missing" in line]
+    assert len(told) == 1 and told[0].startswith("warning: plug-in broken"), res.stderr
