@@ -124,6 +124,8 @@ _LAST_SECOND: list[Any] = [None, ""]
 """The second last formatted and its text: a batch's records mostly share their second."""
 _NS_END = 253402300800 * 1_000_000_000
 """10000-01-01T00:00:00Z in epoch nanoseconds: RFC 3339 has four-digit years."""
+_MS = [f".{ms:03d}Z" for ms in range(1000)]
+"""The time's ".mmmZ" tail, looked up: half of ``time_of``'s cost was formatting it."""
 
 
 def time_of(ns: Any) -> str | None:
@@ -138,7 +140,7 @@ def time_of(ns: Any) -> str | None:
     if last[0] != secs:
         last[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
         last[0] = secs
-    return f"{last[1]}.{rest // 1_000_000:03d}Z"
+    return last[1] + _MS[rest // 1_000_000]
 
 
 def parse_bool(value: Any) -> bool | None:
