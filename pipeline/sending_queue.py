@@ -58,7 +58,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
@@ -736,6 +736,18 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def shown_url(url: str) -> str:
+    """``url`` as errors, logs and ``/healthz`` show it: without user info and query, where a
+    password or an ``access_token`` would be (AEP-0003 §8.1: a query-string token MUST NOT be logged)."""
+    if "://" not in url:  # host:port (a gRPC target): at most a user info to drop
+        return url.rpartition("@")[2]
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket: shown only by its length
+        return f"<a {len(url)}-character endpoint that is not a URL>"
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment=""))
 
 
 def url_problem(url: str) -> str | None:

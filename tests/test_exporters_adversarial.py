@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+
+import pytest
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +293,17 @@ def test_a_plugin_cannot_take_over_a_built_in_vendor(tmp_path):
     mapping, copy, problems = res.stdout.splitlines()
     assert mapping != "aep_bad_plugins" and copy == "None"
     assert "plug-in hijack" in problems and "already declared" in problems
+
+
+@pytest.mark.parametrize("make", [
+    lambda url: CloudEventsConfig(endpoint=url),
+    lambda url: OtlpExporterConfig(protocol="http", endpoint=url),
+    lambda url: OtlpExporterConfig(protocol="grpc", endpoint=url),
+], ids=["cloudevents", "otlp-http", "otlp-grpc"])
+@pytest.mark.parametrize("url", ["http://ops:s3cret-pw@127.0.0.1:99999/v1?access_token=s3cret-tok",
+                                 "ops:s3cret-pw@127.0.0.1:99999"])
+def test_a_bad_endpoint_is_named_without_its_credentials(make: Any, url: str) -> None:
+    # The error reaches the terminal and the log: the password and a query token stay out of it.
+    with pytest.raises(ValueError) as refused:
+        make(url).validate()
+    assert "s3cret" not in str(refused.value) and "127.0.0.1" in str(refused.value)

@@ -25,6 +25,7 @@ from aep_collector.pipeline.sending_queue import (
     headers_problem,
     http_failure,
     redirected,
+    shown_url,
     url_problem,
 )
 from aep_collector.pipeline.wire import dumps_bytes
@@ -55,7 +56,7 @@ class CloudEventsConfig:
     def validate(self) -> None:
         problem = url_problem(self.endpoint)
         if problem:
-            raise ValueError(f"endpoint must be an http(s) URL, got {self.endpoint!r}: {problem}")
+            raise ValueError(f"endpoint must be an http(s) URL, got {shown_url(self.endpoint)!r}: {problem}")
         if self.timeout <= 0:
             raise ValueError("timeout must be positive")
         problem = headers_problem(self.headers)

@@ -35,6 +35,7 @@ from aep_collector.pipeline.sending_queue import (
     http_failure,
     redirected,
     retry_after,
+    shown_url,
     url_problem,
 )
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
@@ -91,11 +92,12 @@ class OtlpExporterConfig:
             problem = url_problem(self.endpoint)
             if problem:
                 raise ValueError(f"endpoint must be an http(s) URL such as {DEFAULT_ENDPOINT['http']}, "
-                                 f"got {self.endpoint!r}: {problem}")
+                                 f"got {shown_url(self.endpoint)!r}: {problem}")
         else:
             problem = _grpc_target_problem(self.endpoint)
             if problem:
-                raise ValueError(f"endpoint must be host:port or http(s)://host:port, got {self.endpoint!r}: {problem}")
+                raise ValueError(f"endpoint must be host:port or http(s)://host:port, "
+                                 f"got {shown_url(self.endpoint)!r}: {problem}")
 
 
 def _grpc_target_problem(endpoint: str) -> str | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from aep_collector.pipeline.sending_queue import shown_url
+
 from .outbox import Overflow
 
 
@@ -81,9 +83,7 @@ class RelayConfig:
     def shown(self) -> str:
         """``url`` as logs and ``/healthz`` show it: without user info and query, where a password or
         an ``access_token`` would be (AEP-0003 §8.1: a query-string token MUST NOT be logged)."""
-        parts = urlsplit(self.url)
-        netloc = parts.netloc.rpartition("@")[2]
-        return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+        return shown_url(self.url)
 
     def scrub(self, text: str) -> str:
         """``text`` (an error message) with the configured URL in it replaced by ``shown``."""
