@@ -352,55 +352,15 @@ asyncio.run(main())
     assert (d / "s1.jsonl").read_bytes().startswith(whole.encode() + b'{"torn":')  # kept, not cut blind
 
 
-def test_a_write_failure_the_probe_cannot_judge_stands_until_a_write_goes_through(tmp_path):
-    """/healthz re-checks a failed place on every read, by file permissions (or free space for a
-    full disk). For a cause permissions do not show (EFBIG here; EIO, EMFILE) that probe said
-    "writable" at once: the condition cleared at the first read, so /healthz said ok while every
-    event of the session was being dropped."""
+def health_across_a_file_size_limit(tmp_path, limit: int, writes: int, **cfg) -> tuple[dict, dict]:
+    """A JSONL exporter on ``tmp_path / "logs"`` (``cfg`` added to its config) writes one event
+    (session s1, id "x") ``writes`` times under an RLIMIT_FSIZE of ``limit`` bytes, then once more
+    with the limit lifted: its health snapshots after the limited writes and after the last one.
+    It runs in a child process, since the limit is the whole process's."""
     import subprocess
     import sys
 
-    d = tmp_path / "logs" / "claude-code"
-    d.mkdir(parents=True)
-    (d / "s1.jsonl").write_text((json.dumps(ev("s1", 0)) + "\n") * 100)  # past the limit below
-    script = f"""
-import asyncio, resource, json
-from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
-from aep_collector.pipeline.component import CreateSettings
-from aep_collector.pipeline.host import Host
-async def main():
-    exp = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory={str(tmp_path / "logs")!r}, fsync="never"))
-    await exp.start(Host(state_dir={str(tmp_path)!r}))
-    event = {{"aep": "0.1", "id": "x", "type": "run.started", "agent": "claude-code", "session": "s1", "seq": 1}}
-    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
-    exp.export_now([event])
-    failing = exp.health.snapshot()
-    resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    exp.export_now([event])
-    print(json.dumps([failing, exp.health.snapshot()]))
-    await exp.shutdown()
-asyncio.run(main())
-"""
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    failing, after = json.loads(out.stdout)
-    assert not failing["ok"] and "efbig" in failing["problems"]["exporter/jsonl"]
-    assert "problems" not in after  # cleared by the write that went through
-
-
-def test_writes_cut_short_with_the_disk_not_full_stay_shown_while_events_are_dropped(tmp_path):
-    """Near a quota or a file size limit every write is cut short: room for part of a line, not a
-    whole one (the part is cut back, so the next write is short again). Each was reported as a
-    full disk, which /healthz clears once the filesystem has room, and it had: ok while every
-    event was dropped. Here the limit is RLIMIT_FSIZE, in a child process."""
-    import subprocess
-    import sys
-
-    d = tmp_path / "logs" / "claude-code"
-    d.mkdir(parents=True)
-    line = json.dumps(ev("s1", 0)) + "\n"
-    (d / "s1.jsonl").write_text(line * 40)
-    limit = (d / "s1.jsonl").stat().st_size + len(line) // 2  # room for half a line
+    options = "".join(f", {name}={value!r}" for name, value in cfg.items())
     script = f"""
 import asyncio, resource, json
 from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter
@@ -408,11 +368,11 @@ from aep_collector.pipeline.component import CreateSettings
 from aep_collector.pipeline.host import Host
 async def main():
     exp = JsonlExporter(CreateSettings(id="jsonl"), JsonlConfig(directory={str(tmp_path / "logs")!r},
-                        fsync="never", min_free_bytes=0))
+                        fsync="never"{options}))
     await exp.start(Host(state_dir={str(tmp_path)!r}))
     event = {{"aep": "0.1", "id": "x", "type": "run.started", "agent": "claude-code", "session": "s1", "seq": 1}}
     resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, resource.RLIM_INFINITY))
-    for _ in range(3):
+    for _ in range({writes}):
         exp.export_now([event])
     failing = exp.health.snapshot()
     resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
@@ -424,6 +384,33 @@ asyncio.run(main())
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     failing, after = json.loads(out.stdout)
+    return failing, after
+
+
+def test_a_write_failure_the_probe_cannot_judge_stands_until_a_write_goes_through(tmp_path):
+    """/healthz re-checks a failed place on every read, by file permissions (or free space for a
+    full disk). For a cause permissions do not show (EFBIG here; EIO, EMFILE) that probe said
+    "writable" at once: the condition cleared at the first read, so /healthz said ok while every
+    event of the session was being dropped."""
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    (d / "s1.jsonl").write_text((json.dumps(ev("s1", 0)) + "\n") * 100)  # past the limit below
+    failing, after = health_across_a_file_size_limit(tmp_path, 4096, writes=1)
+    assert not failing["ok"] and "efbig" in failing["problems"]["exporter/jsonl"]
+    assert "problems" not in after  # cleared by the write that went through
+
+
+def test_writes_cut_short_with_the_disk_not_full_stay_shown_while_events_are_dropped(tmp_path):
+    """Near a quota or a file size limit every write is cut short: room for part of a line, not a
+    whole one (the part is cut back, so the next write is short again). Each was reported as a
+    full disk, which /healthz clears once the filesystem has room, and it had: ok while every
+    event was dropped. Here the limit is RLIMIT_FSIZE, in a child process."""
+    d = tmp_path / "logs" / "claude-code"
+    d.mkdir(parents=True)
+    line = json.dumps(ev("s1", 0)) + "\n"
+    (d / "s1.jsonl").write_text(line * 40)
+    limit = (d / "s1.jsonl").stat().st_size + len(line) // 2  # room for half a line
+    failing, after = health_across_a_file_size_limit(tmp_path, limit, writes=3, min_free_bytes=0)
     assert failing["dropped"]["exporter/jsonl"] == 3
     assert not failing["ok"] and "exporter/jsonl" in failing["problems"], failing
     assert "problems" not in after  # cleared by the write that went through
