@@ -199,3 +199,29 @@ async def serve(app: Any) -> tuple[Any, int]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+
+@contextlib.asynccontextmanager
+async def redirected_elsewhere(path: str, status: int, answer: Callable[[], Any]) -> AsyncIterator[tuple[str, list]]:
+    """A receiver answering a POST to ``path`` with a ``status`` redirect to ``/elsewhere``, which
+    takes any method and answers ``answer()`` (a success, were it reached): the URL to POST to, and
+    what reached ``/elsewhere`` as (method, body, X-Api-Key header). Cleaned up on the way out."""
+    from aiohttp import web
+
+    elsewhere: list[tuple[str, bytes, str | None]] = []
+
+    async def moved(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": "/elsewhere"})
+
+    async def other(request: web.Request) -> web.Response:
+        elsewhere.append((request.method, await request.read(), request.headers.get("X-Api-Key")))
+        return answer()
+
+    app = web.Application()
+    app.router.add_post(path, moved)
+    app.router.add_route("*", "/elsewhere", other)
+    runner, port = await serve(app)
+    try:
+        yield f"http://127.0.0.1:{port}{path}", elsewhere
+    finally:
+        await runner.cleanup()

@@ -14,7 +14,7 @@ from aep_collector.pipeline.sending_queue import Permanent, RetryLater
 from aiohttp import web
 
 from tests.conftest import FIXTURES, corpus
-from tests.helpers import running, serve
+from tests.helpers import redirected_elsewhere, running, serve
 from tests.relay_double import wait_until
 
 
@@ -186,26 +186,13 @@ async def test_an_unprojectable_event_is_left_out_once_and_the_rest_goes(tmp_pat
 async def test_a_redirect_is_not_followed_and_the_batch_is_not_counted_delivered(status):
     """aiohttp followed a 301/302/303 with a GET carrying no body (and the configured headers): the
     GET's 200 returned from ``deliver``, so the queue committed a batch no receiver ever had."""
-    elsewhere: list[tuple[str, bytes, str | None]] = []
-
-    async def moved(request: web.Request) -> web.Response:
-        return web.Response(status=status, headers={"Location": "/elsewhere"})
-
-    async def other(request: web.Request) -> web.Response:
-        elsewhere.append((request.method, await request.read(), request.headers.get("X-Api-Key")))
-        return web.Response(status=200)
-
-    app = web.Application()
-    app.router.add_post("/ce", moved)
-    app.router.add_route("*", "/elsewhere", other)
-    runner, port = await serve(app)
-    exp = await make(endpoint=f"http://127.0.0.1:{port}/ce", headers={"X-Api-Key": "k"}, max_capture="full")
-    try:
-        with pytest.raises(Permanent, match=f"HTTP {status}.*/elsewhere"):
-            await exp.deliver(GOLDEN[:2])
-    finally:
-        await exp.shutdown()
-        await runner.cleanup()
+    async with redirected_elsewhere("/ce", status, lambda: web.Response(status=200)) as (url, elsewhere):
+        exp = await make(endpoint=url, headers={"X-Api-Key": "k"}, max_capture="full")
+        try:
+            with pytest.raises(Permanent, match=f"HTTP {status}.*/elsewhere"):
+                await exp.deliver(GOLDEN[:2])
+        finally:
+            await exp.shutdown()
     assert elsewhere == []
 
 

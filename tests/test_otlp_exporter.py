@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
 )
 
 from tests.conftest import AEP_DIR, FIXTURES, corpus
-from tests.helpers import running, serve
+from tests.helpers import redirected_elsewhere, running, serve
 from tests.relay_double import wait_until
 
 GOLDEN = [json.loads(line) for line in (FIXTURES / "golden" / "golden.jsonl").read_text().splitlines() if line.strip()]
@@ -253,26 +253,16 @@ async def test_in_the_service_behind_the_sending_queue_through_a_receiver_outage
 async def test_a_redirect_is_not_followed_and_the_batch_is_not_counted_delivered(status):
     """aiohttp followed a 301/302/303 with a GET carrying no body (and the configured headers): the
     GET's 200 returned from ``deliver``, so the queue committed a batch no receiver ever had."""
-    elsewhere: list[tuple[str, bytes, str | None]] = []
-
-    async def moved(request: web.Request) -> web.Response:
-        return web.Response(status=status, headers={"Location": "/elsewhere"})
-
-    async def other(request: web.Request) -> web.Response:
-        elsewhere.append((request.method, await request.read(), request.headers.get("X-Api-Key")))
+    def logs_taken() -> web.Response:
         return web.Response(body=ExportLogsServiceResponse().SerializeToString(), content_type="application/x-protobuf")
 
-    app = web.Application()
-    app.router.add_post("/v1/logs", moved)
-    app.router.add_route("*", "/elsewhere", other)
-    runner, port = await serve(app)
-    exp, _ = await exporter(protocol="http", endpoint=f"http://127.0.0.1:{port}/v1/logs", headers={"X-Api-Key": "k"})
-    try:
-        with pytest.raises(Permanent, match=f"HTTP {status}.*/elsewhere"):
-            await exp.deliver([GOLDEN[3]])
-    finally:
-        await exp.shutdown()
-        await runner.cleanup()
+    async with redirected_elsewhere("/v1/logs", status, logs_taken) as (url, elsewhere):
+        exp, _ = await exporter(protocol="http", endpoint=url, headers={"X-Api-Key": "k"})
+        try:
+            with pytest.raises(Permanent, match=f"HTTP {status}.*/elsewhere"):
+                await exp.deliver([GOLDEN[3]])
+        finally:
+            await exp.shutdown()
     assert elsewhere == []
 
 
