@@ -225,3 +225,17 @@ async def redirected_elsewhere(path: str, status: int, answer: Callable[[], Any]
         yield f"http://127.0.0.1:{port}{path}", elsewhere
     finally:
         await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def operator_console(url: str, token: str | None) -> AsyncIterator[Any]:
+    """The official SDK's ``ControlClient`` as an operator console ("aep-console" on "ops-host"),
+    connected to the relay at ``url`` with ``token``; closed on the way out."""
+    from aep_sdk.aio import ControlClient
+
+    client = ControlClient(url, agent="aep-console", host="ops-host", token=token)
+    await client.connect()
+    try:
+        yield client
+    finally:
+        await client.close()

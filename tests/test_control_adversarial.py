@@ -22,7 +22,7 @@ from aep_collector.receivers.tool_gate import gate_validator
 from aep_sdk.aio import ControlClient
 from aep_sdk.control import NackError
 
-from tests.helpers import base_config, read_jsonl, running
+from tests.helpers import base_config, operator_console, read_jsonl, running
 
 TOKEN = "control-adversarial-token"
 SID = "adv-control"
@@ -76,10 +76,8 @@ async def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
 
 @pytest.fixture
 async def operator(stack: Stack) -> Any:
-    client = ControlClient(stack.url, agent="aep-console", host="ops-host", token=TOKEN)
-    await client.connect()
-    yield client
-    await client.close()
+    async with operator_console(stack.url, TOKEN) as client:
+        yield client
 
 
 def permission(command: str = "ls", tool_use_id: str = "toolu_1") -> dict[str, Any]:

@@ -18,7 +18,7 @@ from aep_collector.pipeline.control import RESPOND
 from aep_sdk.aio import ControlClient
 from aep_sdk.control import NackError
 
-from tests.helpers import ROOT, base_config, held_requests, read_jsonl, running
+from tests.helpers import ROOT, base_config, held_requests, operator_console, read_jsonl, running
 
 TOKEN = "held-adversarial-token"
 SID = "held-adv"
@@ -55,10 +55,8 @@ async def stack(tmp_path: Path) -> Any:
 
 @pytest.fixture
 async def operator(stack: Stack) -> Any:
-    client = ControlClient(stack.url, agent="aep-console", host="ops-host", token=TOKEN)
-    await client.connect()
-    yield client
-    await client.close()
+    async with operator_console(stack.url, TOKEN) as client:
+        yield client
 
 
 # Claude Code 2.1.328 builds the PermissionRequest hook input from the common fields, tool_name,

@@ -16,10 +16,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aep_sdk.aio import ControlClient, open_duplex, subscribe
+from aep_sdk.aio import open_duplex, subscribe
 from aep_sdk.control import ControlSender
 
-from tests.helpers import base_config, read_jsonl, running
+from tests.helpers import base_config, operator_console, read_jsonl, running
 from tests.nats_support import NatsNode
 from tests.relay_double import wait_until
 
@@ -111,6 +111,29 @@ def held_request(watcher: Operator, edge: Any, session: str) -> Any:
     return found
 
 
+async def held_permission(watcher: Operator, edge: Any, session: str, what: str) -> tuple[asyncio.Task[Any], str]:
+    """``edge``'s hook asks a permission in ``session``: the pending hook call and, once edge holds
+    the request and it is at the gateway (``what`` names that wait), the request's id."""
+    hook = asyncio.create_task(post(edge, permission(session)))
+    return hook, await wait_until(held_request(watcher, edge, session), what, 20)
+
+
+async def answer_allow(operator: Any, session: str, rid: str) -> dict[str, Any]:
+    """The operator answers held request ``rid`` of ``session`` allow: its ack (a nack raises)."""
+    return await operator.send("control.attention.respond", session, subject=rid, data={"answer": {"option": "allow"}})
+
+
+async def assert_a_held_permission_is_answered_allow(watcher: Operator, edge: Any, session: str, what: str) -> None:
+    """``edge``'s hook asks a permission in ``session``; once edge holds it and it is at the gateway
+    (``what`` names that wait), an operator console on the gateway answers it allow: the command is
+    accepted, and the hook's reply is that allow."""
+    hook, rid = await held_permission(watcher, edge, session, what)
+    async with operator_console(watcher.url, TOKEN) as operator:
+        ack = await answer_allow(operator, session, rid)
+    assert ack["type"] == "control.accepted"
+    assert (await asyncio.wait_for(hook, 10))[1]["hookSpecificOutput"]["decision"] == {"behavior": "allow"}
+
+
 async def test_operator_on_the_gateway_sees_both_edges_and_answers_a_permission_held_on_edge_b(
         tmp_path: Path) -> None:
     node = NatsNode(tmp_path).start()
@@ -120,21 +143,15 @@ async def test_operator_on_the_gateway_sees_both_edges_and_answers_a_permission_
             await post(b, {"session_id": "sb", "hook_event_name": "SessionStart", "source": "startup"})
             await wait_until(lambda: watcher.of("sa") and watcher.of("sb"),
                              "both edges' sessions at the gateway's relay", 20)
-            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
-            await operator.connect()
-            try:
+            async with operator_console(watcher.url, TOKEN) as operator:
                 roster = await operator.roster()
                 assert {"sa", "sb"} <= {r["session"] for r in roster}
 
-                hook = asyncio.create_task(post(b, permission("sb")))
-                rid = await wait_until(held_request(watcher, b, "sb"), "edge B's request at the gateway, held", 20)
+                hook, rid = await held_permission(watcher, b, "sb", "edge B's request at the gateway, held")
                 req = next(e for e in watcher.of("sb") if e["id"] == rid)
                 assert req["data"]["respond_via"] == ["control"]
-                ack = await operator.send("control.attention.respond", "sb", subject=rid,
-                                          data={"answer": {"option": "allow"}})
+                ack = await answer_allow(operator, "sb", rid)
                 status, reply = await asyncio.wait_for(hook, 10)
-            finally:
-                await operator.close()
             assert ack["type"] == "control.accepted" and status == 200
             assert reply["hookSpecificOutput"]["decision"] == {"behavior": "allow"}
             edge_b = history(tmp_path / "b")
@@ -157,8 +174,7 @@ async def test_a_retransmitted_command_gets_the_byte_identical_ack_end_to_end(tm
         async with fleet(tmp_path, [node.url]) as (watcher, _a, b, gw):
             await post(b, {"session_id": "sb", "hook_event_name": "SessionStart", "source": "startup"})
             await wait_until(lambda: watcher.of("sb"), "edge B's session at the relay", 20)
-            hook = asyncio.create_task(post(b, permission("sb")))
-            rid = await wait_until(held_request(watcher, b, "sb"), "the held request at the gateway", 20)
+            hook, rid = await held_permission(watcher, b, "sb", "the held request at the gateway")
             duplex = await open_duplex(watcher.url, token=TOKEN)
             await duplex.send_json({"type": "hello", "versions": ["0.1"], "role": "consumer",
                                     "identity": {"agent": "aep-console"}, "capabilities": {}})
@@ -201,24 +217,18 @@ async def test_an_unreachable_edge_is_nacked_busy_and_a_retry_reaches_it_when_ba
             await wait_until(lambda: gw.host.control.accepts(CC), "the gateway to learn what edge B accepts")
             exporter = b.exporters["nats"]
             await exporter._sub.unsubscribe()  # edge B stops answering its control subject
-            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
-            await operator.connect()
-            try:
+            async with operator_console(watcher.url, TOKEN) as operator:
                 from aep_sdk.control import NackError
 
                 with pytest.raises(NackError) as err:
-                    await operator.send("control.attention.respond", "sb", subject="01JNOSUCH",
-                                        data={"answer": {"option": "allow"}})
+                    await answer_allow(operator, "sb", "01JNOSUCH")
                 assert err.value.reason == "busy"
                 exporter._sub = await exporter.link.nc.subscribe(exporter.control_subject,
                                                                  cb=exporter._on_command)
                 await until_answering(watcher, exporter.control_subject)
                 with pytest.raises(NackError) as err:
-                    await operator.send("control.attention.respond", "sb", subject="01JNOSUCH",
-                                        data={"answer": {"option": "allow"}})
+                    await answer_allow(operator, "sb", "01JNOSUCH")
                 assert err.value.reason == "refused"  # edge B decided: no such pending request
-            finally:
-                await operator.close()
     finally:
         node.kill()
 
@@ -234,16 +244,10 @@ async def test_a_session_two_live_edges_claim_is_refused_ambiguous_and_reaches_n
                 await post(edge_, {"session_id": "sx", "hook_event_name": "SessionStart", "source": "startup"})
             await wait_until(lambda: len(watcher.of("sx", "session.started")) == 2,
                              "both edges' session sx at the gateway", 20)
-            hook = asyncio.create_task(post(b, permission("sx")))
-            rid = await wait_until(held_request(watcher, b, "sx"), "edge B's request at the gateway, held", 20)
-            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
-            await operator.connect()
-            try:
+            hook, rid = await held_permission(watcher, b, "sx", "edge B's request at the gateway, held")
+            async with operator_console(watcher.url, TOKEN) as operator:
                 with pytest.raises(NackError) as err:
-                    await operator.send("control.attention.respond", "sx", subject=rid,
-                                        data={"answer": {"option": "allow"}})
-            finally:
-                await operator.close()
+                    await answer_allow(operator, "sx", rid)
             assert str(err.value.detail).startswith("ambiguous: 2 emitters claim session 'sx'")  # the wire's code
             assert b.host.control.holds and not hook.done()  # edge B still holds its request
             for root in ("a", "b", "gw"):
@@ -271,18 +275,8 @@ async def test_a_session_an_edge_that_is_gone_claimed_goes_to_the_edge_now_holdi
                                      "edge B's session at the gateway (edge B connected)", 20)
                     await wait_until(lambda: gw.host.control.claimants(CC, "sx") == ["aep.control.edge-b"],
                                      "edge A, gone, no longer claiming sx", 20)
-                    hook = asyncio.create_task(post(b, permission("sx")))
-                    rid = await wait_until(held_request(watcher, b, "sx"), "edge B's request at the gateway", 20)
-                    operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
-                    await operator.connect()
-                    try:
-                        ack = await operator.send("control.attention.respond", "sx", subject=rid,
-                                                  data={"answer": {"option": "allow"}})
-                    finally:
-                        await operator.close()
-                    assert ack["type"] == "control.accepted"
-                    assert (await asyncio.wait_for(hook, 10))[1]["hookSpecificOutput"]["decision"] == {
-                        "behavior": "allow"}
+                    await assert_a_held_permission_is_answered_allow(watcher, b, "sx",
+                                                                     "edge B's request at the gateway")
             finally:
                 await watcher.close()
     finally:
@@ -299,17 +293,7 @@ async def test_a_session_ended_on_one_live_edge_and_resumed_on_another_goes_to_t
             await wait_until(lambda: watcher.of("sx", "session.ended"), "edge A's end of sx at the gateway", 20)
             await post(b, {"session_id": "sx", "hook_event_name": "SessionStart", "source": "resume"})
             await wait_until(lambda: len(watcher.of("sx", "session.started")) == 2, "edge B's sx at the gateway", 20)
-            hook = asyncio.create_task(post(b, permission("sx")))
-            rid = await wait_until(held_request(watcher, b, "sx"), "edge B's request, held", 20)
-            operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
-            await operator.connect()
-            try:
-                ack = await operator.send("control.attention.respond", "sx", subject=rid,
-                                          data={"answer": {"option": "allow"}})
-            finally:
-                await operator.close()
-            assert ack["type"] == "control.accepted"
-            assert (await asyncio.wait_for(hook, 10))[1]["hookSpecificOutput"]["decision"] == {"behavior": "allow"}
+            await assert_a_held_permission_is_answered_allow(watcher, b, "sx", "edge B's request, held")
             assert not [e for e in history(tmp_path / "a") if e["type"].startswith("control.")]
     finally:
         node.kill()
@@ -334,18 +318,7 @@ async def test_a_second_edge_with_a_collector_name_in_use_serves_no_commands_and
                     await post(b, {"session_id": "sb", "hook_event_name": "SessionStart", "source": "startup"})
                     await post(a, {"session_id": "sa", "hook_event_name": "SessionStart", "source": "startup"})
                     await wait_until(lambda: watcher.of("sa") and watcher.of("sb"), "both sessions at the gateway", 20)
-                    hook = asyncio.create_task(post(a, permission("sa")))
-                    rid = await wait_until(held_request(watcher, a, "sa"), "edge A's request, held", 20)
-                    operator = ControlClient(watcher.url, agent="aep-console", host="ops-host", token=TOKEN)
-                    await operator.connect()
-                    try:
-                        ack = await operator.send("control.attention.respond", "sa", subject=rid,
-                                                  data={"answer": {"option": "allow"}})
-                    finally:
-                        await operator.close()
-                    assert ack["type"] == "control.accepted"
-                    assert (await asyncio.wait_for(hook, 10))[1]["hookSpecificOutput"]["decision"] == {
-                        "behavior": "allow"}
+                    await assert_a_held_permission_is_answered_allow(watcher, a, "sa", "edge A's request, held")
                     assert not [e for e in history(tmp_path / "b") if e["type"].startswith("control.")]
             finally:
                 await watcher.close()
