@@ -402,6 +402,12 @@ def test_ctrl_c_while_the_config_is_read_exits_130_without_a_traceback(tmp_path:
             except OSError as exc:
                 assert exc.errno == errno.ENXIO and proc.poll() is None
                 time.sleep(0.01)
+        # Then wait until it sleeps in read(): a signal that lands just before that read is only
+        # acted on once the read returns (Python checks for signals between bytecodes).
+        wchan = Path(f"/proc/{proc.pid}/wchan")
+        while "pipe_read" not in wchan.read_text():
+            assert proc.poll() is None
+            time.sleep(0.01)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
