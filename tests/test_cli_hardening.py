@@ -156,7 +156,7 @@ service:
         # one validate() that stops at its first problem still shows them all, each at its key
         "exporters.cloudevents.sending_queue.max_bytes: max_bytes must be at least 65536",
         "exporters.cloudevents.sending_queue.batch_size: batch_size must be at least 1",
-        "exporters.cloudevents.endpoint: endpoint must be an http(s) URL, got 'ftp://x'",
+        "exporters.cloudevents.endpoint: endpoint must be an http(s) URL, got 'ftp://x': not an http(s) URL with a host",
         "exporters.cloudevents.timeout: timeout must be positive",
     ]
 
