@@ -7,11 +7,10 @@ import json
 import os
 import subprocess
 import sys
-
-import pytest
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aep_collector.exporters.cloudevents import CloudEventsConfig, CloudEventsExporter
 from aep_collector.exporters.jsonl import JsonlConfig, JsonlExporter, repair_torn_tail
 from aep_collector.exporters.otlp import OtlpExporter, OtlpExporterConfig
