@@ -253,9 +253,11 @@ class Service:
         self._stop.set()
 
     async def run_until_signalled(self) -> None:
-        """Start, wait for SIGINT/SIGTERM, drain and stop: the life of a collector process."""
+        """Start, wait for SIGINT/SIGTERM/SIGHUP, drain and stop: the life of a collector process."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too: a closed terminal otherwise killed the collector where it stood, its held
+        # hooks reset instead of answered neutrally and its queues not flushed. It does not reload.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.request_stop)
         await self.start()

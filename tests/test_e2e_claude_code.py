@@ -201,3 +201,17 @@ def test_a_permission_nobody_could_answer_is_closed_before_session_ended(tmp_pat
     assert req["data"]["respond_via"] == ["oob"]
     assert res["subject"] == req["id"] and res["data"]["resolution"] == "dismissed"
     assert validate_file(str(path)).ok
+
+
+def test_sighup_drains_and_stops_like_sigterm(tmp_path):
+    """A closed terminal sends SIGHUP: before, its default action killed the collector mid-stream."""
+    import signal
+
+    cfg = base_config(tmp_path)
+    with collector(cfg, tmp_path) as c:
+        assert post(c.ports["receiver/claude_code"], {**common("UserPromptSubmit"), "prompt": "hi"}) == (200, {})
+        assert c.proc is not None
+        c.proc.send_signal(signal.SIGHUP)
+        out, _ = c.proc.communicate(timeout=15)
+    assert c.proc.returncode == 0, out
+    assert "aep-collector stopped" in out
