@@ -329,3 +329,21 @@ async def test_ids_of_the_right_length_or_empty_are_kept() -> None:
     payloads = [s.payload for s in sink.signals]
     assert [(p.get("trace_id"), p.get("span_id")) for p in payloads] == [
         (trace, span), (None, None), (trace, span), (None, None)]
+
+
+@pytest.mark.parametrize("record", [
+    {"attributes": [{"key": "k", "value": {"intValue": "PROMPT: deploy the thing to prod-db-7 now"}}]},
+    {"timeUnixNano": "PROMPT: deploy the thing to prod-db-7 now"},
+], ids=["int-attribute", "time"])
+async def test_a_value_that_is_not_a_number_is_not_quoted_into_the_400_or_the_log(
+        record: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    # protobuf's error quotes the value whole: text sent where a number belongs (a prompt) reached
+    # the WARNING log as well as the sender. Its length stands in for it; short ones stay readable.
+    doc = {"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}
+    async with running_receiver("vscode") as (receiver, sink, _):
+        status, _, reply, _ = await post(receiver.http_port, json.dumps(doc).encode(), JSON)
+        error = status_of(reply, JSON)
+        assert (status, error.code) == (400, 3) and "41-character string" in error.message
+        assert sink.batches == []
+    assert "41-character string" in caplog.text  # it was logged, without the value
+    assert "prod-db-7" not in error.message and "prod-db-7" not in caplog.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import zlib
 from typing import Any
 
@@ -218,8 +219,18 @@ def parse_json(body: bytes, max_records: int | None = None) -> ExportLogsService
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
     except (json_format.ParseError, RecursionError, TypeError, ValueError, binascii.Error,
             SystemError) as exc:  # SystemError: protobuf's C parser on strings it cannot convert
-        raise WireError(400, INVALID_ARGUMENT, f"body is not an OTLP ExportLogsServiceRequest: {exc}") from None
+        raise WireError(400, INVALID_ARGUMENT,
+                        f"body is not an OTLP ExportLogsServiceRequest: {_unquoted(str(exc))}") from None
     return request
+
+
+_QUOTED = re.compile(r""""((?:[^"\\]|\\.){25,})"|'((?:[^'\\]|\\.){25,})'""")
+
+
+def _unquoted(message: str) -> str:
+    """protobuf's parse error with each long value it quotes replaced by its length: the value may
+    be a prompt sent where a number belongs, and the error reaches the log as well as the sender."""
+    return _QUOTED.sub(lambda m: f"<a {len(m.group(1) or m.group(2))}-character string>", message)
 
 
 def encode_message(message: Message, content_type: str) -> bytes:
