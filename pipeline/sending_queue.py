@@ -57,7 +57,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -68,6 +68,8 @@ from .model import Event
 from .wire import _DIGITS_ONLY, dumps_line
 
 log = logging.getLogger("aep.sending_queue")
+T = TypeVar("T")
+R = TypeVar("R")
 
 LOG_EVERY = 10.0
 """Seconds between two log lines about refused events while the queue stays full."""
@@ -89,7 +91,23 @@ class Permanent(Exception):
 
 class TooLarge(Permanent):
     """Raised by ``deliver`` (or inside it): the peer refused a request for its size (HTTP 413, gRPC
-    ``RESOURCE_EXHAUSTED`` "larger than max"); a smaller one may pass, so an exporter splits it."""
+    ``RESOURCE_EXHAUSTED`` "larger than max"); a smaller one may pass, so an exporter splits it
+    (``send_in_parts``)."""
+
+
+async def send_in_parts(items: list[T], send: Callable[[list[T]], Awaitable[R]]) -> tuple[list[R], list[TooLarge]]:
+    """``send(items)``; when the peer refuses it for its size (``TooLarge``: a backlog's full batches
+    after an outage), each half the same way, down to single items. Returned: what each part that
+    went returned, and the refusal of each item too large even alone. Any other failure raises."""
+    try:
+        return [await send(items)], []
+    except TooLarge as exc:
+        if len(items) == 1:
+            return [], [exc]
+    half = len(items) // 2
+    first, refused = await send_in_parts(items[:half], send)
+    second, refused_too = await send_in_parts(items[half:], send)
+    return first + second, refused + refused_too
 
 
 class RetryLater(Exception):

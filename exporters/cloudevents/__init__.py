@@ -25,6 +25,7 @@ from aep_collector.pipeline.sending_queue import (
     headers_problem,
     http_failure,
     redirected,
+    send_in_parts,
     shown_url,
     url_problem,
 )
@@ -111,7 +112,7 @@ class CloudEventsExporter:
         left_out = len(events) - len(ces)
         refused = 0
         if ces:
-            refusals = await (self._post_split(ces) if self.config.mode == "batched" else self._post_each(ces))
+            refusals = await (self._post_batches(ces) if self.config.mode == "batched" else self._post_each(ces))
             refused = self._refused(refusals, len(ces))
         # Counted once the batch is settled: a retried batch would count them again on every attempt.
         if left_out:
@@ -133,18 +134,11 @@ class CloudEventsExporter:
                 refusals.append(exc)
         return refusals
 
-    async def _post_split(self, bodies: list[bytes]) -> list[Permanent]:
-        """POST ``bodies`` as one batch; one refused for its size (413: a backlog's full batches after
-        an outage) is split in halves until each part fits, and only an event too large alone is
-        refused. Any other refusal raises (the whole batch's), as does a failure to retry."""
-        try:
-            await self._post(b"[" + b",".join(bodies) + b"]", BATCH)
-        except TooLarge as exc:
-            if len(bodies) == 1:
-                return [exc]
-            half = len(bodies) // 2
-            return await self._post_split(bodies[:half]) + await self._post_split(bodies[half:])
-        return []
+    async def _post_batches(self, bodies: list[bytes]) -> list[Permanent]:
+        """POST ``bodies`` as one batch, in parts if it is refused for its size (413); the refusals of
+        events too large alone. Any other refusal raises (the whole batch's), as does a failure to retry."""
+        _, refusals = await send_in_parts(bodies, lambda part: self._post(b"[" + b",".join(part) + b"]", BATCH))
+        return list(refusals)
 
     def _refused(self, refusals: list[Permanent], total: int) -> int:
         """Count and show ``refusals`` of ``total`` events; all of them go to the queue as one refusal."""

@@ -35,6 +35,7 @@ from aep_collector.pipeline.sending_queue import (
     http_failure,
     redirected,
     retry_after,
+    send_in_parts,
     shown_url,
     url_problem,
 )
@@ -163,7 +164,7 @@ class OtlpExporter:
         """One export request for ``events``; raises to retry, ``Permanent`` to drop (see module doc).
 
         Returns how many of ``events`` the receiver did not take: left out here or rejected by it."""
-        records, built = [], []
+        records: list[tuple[dict[str, Any], Any]] = []  # each projected record, with its LogRecord
         ceiling = self.config.max_capture
         for event in events:
             try:
@@ -172,8 +173,7 @@ class OtlpExporter:
                 record = to_otlp(event, ceiling)
                 # Protobuf refuses some JSON values (a lone surrogate a plug-in left in a string):
                 # found here, one event is left out; in the whole request, the batch raised for good.
-                built.append(log_record(record))
-                records.append(record)
+                records.append((record, log_record(record)))
             except (KeyError, ValueError, TypeError) as exc:  # not a stamped event: never retried
                 self.health.incident(self.id, "unprojectable", f"{event.get('id')}: {type(exc).__name__}: {exc}")
         # Counted once the batch is settled: a retried batch would count them again on every attempt.
@@ -181,7 +181,9 @@ class OtlpExporter:
         if not records:
             self.health.count(self.id, "dropped", left_out)
             return left_out
-        rejected, refused, why = await self._export(records, built)
+        results, refusals = await send_in_parts(records, self._export)
+        rejected, refused = sum(results), len(refusals)
+        why = str(refusals[0]) if refusals else ""
         if refused == len(records):
             raise Permanent(why)  # not even one record alone fits: the queue drops the batch, as for any refusal
         if left_out:
@@ -195,21 +197,14 @@ class OtlpExporter:
                       refused, len(records), why)
         return left_out + rejected + refused
 
-    async def _export(self, records: list[dict[str, Any]], built: list[Any]) -> tuple[int, int, str]:
-        """Export ``records``: (rejected by the receiver, refused as too large, why). A request over
-        the receiver's size limit (a backlog's full batches after an outage, 4 MiB by default) is
-        split in halves and each sent, so the batch is not dropped whole; a record too large even
-        alone is refused alone. A failure to retry raises: the whole batch is retried."""
-        body = request(records, built)
-        try:
-            response = await (self._grpc(body) if self.config.protocol == "grpc" else self._http(body))
-        except TooLarge as exc:
-            if len(records) == 1:
-                return 0, 1, str(exc)
-            half = len(records) // 2
-            first = await self._export(records[:half], built[:half])
-            second = await self._export(records[half:], built[half:])
-            return first[0] + second[0], first[1] + second[1], first[2] or second[2]
+    async def _export(self, part: list[tuple[dict[str, Any], Any]]) -> int:
+        """Export ``part`` (records, each with its built ``LogRecord``) as one request: how many the
+        receiver rejected. ``TooLarge`` when it is over the receiver's size limit (4 MiB by default):
+        ``deliver`` sends it in parts (``send_in_parts``). A failure to retry raises: the whole batch
+        is retried."""
+        records = [record for record, _ in part]
+        body = request(records, [built for _, built in part])
+        response = await (self._grpc(body) if self.config.protocol == "grpc" else self._http(body))
         rejected = response.partial_success.rejected_log_records if response.HasField("partial_success") else 0
         # A receiver's count is taken within what was sent: past it (or below 0) it would count
         # more events rejected than the batch held, and ``dropped + rejected + exported`` would lie.
@@ -217,7 +212,7 @@ class OtlpExporter:
         if rejected:
             log.warning("%s: the OTLP receiver rejected %d of %d records: %s", self.id, rejected, len(records),
                         response.partial_success.error_message or "no reason given")
-        return rejected, 0, ""
+        return rejected
 
     async def _grpc(self, body: Any) -> ExportLogsServiceResponse:
         metadata = tuple((k.lower(), v) for k, v in self.config.headers.items()) or None
