@@ -66,6 +66,21 @@ def event_subject(prefix: str, agent: str, session: str | None) -> str:
     return f"{prefix}.{token(agent)}.{token(session) if session else NO_SESSION}"
 
 
+async def answered(nc: Any, subject: str, timeout: float) -> bool | None:
+    """Whether a collector answers on the control ``subject`` (a request with ``PROBE_HEADER``):
+    True if one replied, False if NATS said no responders, None if nothing can be told (a timeout,
+    a reconnect): a slow collector, or one gone that NATS has not noticed yet."""
+    from nats.errors import NoRespondersError
+
+    try:
+        await nc.request(subject, b"", timeout=timeout, headers={PROBE_HEADER: "1"})
+    except NoRespondersError:
+        return False
+    except Exception:
+        return None
+    return True
+
+
 def default_collector(state_dir: Path) -> str:
     """A collector name stable across restarts and distinct per state directory on one host."""
     digest = hashlib.sha256(str(state_dir.expanduser().resolve()).encode()).hexdigest()[:8]

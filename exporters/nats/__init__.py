@@ -40,6 +40,7 @@ from aep_collector.pipeline.natsconn import (
     Link,
     NatsConnection,
     NatsStream,
+    answered,
     default_collector,
     event_subject,
     token,
@@ -163,16 +164,7 @@ class NatsExporter:
         """Whether another collector already answers on this collector's control subject (two hosts
         with one hostname and one state_dir path get one default name). Only a reply says so: a
         timeout is a collector gone without NATS noticing yet (this one's previous run, perhaps)."""
-        from nats.errors import NoRespondersError
-
-        try:
-            await nc.request(self.control_subject, b"", timeout=self.config.publish_timeout,
-                             headers={PROBE_HEADER: "1"})
-        except NoRespondersError:
-            return False
-        except Exception:  # a timeout: nobody answering now
-            return False
-        return True
+        return await answered(nc, self.control_subject, self.config.publish_timeout) is True
 
     def _down(self, detail: str) -> None:
         self._route(False)

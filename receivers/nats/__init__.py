@@ -34,10 +34,10 @@ from aep_collector.pipeline.natsconn import (
     CONNECTING,
     CONTROL_HEADER,
     ERROR_HEADER,
-    PROBE_HEADER,
     Link,
     NatsConnection,
     NatsStream,
+    answered,
     token,
 )
 from aep_collector.pipeline.pipeline import NotDurable
@@ -340,18 +340,10 @@ class NatsReceiver:
     async def _probe(self, subject: str) -> bool:
         """Whether a collector still answers on ``subject``: only "no responders" says it is gone
         (a timeout may be a slow collector, and without NATS nothing can be told)."""
-        from nats.errors import NoRespondersError
-
         nc = self.link.nc
         if nc is None or not self.link.ready.is_set():
             return True
-        try:
-            await nc.request(subject, b"", timeout=self.config.control_timeout, headers={PROBE_HEADER: "1"})
-        except NoRespondersError:
-            return False
-        except Exception:  # a timeout or a reconnect tells nothing
-            return True
-        return True
+        return await answered(nc, subject, self.config.control_timeout) is not False
 
     async def _forward(self, subject: str, command: Event, agent: str) -> list[Event] | None:
         nc = self.link.nc
