@@ -411,13 +411,11 @@ class AgentLink:
         biggest = max((*back, *claims), key=lambda item: len(item.text), default=None)
         if biggest is None:
             return back
+        if biggest.session is not None and self.latest.get(biggest.session) is biggest:
+            del self.latest[biggest.session]  # never sent again as the session's claim
         if not any(item is biggest for item in back):  # a claim, delivered before: only its re-claim is too big
-            if biggest.session is not None and self.latest.get(biggest.session) is biggest:
-                del self.latest[biggest.session]
             return back
         back = [item for item in back if item is not biggest]
-        if biggest.session is not None and self.latest.get(biggest.session) is biggest:
-            del self.latest[biggest.session]
         if biggest.ticket is not None:
             biggest.ticket.refuse()  # ``deliver`` counts it and leaves it out of the retried batch
         else:
