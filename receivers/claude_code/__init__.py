@@ -14,8 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from aep_collector.pipeline.canonical import digest
-from aep_collector.pipeline.control import CANCEL, RESPOND, Hold, card_key, elicitation_key
+from aep_collector.pipeline.control import CANCEL, RESPOND, Hold, card_key, elicitation_key, permission_key
 from aep_collector.pipeline.host import Host
 from aep_collector.pipeline.model import Form, Signal
 from aep_collector.pipeline.payload import get_str
@@ -282,10 +281,10 @@ def _call_key(payload: dict[str, Any]) -> str:
 def _about(payload: dict[str, Any]) -> str:
     """A call as its tool and input: what a PermissionRequest without a tool_use_id is paired on. An
     AskUserQuestion runs with the user's answers added to its input: its questions name the call."""
-    tool, tool_input = payload.get("tool_name"), payload.get("tool_input")
+    tool, tool_input = get_str(payload, "tool_name"), payload.get("tool_input")
     if tool == ASK_USER_QUESTION and isinstance(tool_input, dict):
         tool_input = tool_input.get("questions")
-    return f"{tool}:{digest(tool_input)}"
+    return permission_key(tool, tool_input)
 
 
 def settings_block(url: str | None = None, attention_timeout: float = 55.0,
