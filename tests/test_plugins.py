@@ -28,6 +28,18 @@ def env_with(site: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
 
 
+def fake_plugin(site: Path, name: str, target: str, source: str | None = None) -> Path:
+    """A plug-in distribution ``aep-<name>`` in ``site`` whose entry point ``name`` is ``target``
+    (``module:attribute``); ``source``, if given, is the module ``aep_<name>.py``. Returns ``site``."""
+    dist = site / f"aep_{name}-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: aep-{name}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[aep_collector.components]\n{name} = {target}\n")
+    if source is not None:
+        (site / f"aep_{name}.py").write_text(source)
+    return site
+
+
 def test_components_lists_the_plugin_with_its_origin(plugin_site):
     out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "components"], capture_output=True, text=True,
                          cwd=ROOT, env=env_with(plugin_site), check=True).stdout
@@ -60,11 +72,7 @@ def test_a_pipeline_runs_through_the_plugin_exporter_and_processor(plugin_site, 
 
 
 def test_a_broken_plugin_is_reported_not_fatal(tmp_path):
-    site = tmp_path / "broken"
-    dist = site / "aep_broken-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-broken\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[aep_collector.components]\nbroken = aep_broken_missing:FACTORY\n")
+    site = fake_plugin(tmp_path / "broken", "broken", "aep_broken_missing:FACTORY")
     res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "components"], capture_output=True, text=True,
                          cwd=ROOT, env=env_with(site))
     assert res.returncode == 0
@@ -96,12 +104,7 @@ FACTORY = exporter_factory("late_hints", Config, lambda settings, config: None)
 def test_a_plugin_whose_config_types_do_not_resolve_is_reported_at_load(tmp_path):
     # Its factory loaded and `components` listed it, then validate and run died with a NameError
     # traceback: the config reads each field's annotation, here imported only for type checkers.
-    site = tmp_path / "late"
-    dist = site / "aep_late-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-late\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[aep_collector.components]\nlate = aep_late:FACTORY\n")
-    (site / "aep_late.py").write_text(UNRESOLVED)
+    site = fake_plugin(tmp_path / "late", "late", "aep_late:FACTORY", UNRESOLVED)
     cfg = base_config(tmp_path)
     cfg["exporters"]["late_hints"] = None
     cfg["service"]["pipelines"]["agents"]["exporters"].append("late_hints")
@@ -136,12 +139,7 @@ FACTORY = exporter_factory("odd_check", Config, lambda settings, config: None)
 
 def test_a_plugin_config_check_that_crashes_is_an_error_naming_the_component(tmp_path):
     # validate and run printed the TypeError's traceback; a crashing create was already named.
-    site = tmp_path / "odd"
-    dist = site / "aep_odd-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-odd\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[aep_collector.components]\nodd = aep_odd:FACTORY\n")
-    (site / "aep_odd.py").write_text(CRASHING_CHECK)
+    site = fake_plugin(tmp_path / "odd", "odd", "aep_odd:FACTORY", CRASHING_CHECK)
     cfg = base_config(tmp_path)
     cfg["exporters"]["odd_check"] = {"limit": 3}
     cfg["service"]["pipelines"]["agents"]["exporters"].append("odd_check")
@@ -174,12 +172,7 @@ FACTORIES = [processor_factory("half_ok", Config, lambda settings, config: (lamb
 def test_a_plugin_whose_second_factory_clashes_registers_none_of_them(tmp_path):
     # The first factory stayed registered under a "cannot load" warning: components listed
     # half_ok, and a config could use half a plug-in said not to be loaded.
-    site = tmp_path / "half"
-    dist = site / "aep_half-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-half\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[aep_collector.components]\nhalf = aep_half:FACTORIES\n")
-    (site / "aep_half.py").write_text(HALF_CLASHING)
+    site = fake_plugin(tmp_path / "half", "half", "aep_half:FACTORIES", HALF_CLASHING)
     res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "components"], capture_output=True,
                          text=True, cwd=ROOT, env=env_with(site))
     assert res.returncode == 0
@@ -191,11 +184,7 @@ def test_a_plugin_whose_second_factory_clashes_registers_none_of_them(tmp_path):
 def test_a_broken_plugin_is_told_once(tmp_path, command):
     # Each problem was printed twice: the registry's own log line ("cannot load plug-in ...", bare,
     # logging not yet set up) and the CLI's "warning: plug-in ..." line.
-    site = tmp_path / "broken"
-    dist = site / "aep_broken-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: aep-broken\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[aep_collector.components]\nbroken = aep_broken_missing:FACTORY\n")
+    site = fake_plugin(tmp_path / "broken", "broken", "aep_broken_missing:FACTORY")
     res = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", *command], capture_output=True,
                          text=True, cwd=ROOT, env=env_with(site))
     assert res.returncode == 0, res.stderr
