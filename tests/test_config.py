@@ -324,15 +324,22 @@ service:
 """
 
 
+def validate_errors(path) -> tuple[list[str], str]:
+    """``aep-collector validate --config path``, which must fail: its error lines (file prefix cut)
+    and the whole of its stderr."""
+    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1, out.stdout
+    return [line.removeprefix(f"error: {path}: ") for line in out.stderr.splitlines()
+            if line.startswith("error: ")], out.stderr
+
+
 def test_two_listeners_on_one_port_are_an_error_naming_both(tmp_path):
     # validate called this valid; at start the second bind failed with a bare "address already in
     # use" that named neither component. Port 0 never collides; an unused component never listens.
     path = tmp_path / "ports.yaml"
     path.write_text(SHARED_PORTS.replace("DIR", str(tmp_path)).replace("PORT1", "18471").replace("PORT2", "18472"))
-    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 1, out.stdout
-    errors = [line.removeprefix(f"error: {path}: ") for line in out.stderr.splitlines() if line.startswith("error: ")]
+    errors, stderr = validate_errors(path)
     assert errors == [
         "receivers.codex.endpoint: 127.0.0.1:18471: receivers.claude_code.endpoint listens on this port too; "
         "give each listener its own port",
@@ -340,7 +347,7 @@ def test_two_listeners_on_one_port_are_an_error_naming_both(tmp_path):
         "give each listener its own port",
         "service.telemetry.metrics.endpoint: 127.0.0.1:18471: receivers.claude_code.endpoint listens on this "
         "port too; give each listener its own port",
-    ], out.stderr
+    ], stderr
 
 
 INFINITE = """\
@@ -396,10 +403,7 @@ def test_one_receiver_reaching_one_exporter_through_two_pipelines_is_an_error(tm
     # called the config valid.
     path = tmp_path / "twice.yaml"
     path.write_text(TWICE.replace("DIR", str(tmp_path)))
-    out = subprocess.run([sys.executable, "-m", "aep_collector.pipeline.cli", "validate", "--config", str(path)],
-                         capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 1, out.stdout
-    errors = [line.removeprefix(f"error: {path}: ") for line in out.stderr.splitlines() if line.startswith("error: ")]
+    errors, stderr = validate_errors(path)
     assert errors == [
         "service.pipelines.b.exporters[1]: exporter 'jsonl' already gets what receiver claude_code sends, through "
         "pipeline a: every event would reach it twice, under two ids (a session started twice); give one pipeline "
@@ -407,4 +411,4 @@ def test_one_receiver_reaching_one_exporter_through_two_pipelines_is_an_error(tm
         "service.pipelines.c.exporters[0]: exporter 'jsonl/other' already gets what receiver codex sends, through "
         "pipeline b: every event would reach it twice, under two ids (a session started twice); give one pipeline "
         "its own exporter",
-    ], out.stderr
+    ], stderr
